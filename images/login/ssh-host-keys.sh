@@ -1,0 +1,2 @@
+# Sourced by slurmforge-entrypoint: create any missing SSH host keys for this container.
+ssh-keygen -A

@@ -1,0 +1,1 @@
+"""slurmforge: one versions.yaml in, a tested matrix of Slurm container images out."""

@@ -1,0 +1,180 @@
+"""What each task does, as functions over a loaded project; tasks.py only parses and prints.
+
+Everything that can reject the input (config, selection, daemon, checksums) runs before the first
+image is built, so bad input never leaves a half-built or half-tagged set behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+
+from slurmforge import config as config_mod
+from slurmforge import matrix
+from slurmforge.build import BuildOptions, Result, Runner
+from slurmforge.config import UNPINNED, Config
+from slurmforge.engine import Engine
+from slurmforge.errors import ConfigError
+from slurmforge.plan import Action, Decision, Planner, source_candidates
+from slurmforge.proc import git_revision
+from slurmforge.render import Renderer
+from slurmforge.sources import Cache, Fetched, resolve_mirror, write_lock
+
+
+@dataclass(frozen=True)
+class Selection:
+    config_path: Path = Path("versions.yaml")
+    set_name: str = "default"
+    cells: tuple[str, ...] = ()
+    components: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FetchOptions:
+    mirror: str | None = None
+    allow_unpinned: bool = False
+    trusted: tuple[str, ...] = field(default=())
+
+
+class Project:
+    def __init__(self, selection: Selection) -> None:
+        self.selection = selection
+        self.config: Config = config_mod.load(selection.config_path)
+        self.root = self.config.root
+        all_cells = matrix.cells_of(self.config, selection.set_name)
+        self.cells = matrix.select_cells(all_cells, selection.cells, selection.set_name)
+        self.targets = matrix.expand(self.config, selection.set_name, self.cells,
+                                     selection.components)
+        self.cache = Cache(self.root / ".cache" / "sources")
+        self.renderer = Renderer(self.config)
+
+    @cached_property
+    def engine(self) -> Engine:
+        return Engine.connect()
+
+    def planner(self, fetched: Iterable[Fetched] = ()) -> Planner:
+        return Planner(self.config, self.engine, self.renderer, self.cache, self.targets,
+                       {f.source.url: f.sha256 for f in fetched})
+
+    # -- sources ---------------------------------------------------------------------------
+
+    def fetch(self, options: FetchOptions) -> list[Fetched]:
+        mirror = resolve_mirror(options.mirror)
+        wanted: dict[tuple[str, ...], tuple[config_mod.Source, ...]] = {}
+        for target in self.targets:
+            for candidates in source_candidates(self.config, target).values():
+                wanted[tuple(s.url for s in candidates)] = candidates
+        return [
+            self.cache.fetch(self.config, candidates, mirror=mirror,
+                             allow_unpinned=options.allow_unpinned, trusted=options.trusted)
+            for candidates in wanted.values()
+        ]
+
+    def lock(self, options: FetchOptions) -> tuple[list[Fetched], Path]:
+        if not options.trusted:
+            raise ConfigError("lock needs at least one --trust ORIGIN (e.g. https://download.schedmd.com/)")
+        fetched = self.fetch(options)
+        recorded = {
+            f.source.url: f.sha256 for f in fetched
+            if self.config.sha256_of(f.source) == UNPINNED and f.source.url.startswith(options.trusted)
+        }
+        return fetched, write_lock(self.config.path, recorded)
+
+    # -- plan / build ----------------------------------------------------------------------
+
+    def plan(self) -> list[Decision]:
+        planner = self.planner()
+        decisions: dict[str, Decision] = {}
+        for target in self.targets:
+            parents: dict[str, Decision | str] = {}
+            for pid in target.parents:
+                d = decisions[pid]
+                parents[pid] = d.existing.id if d.action is Action.CACHED and d.existing else d
+            decisions[target.id] = planner.evaluate(target, parents)
+        return [decisions[t.id] for t in self.targets]
+
+    def build(self, fetch: FetchOptions, jobs: int, fail_fast: bool) -> list[Result]:
+        engine = self.engine  # fail on an unreachable daemon before any download
+        fetched = self.fetch(fetch)
+        options = BuildOptions(
+            jobs=max(1, jobs), fail_fast=fail_fast,
+            log_root=self.root / ".cache" / "logs", tmp_root=self.root / ".cache" / "tmp",
+            oci=self.oci_labels(),
+        )
+        return Runner(self.planner(fetched), engine, options).run(self.targets)
+
+    def oci_labels(self) -> dict[str, str]:
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")
+        created = datetime.fromtimestamp(int(epoch), UTC) if epoch else datetime.now(UTC)
+        return {
+            "org.opencontainers.image.created": created.isoformat(timespec="seconds"),
+            "org.opencontainers.image.revision": git_revision(self.root),
+            "org.opencontainers.image.source": _origin(self.root),
+        }
+
+    # -- render / clean --------------------------------------------------------------------
+
+    def render(self, out: Path) -> list[Path]:
+        """Write every target's rendered Dockerfile (or bootstrap command) under ``out``."""
+        from slurmforge import bootstrap
+
+        written = []
+        planner = self.planner()
+        for target in self.targets:
+            dest = out / target.component / target.id.split("/", 1)[1]
+            dest.mkdir(parents=True, exist_ok=True)
+            if planner.is_bootstrap(target):
+                spec = self.config.versions.distros[target.id.split("/", 1)[1]].bootstrap
+                assert spec is not None
+                path = dest / "mmdebstrap.cmd"
+                path.write_text(" ".join(bootstrap.command(spec, Path("rootfs.tar"))) + "\n")
+            else:
+                refs = {p.split("/", 1)[0]: planner.targets[p].ref for p in target.parents}
+                rendered = self.renderer.render(target, refs, planner.context_sources(target))
+                path = dest / "Dockerfile"
+                path.write_text(rendered.dockerfile)
+            written.append(path)
+        return written
+
+    def clean(self, images: bool, sources: bool) -> list[str]:
+        removed = []
+        for sub in ("logs", "tmp"):
+            path = self.root / ".cache" / sub
+            if path.exists():
+                shutil.rmtree(path)
+                removed.append(str(path))
+        if sources and self.cache.root.exists():
+            shutil.rmtree(self.cache.root)
+            removed.append(str(self.cache.root))
+        if images:
+            for target in reversed(self.targets):
+                removed += [ref for ref in target.tags if self.engine.remove(ref)]
+        return removed
+
+
+def matrix_rows(project: Project) -> list[dict[str, str]]:
+    mset = project.config.versions.sets[project.selection.set_name]
+    rows = []
+    for cell in project.cells:
+        row = {"cell": cell.name, "distro": cell.distro, "slurm": cell.slurm, "cuda": cell.cuda}
+        for component, comp in matrix.COMPONENTS.items():
+            if comp.public:
+                row[component] = matrix.tags_for(mset, component, cell)[0]
+        rows.append(row)
+    return rows
+
+
+def _origin(root: Path) -> str:
+    try:
+        url = subprocess.run(["git", "-C", str(root), "remote", "get-url", "origin"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        url = ""
+    return url or root.resolve().as_uri()
+

@@ -1,0 +1,315 @@
+"""versions.yaml → typed, frozen models. Every error names the file, the key path and what was expected."""
+
+from __future__ import annotations
+
+import re
+import string
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+
+from slurmforge.errors import ConfigError
+
+UNPINNED = "unpinned"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_VERSION3 = r"^\d+\.\d+\.\d+$"
+_NAME = r"^[a-z0-9][a-z0-9._-]*$"
+_IMAGE_REF = re.compile(
+    r"^(?P<name>[a-z0-9]+(?:[._/:-][a-z0-9]+)*)"  # [registry[:port]/]path
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+TAG_FIELDS = frozenset({"slurm", "slurm_series", "cuda", "distro", "component"})
+
+
+def _sha256(value: str) -> str:
+    if value != UNPINNED and not _SHA256.match(value):
+        raise ValueError(f"expected 64 lowercase hex digits or '{UNPINNED}', got {value!r}")
+    return value
+
+
+def _url(value: str) -> str:
+    scheme = value.split("://", 1)[0] if "://" in value else ""
+    if scheme not in ("http", "https", "file"):
+        raise ValueError(f"expected an http://, https:// or file:// URL, got {value!r}")
+    return value
+
+
+def _image_ref(value: str) -> str:
+    if not _IMAGE_REF.match(value):
+        raise ValueError(f"expected an image reference like 'ubuntu:22.04[@sha256:…]', got {value!r}")
+    return value
+
+
+def _tag_template(value: str) -> str:
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+    except ValueError as exc:
+        raise ValueError(f"malformed tag template {value!r}: {exc}") from None
+    unknown = fields - TAG_FIELDS
+    if unknown:
+        raise ValueError(
+            f"unknown placeholder {{{sorted(unknown)[0]}}} in {value!r}; "
+            f"expected some of {{{'}, {'.join(sorted(TAG_FIELDS))}}}"
+        )
+    return value
+
+
+# Scalars are strict (a YAML 12.2 must not silently become the string "12.2"); lists may be lists.
+Str = Annotated[str, Strict()]
+Int = Annotated[int, Strict()]
+Sha256 = Annotated[str, Strict(), AfterValidator(_sha256)]
+Url = Annotated[str, Strict(), AfterValidator(_url)]
+Version3 = Annotated[str, Strict(), StringConstraints(pattern=_VERSION3)]
+Name = Annotated[str, Strict(), StringConstraints(pattern=_NAME)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(Model):
+    url: Url
+    sha256: Sha256
+
+    @property
+    def pinned(self) -> bool:
+        return self.sha256 != UNPINNED
+
+    @property
+    def filename(self) -> str:
+        return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+
+class Bootstrap(Model):
+    """A distro built from a Debian-style mirror with mmdebstrap (no registry needed)."""
+
+    suite: Name
+    mirror: Url
+    components: tuple[Name, ...] = Field(min_length=1)
+    arch: Literal["amd64", "arm64"]
+    source_date_epoch: Int = Field(ge=0)
+    include: tuple[Name, ...] = ()
+
+
+class Distro(Model):
+    bootstrap: Bootstrap | None = None
+    image: Annotated[str, Strict(), AfterValidator(_image_ref)] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Distro:
+        if (self.bootstrap is None) == (self.image is None):
+            raise ValueError("expected exactly one of 'bootstrap' or 'image'")
+        return self
+
+
+class Slurm(Model):
+    sources: tuple[Source, ...] = Field(min_length=1)
+
+
+class Cuda(Model):
+    pip: tuple[Str, ...] = Field(min_length=1)
+
+
+class Tool(Model):
+    version: Str
+    sources: tuple[Source, ...] = ()
+    pip: tuple[Str, ...] = ()
+
+    @model_validator(mode="after")
+    def _has_origin(self) -> Tool:
+        if not self.sources and not self.pip:
+            raise ValueError("expected 'sources' or 'pip'")
+        return self
+
+
+class Account(Model):
+    uid: Int = Field(ge=1, le=65533)
+    gid: Int = Field(ge=1, le=65533)
+
+
+class Accounts(Model):
+    slurm: Account
+    munge: Account
+
+
+class CellSpec(Model):
+    distro: Str
+    slurm: Str
+    cuda: Str
+
+
+class Axes(Model):
+    distro: tuple[Str, ...] = Field(min_length=1)
+    slurm: tuple[Str, ...] = Field(min_length=1)
+    cuda: tuple[Str, ...] = Field(min_length=1)
+
+
+class MatrixSet(Model):
+    registry: Annotated[str, Strict(), StringConstraints(pattern=r"^[a-z0-9][a-z0-9.:_/-]*[a-z0-9]$")]
+    tags: tuple[Annotated[str, Strict(), AfterValidator(_tag_template)], ...] = Field(min_length=1)
+    matrix: Axes | None = None
+    include: tuple[CellSpec, ...] = ()
+
+    @model_validator(mode="after")
+    def _has_cells(self) -> MatrixSet:
+        if self.matrix is None and not self.include:
+            raise ValueError("expected 'matrix' or 'include' (a set needs at least one cell)")
+        return self
+
+
+class Versions(Model):
+    accounts: Accounts
+    distros: dict[Name, Distro] = Field(min_length=1)
+    slurm: dict[Version3, Slurm] = Field(min_length=1)
+    cuda: dict[Version3, Cuda] = Field(min_length=1)
+    tools: dict[Name, Tool] = {}
+    sets: dict[Name, MatrixSet] = Field(min_length=1)
+
+
+class Config(BaseModel):
+    """The loaded configuration: the validated document plus where it came from."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    path: Path
+    versions: Versions
+    locked: dict[str, str] = {}  # url → sha256 recorded by `invoke lock`
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    def sha256_of(self, source: Source) -> str:
+        """The pinned checksum, or the one recorded in the lock file, or ``unpinned``."""
+        return source.sha256 if source.pinned else self.locked.get(source.url, UNPINNED)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys instead of silently keeping the last."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            line = key_node.start_mark.line + 1
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (line {line})", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
+def format_path(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][\w-]*", part):
+            out += f".{part}" if out else part
+        else:
+            out += f'."{part}"' if out else f'"{part}"'
+    return out or "(top level)"
+
+
+def _describe(err: dict[str, Any]) -> str:
+    kind, msg, value = err["type"], err["msg"], err.get("input")
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "string_pattern_mismatch":
+        pattern = err["ctx"]["pattern"]
+        wanted = "a version like '24.11.5'" if pattern == _VERSION3 else f"a value matching {pattern}"
+        return f"expected {wanted}, got {value!r}"
+    if kind.endswith("_type") or kind in ("model_type", "dict_type", "tuple_type"):
+        return f"{msg.lower()}, got {type(value).__name__} {value!r}"
+    if kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    return f"{msg}, got {value!r}"
+
+
+def _pick(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    # pydantic reports every failing branch; the deepest location is the most useful one.
+    return max(errors, key=lambda e: len(e["loc"]))
+
+
+def load(path: Path) -> Config:
+    """Parse and validate ``path`` (and its lock file); raise ConfigError with file and key path."""
+    from slurmforge import sources  # local import: sources imports this module
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        versions = Versions.model_validate(data)
+    except ValidationError as exc:
+        err = _pick(exc.errors())
+        raise ConfigError(f"{path}: {format_path(err['loc'])}: {_describe(err)}") from None
+    _check_references(path, versions)
+    return Config(path=path, versions=versions, locked=sources.read_lock(path))
+
+
+def _check_references(path: Path, v: Versions) -> None:
+    known = {"distro": v.distros, "slurm": v.slurm, "cuda": v.cuda}
+    label = {"distro": "distro", "slurm": "Slurm version", "cuda": "CUDA version"}
+    for set_name, mset in v.sets.items():
+        if mset.matrix is not None:
+            for axis in ("distro", "slurm", "cuda"):
+                values = getattr(mset.matrix, axis)
+                for i, value in enumerate(values):
+                    if value not in known[axis]:
+                        _unknown(path, ("sets", set_name, "matrix", axis, i), label[axis], value,
+                                 known[axis])
+                if len(set(values)) != len(values):
+                    raise ConfigError(
+                        f"{path}: {format_path(('sets', set_name, 'matrix', axis))}: "
+                        f"duplicate entries in {list(values)}"
+                    )
+        for i, cell in enumerate(mset.include):
+            for axis in ("distro", "slurm", "cuda"):
+                value = getattr(cell, axis)
+                if value not in known[axis]:
+                    _unknown(path, ("sets", set_name, "include", i, axis), label[axis], value,
+                             known[axis])
+    for name, distro in v.distros.items():
+        if distro.bootstrap and not distro.bootstrap.mirror.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"{path}: distros.{name}.bootstrap.mirror: expected an http(s) Debian mirror"
+            )
+
+
+def _unknown(path: Path, loc: tuple[str | int, ...], what: str, value: str,
+             known: dict[str, Any]) -> None:
+    raise ConfigError(
+        f"{path}: {format_path(loc)}: unknown {what} {value!r}; "
+        f"expected one of {', '.join(sorted(known))}"
+    )

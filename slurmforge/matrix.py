@@ -1,0 +1,189 @@
+"""Matrix sets → cells → image targets, ordered as a DAG.
+
+A component is declared once, as data: which axes identify it (a component that does not depend
+on CUDA is built once and tagged for every CUDA version of its cells), which components it is
+built from, and whether it is published. Later components (worker, jail) slot in here.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from slurmforge.config import Config, MatrixSet, format_path
+from slurmforge.errors import ConfigError
+
+INTERNAL_REGISTRY = "slurmforge"
+
+
+class Axis(StrEnum):
+    DISTRO = "distro"
+    SLURM = "slurm"
+    CUDA = "cuda"
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    axes: tuple[Axis, ...]
+    parents: tuple[str, ...]
+    public: bool
+    help: str
+    sources: tuple[str, ...] = ()  # upstream artifacts its build context needs
+
+
+COMPONENTS: dict[str, Component] = {
+    c.name: c
+    for c in (
+        Component("base", (Axis.DISTRO,), (), False, "distro root filesystem"),
+        Component("slurm-debs", (Axis.DISTRO, Axis.SLURM), ("base",), False,
+                  "Slurm compiled into .debs (internal builder)", sources=("slurm",)),
+        Component("runtime", (Axis.DISTRO, Axis.SLURM), ("base", "slurm-debs"), False,
+                  "munge, accounts, libslurm and the Slurm client"),
+        Component("slurmctld", (Axis.DISTRO, Axis.SLURM), ("runtime", "slurm-debs"), True,
+                  "controller"),
+        Component("slurmd", (Axis.DISTRO, Axis.SLURM), ("runtime", "slurm-debs"), True,
+                  "compute node daemon"),
+        Component("login", (Axis.DISTRO, Axis.SLURM), ("runtime", "slurm-debs"), True,
+                  "login node: client, sshd, nss_slurm"),
+    )
+}
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    distro: str
+    slurm: str
+    cuda: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.slurm}-cuda{self.cuda}-{self.distro}"
+
+    @property
+    def slurm_series(self) -> str:
+        return ".".join(self.slurm.split(".")[:2])
+
+    def value(self, axis: Axis) -> str:
+        return str(getattr(self, axis.value))
+
+
+@dataclass(frozen=True)
+class Target:
+    component: str
+    coords: tuple[tuple[Axis, str], ...]
+    parents: tuple[str, ...]  # target ids
+    tags: tuple[str, ...]  # first one is where the image is looked up
+    cells: tuple[Cell, ...] = field(compare=False)
+
+    @property
+    def id(self) -> str:
+        return f"{self.component}/{'-'.join(v for _, v in self.coords)}"
+
+    @property
+    def ref(self) -> str:
+        return self.tags[0]
+
+    def coord(self, axis: Axis) -> str | None:
+        return dict(self.coords).get(axis)
+
+
+@dataclass
+class _Draft:
+    component: str
+    coords: tuple[tuple[Axis, str], ...]
+    parents: tuple[str, ...] = ()
+    tags: list[str] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)
+
+
+def cells_of(config: Config, set_name: str) -> list[Cell]:
+    v = config.versions
+    if set_name not in v.sets:
+        raise ConfigError(
+            f"unknown matrix set {set_name!r}; expected one of {', '.join(sorted(v.sets))}",
+            hint=f"sets are defined under 'sets:' in {config.path}",
+        )
+    mset = v.sets[set_name]
+    cells: list[Cell] = []
+    if mset.matrix is not None:
+        m = mset.matrix
+        cells = [Cell(d, s, c) for d, s, c in itertools.product(m.distro, m.slurm, m.cuda)]
+    for i, spec in enumerate(mset.include):
+        cell = Cell(spec.distro, spec.slurm, spec.cuda)
+        if cell in cells:
+            loc = format_path(("sets", set_name, "include", i))
+            raise ConfigError(f"{config.path}: {loc}: duplicate cell {cell.name}")
+        cells.append(cell)
+    return cells
+
+
+def select_cells(cells: Sequence[Cell], names: Iterable[str], set_name: str) -> list[Cell]:
+    names = list(names)
+    if not names:
+        return list(cells)
+    by_name = {c.name: c for c in cells}
+    for name in names:
+        if name not in by_name:
+            raise ConfigError(
+                f"--cell {name!r} is not in set {set_name!r}; "
+                f"expected one of {', '.join(sorted(by_name))}"
+            )
+    return [by_name[n] for n in dict.fromkeys(names)]
+
+
+def tags_for(mset: MatrixSet, component: str, cell: Cell) -> list[str]:
+    values = {"component": component, "slurm": cell.slurm, "slurm_series": cell.slurm_series,
+              "cuda": cell.cuda, "distro": cell.distro}
+    return [f"{mset.registry}/{component}:{t.format(**values)}" for t in mset.tags]
+
+
+def expand(config: Config, set_name: str, cells: Sequence[Cell],
+           components: Iterable[str] = ()) -> list[Target]:
+    """Targets for ``cells`` in dependency order; ``components`` limits to those and their parents."""
+    mset = config.versions.sets[set_name]
+    wanted = list(components)
+    for name in wanted:
+        if name not in COMPONENTS:
+            public = sorted(n for n, c in COMPONENTS.items() if c.public)
+            raise ConfigError(
+                f"--component {name!r}: unknown component; expected one of {', '.join(public)}"
+            )
+    wanted = wanted or list(COMPONENTS)
+
+    drafts: dict[str, _Draft] = {}
+
+    def visit(component: str, cell: Cell) -> str:
+        comp = COMPONENTS[component]
+        coords = tuple((a, cell.value(a)) for a in comp.axes)
+        target_id = f"{component}/{'-'.join(v for _, v in coords)}"
+        draft = drafts.setdefault(target_id, _Draft(component, coords))
+        draft.parents = tuple(visit(p, cell) for p in comp.parents)
+        if cell not in draft.cells:
+            draft.cells.append(cell)
+        if comp.public:
+            tags = tags_for(mset, component, cell)
+        else:
+            tags = [f"{INTERNAL_REGISTRY}/{target_id.replace('/', ':', 1)}"]
+        draft.tags.extend(t for t in tags if t not in draft.tags)
+        return target_id
+
+    for cell in cells:
+        for component in wanted:
+            visit(component, cell)
+    targets = {
+        i: Target(d.component, d.coords, d.parents, tuple(d.tags), tuple(d.cells))
+        for i, d in drafts.items()
+    }
+    return [targets[i] for i in order(targets.values())]
+
+
+def order(targets: Iterable[Target]) -> list[str]:
+    graph = {t.id: set(t.parents) for t in targets}
+    try:
+        return list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        raise ConfigError(f"component graph has a cycle: {' → '.join(exc.args[1])}") from None

@@ -1,0 +1,55 @@
+"""The one subprocess seam: every external command is echoed (quoted) before it runs."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+
+def run(
+    cmd: Sequence[str],
+    *,
+    log: IO[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    check: bool = True,
+    capture: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd``; echo it to ``log`` (or stderr); send its output to ``log`` unless captured."""
+    echo = log if log is not None else sys.stderr
+    print(f"+ {shlex.join(cmd)}", file=echo, flush=True)
+    full_env = {**os.environ, **env} if env else None
+    if capture:
+        return subprocess.run(
+            cmd, env=full_env, cwd=cwd, check=check, text=True, capture_output=True
+        )
+    return subprocess.run(
+        cmd,
+        env=full_env,
+        cwd=cwd,
+        check=check,
+        text=True,
+        stdout=log,
+        stderr=subprocess.STDOUT if log is not None else None,
+    )
+
+
+def git_revision(repo: Path) -> str:
+    """The checked-out commit (with ``-dirty`` when the tree has changes), or ``unknown``."""
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{rev}-dirty" if dirty else rev

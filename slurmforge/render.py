@@ -1,0 +1,114 @@
+"""Render a target's Dockerfile and list its build context: the inputs that define the image."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import jinja2
+
+from slurmforge.config import Config
+from slurmforge.matrix import Axis, Target
+
+TEMPLATE = "Dockerfile.j2"
+
+
+@dataclass(frozen=True)
+class ContextFile:
+    arcname: str
+    path: Path
+    sha256: str
+    mode: int
+
+
+@dataclass(frozen=True)
+class Rendered:
+    target: Target
+    dockerfile: str
+    files: tuple[ContextFile, ...]
+
+    def manifest(self, parent_ids: dict[str, str]) -> dict[str, object]:
+        """Everything that defines the image, as sorted data; its hash is the cache key."""
+        return {
+            "dockerfile": _sha(self.dockerfile.encode()),
+            "files": {f.arcname: f"{f.mode:o}:{f.sha256}" for f in self.files},
+            "parents": dict(sorted(parent_ids.items())),
+        }
+
+    def write_context(self, out: IO[bytes]) -> None:
+        """A deterministic tar of the build context (Dockerfile first, then files by name)."""
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            data = self.dockerfile.encode()
+            info = tarfile.TarInfo("Dockerfile")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+            for f in self.files:
+                info = tar.gettarinfo(str(f.path), arcname=f.arcname)
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                info.mtime = 0
+                with f.path.open("rb") as fh:
+                    tar.addfile(info, fh)
+
+
+def inputs_hash(manifest: dict[str, object]) -> str:
+    return _sha(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class Renderer:
+    def __init__(self, config: Config, images_dir: Path | None = None) -> None:
+        self.config = config
+        self.images_dir = images_dir or config.root / "images"
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(self.images_dir),
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+            autoescape=False,  # noqa: S701 - Dockerfiles, not HTML
+        )
+
+    def component_files(self, component: str) -> list[ContextFile]:
+        root = self.images_dir / component
+        files = []
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            if path.name == TEMPLATE:
+                continue
+            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            files.append(ContextFile(path.relative_to(root).as_posix(), path, _file_sha(path), mode))
+        return files
+
+    def render(self, target: Target, parent_refs: dict[str, str],
+               sources: dict[str, ContextFile] | None = None) -> Rendered:
+        """``parent_refs``: component → image reference; ``sources``: name → fetched artifact."""
+        sources = sources or {}
+        v = self.config.versions
+        distro = v.distros[target.coord(Axis.DISTRO) or ""]
+        values = {
+            "distro": target.coord(Axis.DISTRO),
+            "slurm": target.coord(Axis.SLURM),
+            "cuda": target.coord(Axis.CUDA),
+            "distro_image": distro.image,
+            "accounts": v.accounts,
+            "parents": {k.replace("-", "_"): ref for k, ref in parent_refs.items()},
+            **{f"{name.replace('-', '_')}_tarball": f.arcname for name, f in sources.items()},
+        }
+        template = self.env.get_template(f"{target.component}/{TEMPLATE}")
+        dockerfile = template.render(**values)
+        files = self.component_files(target.component) + list(sources.values())
+        return Rendered(target, dockerfile, tuple(sorted(files, key=lambda f: f.arcname)))

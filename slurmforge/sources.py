@@ -1,0 +1,174 @@
+"""Host-side fetcher: upstream artifacts → content-addressed cache, sha256 verified before use.
+
+Layout: ``.cache/sources/<sha256>/<filename>``. A file is only ever moved into place after its
+checksum matched, so anything under a hash directory is trusted without re-hashing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import json
+import os
+import sys
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from slurmforge.config import UNPINNED, Config, ConfigError, Source
+from slurmforge.errors import ChecksumError, SourceError
+
+MIRROR_ENV = "SLURMFORGE_MIRROR"
+LOCK_NAME = "versions.lock"
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Fetched:
+    source: Source
+    path: Path
+    sha256: str
+
+
+def lock_path(config_path: Path) -> Path:
+    return config_path.with_name(LOCK_NAME)
+
+
+def read_lock(config_path: Path) -> dict[str, str]:
+    path = lock_path(config_path)
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        recorded = data["sources"]
+        if not isinstance(recorded, dict):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(
+            f"{path}: expected JSON {{\"sources\": {{url: sha256}}}}",
+            hint=f"delete {path.name} and run `invoke lock` again",
+        ) from None
+    return {str(k): str(v) for k, v in recorded.items()}
+
+
+def write_lock(config_path: Path, recorded: dict[str, str]) -> Path:
+    path = lock_path(config_path)
+    merged = {**read_lock(config_path), **recorded}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"sources": dict(sorted(merged.items()))}, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def mirror_url(url: str, mirror: str | None) -> str:
+    """Rewrite ``url`` onto ``mirror``: ``<mirror>/<host>/<path>`` (a URL or a local directory)."""
+    if not mirror:
+        return url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        return url
+    rel = f"{parts.netloc}{parts.path}"
+    if "://" in mirror:
+        return f"{mirror.rstrip('/')}/{rel}"
+    return Path(mirror, rel).resolve().as_uri()
+
+
+def resolve_mirror(mirror: str | None) -> str | None:
+    return mirror or os.environ.get(MIRROR_ENV) or None
+
+
+class Cache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def lookup(self, sha256: str, filename: str) -> Path | None:
+        path = self.root / sha256 / filename
+        return path if path.is_file() else None
+
+    def fetch(
+        self,
+        config: Config,
+        candidates: Iterable[Source],
+        *,
+        mirror: str | None = None,
+        allow_unpinned: bool = False,
+        trusted: tuple[str, ...] = (),
+    ) -> Fetched:
+        """Return the first candidate that is cached or downloads with the right checksum."""
+        candidates = tuple(candidates)
+        for source in candidates:
+            sha = config.sha256_of(source)
+            if sha != UNPINNED and (hit := self.lookup(sha, source.filename)):
+                return Fetched(source, hit, sha)
+        failures: list[str] = []
+        for source in candidates:
+            sha = config.sha256_of(source)
+            if sha == UNPINNED and not allow_unpinned and not source.url.startswith(trusted or ("\0",)):
+                failures.append(f"{source.url}: checksum not pinned")
+                continue
+            try:
+                return self._download(source, sha, mirror_url(source.url, mirror))
+            except ChecksumError:
+                raise
+            except SourceError as exc:
+                failures.append(exc.message)
+        if all(f.endswith("checksum not pinned") for f in failures):
+            raise ConfigError(
+                f"{config.path}: {candidates[0].url}: sha256 is '{UNPINNED}'; refusing to use it",
+                hint="pass --allow-unpinned, or record it with `invoke lock --trust <origin>`",
+            )
+        raise SourceError("; ".join(failures), hint=f"set --mirror or ${MIRROR_ENV} if offline")
+
+    def _download(self, source: Source, expected: str, url: str) -> Fetched:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=self.root, prefix=".part-")
+        tmp = Path(tmp_name)
+        digest = hashlib.sha256()
+        try:
+            with os.fdopen(fd, "wb") as out:
+                try:
+                    response = urllib.request.urlopen(url, timeout=60)  # noqa: S310 - scheme checked
+                except urllib.error.HTTPError as exc:
+                    raise SourceError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+                except (urllib.error.URLError, OSError) as exc:
+                    reason = getattr(exc, "reason", exc)
+                    raise SourceError(f"{url}: {reason}") from None
+                with response:
+                    length = response.headers.get("Content-Length")
+                    total = int(length) if length and length.isdigit() else None
+                    received = 0
+                    with tqdm(total=total, unit="B", unit_scale=True, desc=source.filename,
+                              file=sys.stderr, disable=None, leave=False) as bar:
+                        while True:
+                            try:
+                                chunk = response.read(_CHUNK)
+                            except (OSError, ValueError, http.client.HTTPException) as exc:
+                                raise SourceError(f"{url}: transfer failed: {exc}") from None
+                            if not chunk:
+                                break
+                            out.write(chunk)
+                            digest.update(chunk)
+                            received += len(chunk)
+                            bar.update(len(chunk))
+                if total is not None and received != total:
+                    raise SourceError(f"{url}: truncated transfer: got {received} of {total} bytes")
+            actual = digest.hexdigest()
+            if expected != UNPINNED and actual != expected:
+                raise ChecksumError(
+                    f"{url}: checksum mismatch: expected sha256 {expected}, got {actual}",
+                    hint="the download was deleted; check the URL/mirror or the pinned sha256",
+                )
+            final = self.root / actual / source.filename
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp.replace(final)
+            return Fetched(source, final, actual)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()

@@ -1,0 +1,168 @@
+"""slurmforge tasks. Argument parsing and printing only: the work happens in the slurmforge package."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from invoke import Exit, task
+
+HERE = Path(__file__).resolve().parent
+SELECT_HELP = {
+    "set": "matrix set from versions.yaml (default: default)",
+    "cell": "only this cell, e.g. 24.11.5-cuda12.2.2-debian12 (repeatable)",
+    "component": "only this component and what it is built from (repeatable)",
+    "config": "path to versions.yaml",
+}
+FETCH_HELP = {
+    "mirror": "rewrite source URLs onto this mirror URL or directory (<mirror>/<host>/<path>); "
+    "default $SLURMFORGE_MIRROR",
+    "allow_unpinned": "accept sources whose sha256 is 'unpinned' (checksum of what was downloaded)",
+}
+
+
+def _fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a SlurmforgeError into one line (+ hint) and exit 2 (bad input) or 1 (failure)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from slurmforge.errors import SlurmforgeError
+
+        try:
+            return fn(*args, **kwargs)
+        except SlurmforgeError as exc:
+            if os.environ.get("SLURMFORGE_DEBUG"):
+                raise
+            hint = f"\nhint: {exc.hint}" if exc.hint else ""
+            raise Exit(f"error: {exc.message}{hint}", code=exc.exit_code) from None
+
+    return wrapper
+
+
+def _project(set: str, cell: list[str] | None, component: list[str] | None, config: str | None):
+    from slurmforge.app import Project, Selection
+
+    path = Path(config) if config else HERE / "versions.yaml"
+    return Project(Selection(path, set, tuple(cell or ()), tuple(component or ())))
+
+
+def _fetch_options(mirror: str | None, allow_unpinned: bool, trust: list[str] | None = None):
+    from slurmforge.app import FetchOptions
+
+    return FetchOptions(mirror, allow_unpinned, tuple(trust or ()))
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = [header, ["-" * w for w in widths], *rows]
+    return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)).rstrip()
+                     for r in lines)
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.0f} MB" if n else "-"
+
+
+@task(
+    iterable=["cell", "component"],
+    help={**SELECT_HELP, **FETCH_HELP,
+          "jobs": "targets built concurrently (default 2)",
+          "dry_run": "show what would be built and why, build nothing",
+          "fail_fast": "stop at the first failure (running builds are cancelled)"},
+)
+@_fails_cleanly
+def build(c, set="default", cell=None, component=None, jobs=2, dry_run=False, fail_fast=False,
+          mirror=None, allow_unpinned=False, config=None):
+    """Build the images of a matrix set; unchanged targets are reused without calling docker."""
+    project = _project(set, cell, component, config)
+    if dry_run:
+        _print_plan(project)
+        return
+    results = project.build(_fetch_options(mirror, allow_unpinned), jobs, fail_fast)
+    rows = [[r.target.id, str(r.status), f"{r.seconds:.1f}s", _size(r.size), r.note]
+            for r in results]
+    print(_table(rows, ["target", "status", "time", "size", "note"]))
+    failed = [r for r in results if r.status not in ("built", "cached")]
+    if failed:
+        from slurmforge.errors import BuildError
+
+        raise BuildError(f"{len(failed)} of {len(results)} targets did not build",
+                         hint=f"logs in {HERE / '.cache/logs/latest'}")
+
+
+def _print_plan(project) -> None:
+    rows = [[d.target.id, str(d.action), d.reason, d.target.ref] for d in project.plan()]
+    print(_table(rows, ["target", "action", "why", "image"]))
+
+
+@task(iterable=["cell", "component"], help=SELECT_HELP)
+@_fails_cleanly
+def plan(c, set="default", cell=None, component=None, config=None):
+    """Show what `build` would do for each target and why (which input changed)."""
+    _print_plan(_project(set, cell, component, config))
+
+
+@task(iterable=["cell", "component"], help={**SELECT_HELP, **FETCH_HELP})
+@_fails_cleanly
+def fetch(c, set="default", cell=None, component=None, mirror=None, allow_unpinned=False,
+          config=None):
+    """Download and verify the upstream sources of the selected cells into .cache/sources."""
+    for f in _project(set, cell, component, config).fetch(_fetch_options(mirror, allow_unpinned)):
+        print(f"{f.sha256}  {f.path}")
+
+
+@task(iterable=["cell", "component", "trust"],
+      help={**SELECT_HELP, "mirror": FETCH_HELP["mirror"],
+            "trust": "origin (URL prefix) you trust to serve the right bytes (repeatable, required)"})
+@_fails_cleanly
+def lock(c, trust=None, set="default", cell=None, component=None, mirror=None, config=None):
+    """Record sha256 of unpinned sources fetched from a trusted origin into versions.lock."""
+    project = _project(set, cell, component, config)
+    fetched, path = project.lock(_fetch_options(mirror, False, trust))
+    for f in fetched:
+        print(f"{f.sha256}  {f.source.url}")
+    print(f"recorded in {path}", file=sys.stderr)
+
+
+@task(help={"set": SELECT_HELP["set"], "config": SELECT_HELP["config"],
+            "format": "table, json, or github (one-line JSON for a GitHub Actions matrix)"})
+@_fails_cleanly
+def matrix(c, set="default", format="table", config=None):
+    """List the cells of a matrix set and the image each component gets."""
+    from slurmforge.app import matrix_rows
+
+    rows = matrix_rows(_project(set, None, None, config))
+    if format == "json":
+        print(json.dumps(rows, indent=2))
+    elif format == "github":
+        print(json.dumps({"include": rows}, separators=(",", ":")))
+    elif format == "table":
+        keys = list(rows[0]) if rows else ["cell"]
+        print(_table([[r[k] for k in keys] for r in rows], keys))
+    else:
+        from slurmforge.errors import ConfigError
+
+        raise ConfigError(f"--format {format!r}: expected table, json or github")
+
+
+@task(iterable=["cell", "component"], help={**SELECT_HELP, "out": "directory to write into"})
+@_fails_cleanly
+def render(c, out, set="default", cell=None, component=None, config=None):
+    """Write the rendered Dockerfiles of the selected targets under OUT for review."""
+    for path in _project(set, cell, component, config).render(Path(out)):
+        print(path)
+
+
+@task(help={**SELECT_HELP, "images": "also remove the selected set's images (all their tags)",
+            "sources": "also empty the source cache (.cache/sources)"},
+      iterable=["cell", "component"])
+@_fails_cleanly
+def clean(c, set="default", cell=None, component=None, images=False, sources=False, config=None):
+    """Remove logs and temporary files; optionally images and cached sources."""
+    for item in _project(set, cell, component, config).clean(images, sources):
+        print(f"removed {item}")
