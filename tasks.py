@@ -1,4 +1,4 @@
-"""slurmforge tasks. Argument parsing and printing only: the work happens in the slurmforge package."""
+"""slurmforge tasks: argument parsing and printing only; the work happens in the package."""
 
 from __future__ import annotations
 
@@ -60,8 +60,9 @@ def _fetch_options(mirror: str | None, allow_unpinned: bool, trust: list[str] | 
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     lines = [header, ["-" * w for w in widths], *rows]
-    return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)).rstrip()
-                     for r in lines)
+    return "\n".join(
+        "  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)).rstrip() for r in lines
+    )
 
 
 def _size(n: int) -> str:
@@ -70,29 +71,45 @@ def _size(n: int) -> str:
 
 @task(
     iterable=["cell", "component"],
-    help={**SELECT_HELP, **FETCH_HELP,
-          "jobs": "targets built concurrently (default 2)",
-          "dry_run": "show what would be built and why, build nothing",
-          "fail_fast": "stop at the first failure (running builds are cancelled)"},
+    help={
+        **SELECT_HELP,
+        **FETCH_HELP,
+        "jobs": "targets built concurrently (default 2)",
+        "dry_run": "show what would be built and why, build nothing",
+        "fail_fast": "stop at the first failure (running builds are cancelled)",
+    },
 )
 @_fails_cleanly
-def build(c, set="default", cell=None, component=None, jobs=2, dry_run=False, fail_fast=False,
-          mirror=None, allow_unpinned=False, config=None):
+def build(
+    c,
+    set="default",
+    cell=None,
+    component=None,
+    jobs=2,
+    dry_run=False,
+    fail_fast=False,
+    mirror=None,
+    allow_unpinned=False,
+    config=None,
+):
     """Build the images of a matrix set; unchanged targets are reused without calling docker."""
     project = _project(set, cell, component, config)
     if dry_run:
         _print_plan(project)
         return
     results = project.build(_fetch_options(mirror, allow_unpinned), jobs, fail_fast)
-    rows = [[r.target.id, str(r.status), f"{r.seconds:.1f}s", _size(r.size), r.note]
-            for r in results]
+    rows = [
+        [r.target.id, str(r.status), f"{r.seconds:.1f}s", _size(r.size), r.note] for r in results
+    ]
     print(_table(rows, ["target", "status", "time", "size", "note"]))
     failed = [r for r in results if r.status not in ("built", "cached")]
     if failed:
         from slurmforge.errors import BuildError
 
-        raise BuildError(f"{len(failed)} of {len(results)} targets did not build",
-                         hint=f"logs in {HERE / '.cache/logs/latest'}")
+        raise BuildError(
+            f"{len(failed)} of {len(results)} targets did not build",
+            hint=f"logs in {HERE / '.cache/logs/latest'}",
+        )
 
 
 def _print_plan(project) -> None:
@@ -109,16 +126,22 @@ def plan(c, set="default", cell=None, component=None, config=None):
 
 @task(iterable=["cell", "component"], help={**SELECT_HELP, **FETCH_HELP})
 @_fails_cleanly
-def fetch(c, set="default", cell=None, component=None, mirror=None, allow_unpinned=False,
-          config=None):
+def fetch(
+    c, set="default", cell=None, component=None, mirror=None, allow_unpinned=False, config=None
+):
     """Download and verify the upstream sources of the selected cells into .cache/sources."""
     for f in _project(set, cell, component, config).fetch(_fetch_options(mirror, allow_unpinned)):
         print(f"{f.sha256}  {f.path}")
 
 
-@task(iterable=["cell", "component", "trust"],
-      help={**SELECT_HELP, "mirror": FETCH_HELP["mirror"],
-            "trust": "origin (URL prefix) you trust to serve the right bytes (repeatable, required)"})
+@task(
+    iterable=["cell", "component", "trust"],
+    help={
+        **SELECT_HELP,
+        "mirror": FETCH_HELP["mirror"],
+        "trust": "origin (URL prefix) you trust to serve the right bytes (repeatable, required)",
+    },
+)
 @_fails_cleanly
 def lock(c, trust=None, set="default", cell=None, component=None, mirror=None, config=None):
     """Record sha256 of unpinned sources fetched from a trusted origin into versions.lock."""
@@ -129,8 +152,13 @@ def lock(c, trust=None, set="default", cell=None, component=None, mirror=None, c
     print(f"recorded in {path}", file=sys.stderr)
 
 
-@task(help={"set": SELECT_HELP["set"], "config": SELECT_HELP["config"],
-            "format": "table, json, or github (one-line JSON for a GitHub Actions matrix)"})
+@task(
+    help={
+        "set": SELECT_HELP["set"],
+        "config": SELECT_HELP["config"],
+        "format": "table, json, or github (one-line JSON for a GitHub Actions matrix)",
+    }
+)
 @_fails_cleanly
 def matrix(c, set="default", format="table", config=None):
     """List the cells of a matrix set and the image each component gets."""
@@ -158,9 +186,14 @@ def render(c, out, set="default", cell=None, component=None, config=None):
         print(path)
 
 
-@task(help={**SELECT_HELP, "images": "also remove the selected set's images (all their tags)",
-            "sources": "also empty the source cache (.cache/sources)"},
-      iterable=["cell", "component"])
+@task(
+    help={
+        **SELECT_HELP,
+        "images": "also remove the selected set's images (all their tags)",
+        "sources": "also empty the source cache (.cache/sources)",
+    },
+    iterable=["cell", "component"],
+)
 @_fails_cleanly
 def clean(c, set="default", cell=None, component=None, images=False, sources=False, config=None):
     """Remove logs and temporary files; optionally images and cached sources."""

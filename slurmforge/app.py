@@ -21,7 +21,15 @@ from slurmforge.build import BuildOptions, Result, Runner
 from slurmforge.config import UNPINNED, Config
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError
-from slurmforge.plan import Action, Decision, Planner, source_candidates
+from slurmforge.plan import (
+    Action,
+    ContextSources,
+    Decision,
+    Planner,
+    is_bootstrap,
+    parent_refs,
+    source_candidates,
+)
 from slurmforge.proc import git_revision
 from slurmforge.render import Renderer
 from slurmforge.sources import Cache, Fetched, resolve_mirror, write_lock
@@ -49,8 +57,9 @@ class Project:
         self.root = self.config.root
         all_cells = matrix.cells_of(self.config, selection.set_name)
         self.cells = matrix.select_cells(all_cells, selection.cells, selection.set_name)
-        self.targets = matrix.expand(self.config, selection.set_name, self.cells,
-                                     selection.components)
+        self.targets = matrix.expand(
+            self.config, selection.set_name, self.cells, selection.components
+        )
         self.cache = Cache(self.root / ".cache" / "sources")
         self.renderer = Renderer(self.config)
 
@@ -58,9 +67,13 @@ class Project:
     def engine(self) -> Engine:
         return Engine.connect()
 
+    def context_sources(self, fetched: Iterable[Fetched] = ()) -> ContextSources:
+        return ContextSources(self.config, self.cache, {f.source.url: f.sha256 for f in fetched})
+
     def planner(self, fetched: Iterable[Fetched] = ()) -> Planner:
-        return Planner(self.config, self.engine, self.renderer, self.cache, self.targets,
-                       {f.source.url: f.sha256 for f in fetched})
+        return Planner(
+            self.config, self.engine, self.renderer, self.context_sources(fetched), self.targets
+        )
 
     # -- sources ---------------------------------------------------------------------------
 
@@ -71,18 +84,27 @@ class Project:
             for candidates in source_candidates(self.config, target).values():
                 wanted[tuple(s.url for s in candidates)] = candidates
         return [
-            self.cache.fetch(self.config, candidates, mirror=mirror,
-                             allow_unpinned=options.allow_unpinned, trusted=options.trusted)
+            self.cache.fetch(
+                self.config,
+                candidates,
+                mirror=mirror,
+                allow_unpinned=options.allow_unpinned,
+                trusted=options.trusted,
+            )
             for candidates in wanted.values()
         ]
 
     def lock(self, options: FetchOptions) -> tuple[list[Fetched], Path]:
         if not options.trusted:
-            raise ConfigError("lock needs at least one --trust ORIGIN (e.g. https://download.schedmd.com/)")
+            raise ConfigError(
+                "lock needs at least one --trust ORIGIN (e.g. https://download.schedmd.com/)"
+            )
         fetched = self.fetch(options)
         recorded = {
-            f.source.url: f.sha256 for f in fetched
-            if self.config.sha256_of(f.source) == UNPINNED and f.source.url.startswith(options.trusted)
+            f.source.url: f.sha256
+            for f in fetched
+            if self.config.sha256_of(f.source) == UNPINNED
+            and f.source.url.startswith(options.trusted)
         }
         return fetched, write_lock(self.config.path, recorded)
 
@@ -103,8 +125,10 @@ class Project:
         engine = self.engine  # fail on an unreachable daemon before any download
         fetched = self.fetch(fetch)
         options = BuildOptions(
-            jobs=max(1, jobs), fail_fast=fail_fast,
-            log_root=self.root / ".cache" / "logs", tmp_root=self.root / ".cache" / "tmp",
+            jobs=max(1, jobs),
+            fail_fast=fail_fast,
+            log_root=self.root / ".cache" / "logs",
+            tmp_root=self.root / ".cache" / "tmp",
             oci=self.oci_labels(),
         )
         return Runner(self.planner(fetched), engine, options).run(self.targets)
@@ -125,18 +149,18 @@ class Project:
         from slurmforge import bootstrap
 
         written = []
-        planner = self.planner()
+        sources = self.context_sources()
+        by_id = {t.id: t for t in self.targets}
         for target in self.targets:
             dest = out / target.component / target.id.split("/", 1)[1]
             dest.mkdir(parents=True, exist_ok=True)
-            if planner.is_bootstrap(target):
+            if is_bootstrap(self.config, target):
                 spec = self.config.versions.distros[target.id.split("/", 1)[1]].bootstrap
                 assert spec is not None
                 path = dest / "mmdebstrap.cmd"
                 path.write_text(" ".join(bootstrap.command(spec, Path("rootfs.tar"))) + "\n")
             else:
-                refs = {p.split("/", 1)[0]: planner.targets[p].ref for p in target.parents}
-                rendered = self.renderer.render(target, refs, planner.context_sources(target))
+                rendered = self.renderer.render(target, parent_refs(target, by_id), sources(target))
                 path = dest / "Dockerfile"
                 path.write_text(rendered.dockerfile)
             written.append(path)
@@ -172,9 +196,12 @@ def matrix_rows(project: Project) -> list[dict[str, str]]:
 
 def _origin(root: Path) -> str:
     try:
-        url = subprocess.run(["git", "-C", str(root), "remote", "get-url", "origin"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+        url = subprocess.run(
+            ["git", "-C", str(root), "remote", "get-url", "origin"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         url = ""
     return url or root.resolve().as_uri()
-

@@ -1,4 +1,4 @@
-"""Base images for `bootstrap` distros: mmdebstrap from a pinned suite and mirror, then docker import.
+"""Base images for `bootstrap` distros: mmdebstrap (pinned suite and mirror), then docker import.
 
 With SOURCE_DATE_EPOCH set and the same package versions on the mirror, mmdebstrap writes the same
 tarball bit for bit; the image is re-imported only when the inputs below change.
@@ -42,7 +42,7 @@ def command(spec: Bootstrap, out: Path) -> list[str]:
         f"--architectures={spec.arch}",
         f"--components={','.join(spec.components)}",
         "--skip=output/dev",
-        "--aptopt=Acquire::Retries \"3\"",
+        '--aptopt=Acquire::Retries "3"',
     ]
     cmd += [f"--dpkgopt={opt}" for opt in _DPKG_OPTS]
     if spec.include:
@@ -50,12 +50,15 @@ def command(spec: Bootstrap, out: Path) -> list[str]:
     return [*cmd, spec.suite, str(out), spec.mirror]
 
 
-def build_base(engine: Engine, spec: Bootstrap, ref: str, labels: dict[str, str],
-               log: IO[str], tmp_root: Path) -> str:
+def build_base(
+    engine: Engine, spec: Bootstrap, ref: str, labels: dict[str, str], log: IO[str], tmp_root: Path
+) -> str:
     """Bootstrap ``spec`` and import it as ``ref``; returns the image ID."""
     if shutil.which("mmdebstrap") is None:
-        raise BuildError("mmdebstrap is not installed",
-                         hint="run `scripts/setup` (it runs apt-get install mmdebstrap)")
+        raise BuildError(
+            "mmdebstrap is not installed",
+            hint="run `scripts/setup` (it runs apt-get install mmdebstrap)",
+        )
     tmp_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=tmp_root) as tmp:
         tarball = Path(tmp) / "rootfs.tar"
@@ -64,4 +67,3 @@ def build_base(engine: Engine, spec: Bootstrap, ref: str, labels: dict[str, str]
         changes += [f"LABEL {k}={json.dumps(v)}" for k, v in sorted(labels.items())]
         print(f"+ docker import {tarball} {ref}", file=log, flush=True)
         return engine.import_tarball(str(tarball), ref, changes)
-

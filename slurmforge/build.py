@@ -1,4 +1,4 @@
-"""Run the build graph: independent targets concurrently, unchanged ones skipped, everything logged."""
+"""Run the build graph: independent targets concurrently, unchanged ones skipped, all logged."""
 
 from __future__ import annotations
 
@@ -85,8 +85,11 @@ class Runner:
             while sorter.is_active():
                 for tid in sorter.get_ready():
                     target = by_id[tid]
-                    broken = [p for p in target.parents
-                              if self.results[p].status not in (Status.BUILT, Status.CACHED)]
+                    broken = [
+                        p
+                        for p in target.parents
+                        if self.results[p].status not in (Status.BUILT, Status.CACHED)
+                    ]
                     if broken or self.stop.is_set():
                         status = Status.CANCELLED if self.stop.is_set() else Status.BLOCKED
                         note = f"{broken[0]} {self.results[broken[0]].status}" if broken else ""
@@ -125,8 +128,13 @@ class Runner:
         if decision.action is Action.CACHED:
             assert decision.existing is not None
             self._tag_all(target, decision.existing.id)
-            return Result(target, Status.CACHED, time.monotonic() - start,
-                          decision.existing.size, decision.existing.id)
+            return Result(
+                target,
+                Status.CACHED,
+                time.monotonic() - start,
+                decision.existing.size,
+                decision.existing.id,
+            )
         log_path = self.log_dir / f"{target.id.replace('/', '_')}.log"
         with self._lock:
             slot = self._slots.popleft() if self._slots else 0
@@ -136,18 +144,33 @@ class Runner:
                 image_id = self._build(decision, log, slot)
             self._tag_all(target, image_id)
             info = self.engine.inspect(image_id)
-            return Result(target, Status.BUILT, time.monotonic() - start,
-                          info.size if info else 0, image_id, decision.reason, log_path)
+            return Result(
+                target,
+                Status.BUILT,
+                time.monotonic() - start,
+                info.size if info else 0,
+                image_id,
+                decision.reason,
+                log_path,
+            )
         except _Cancelled:
-            return Result(target, Status.CANCELLED, time.monotonic() - start, note="fail-fast",
-                          log=log_path)
-        except (_BuildFailed, SlurmforgeError, docker.errors.DockerException, OSError,
-                subprocess.CalledProcessError, RuntimeError) as exc:
+            return Result(
+                target, Status.CANCELLED, time.monotonic() - start, note="fail-fast", log=log_path
+            )
+        except (
+            _BuildFailed,
+            SlurmforgeError,
+            docker.errors.DockerException,
+            OSError,
+            subprocess.CalledProcessError,
+            RuntimeError,
+        ) as exc:
             # One target's failure is reported in its Result; independent targets go on.
             with log_path.open("a") as log:
                 print(f"\nslurmforge: {type(exc).__name__}: {exc}", file=log)
-            return Result(target, Status.FAILED, time.monotonic() - start,
-                          note=_short(exc), log=log_path)
+            return Result(
+                target, Status.FAILED, time.monotonic() - start, note=_short(exc), log=log_path
+            )
         finally:
             with self._lock:
                 self._slots.append(slot)
@@ -169,14 +192,29 @@ class Runner:
         if decision.rendered is None:
             spec = self.planner.config.versions.distros[target.coord(Axis.DISTRO) or ""].bootstrap
             assert spec is not None
-            with tqdm(desc=target.id, position=slot, leave=False, file=sys.stderr, disable=None,
-                      bar_format="{desc}: bootstrapping {elapsed}"):
-                return bootstrap.build_base(self.engine, spec, target.ref, labels, log,
-                                            self.options.tmp_root)
+            with tqdm(
+                desc=target.id,
+                position=slot,
+                leave=False,
+                file=sys.stderr,
+                disable=None,
+                bar_format="{desc}: bootstrapping {elapsed}",
+            ):
+                return bootstrap.build_base(
+                    self.engine, spec, target.ref, labels, log, self.options.tmp_root
+                )
         self.options.tmp_root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=self.options.tmp_root) as context, \
-                tqdm(desc=target.id, position=slot, leave=False, file=sys.stderr,
-                     disable=None, unit="step") as bar:
+        with (
+            tempfile.TemporaryFile(dir=self.options.tmp_root) as context,
+            tqdm(
+                desc=target.id,
+                position=slot,
+                leave=False,
+                file=sys.stderr,
+                disable=None,
+                unit="step",
+            ) as bar,
+        ):
             decision.rendered.write_context(context)
             context.seek(0)
             print(decision.rendered.dockerfile, file=log, flush=True)

@@ -1,4 +1,4 @@
-"""versions.yaml → typed, frozen models. Every error names the file, the key path and what was expected."""
+"""versions.yaml → typed, frozen models. Errors name the file, key path and what was expected."""
 
 from __future__ import annotations
 
@@ -48,7 +48,9 @@ def _url(value: str) -> str:
 
 def _image_ref(value: str) -> str:
     if not _IMAGE_REF.match(value):
-        raise ValueError(f"expected an image reference like 'ubuntu:22.04[@sha256:…]', got {value!r}")
+        raise ValueError(
+            f"expected an image reference like 'ubuntu:22.04[@sha256:…]', got {value!r}"
+        )
     return value
 
 
@@ -157,7 +159,9 @@ class Axes(Model):
 
 
 class MatrixSet(Model):
-    registry: Annotated[str, Strict(), StringConstraints(pattern=r"^[a-z0-9][a-z0-9.:_/-]*[a-z0-9]$")]
+    registry: Annotated[
+        str, Strict(), StringConstraints(pattern=r"^[a-z0-9][a-z0-9.:_/-]*[a-z0-9]$")
+    ]
     tags: tuple[Annotated[str, Strict(), AfterValidator(_tag_template)], ...] = Field(min_length=1)
     matrix: Axes | None = None
     include: tuple[CellSpec, ...] = ()
@@ -213,14 +217,14 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict
     return loader.construct_mapping(node)
 
 
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
-)
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def format_path(loc: tuple[str | int, ...]) -> str:
     out = ""
     for part in loc:
+        if part == "[key]":  # pydantic's marker for "the key itself was invalid"
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         elif re.fullmatch(r"[A-Za-z_][\w-]*", part):
@@ -238,7 +242,9 @@ def _describe(err: dict[str, Any]) -> str:
         return "required key is missing"
     if kind == "string_pattern_mismatch":
         pattern = err["ctx"]["pattern"]
-        wanted = "a version like '24.11.5'" if pattern == _VERSION3 else f"a value matching {pattern}"
+        wanted = (
+            "a version like '24.11.5'" if pattern == _VERSION3 else f"a value matching {pattern}"
+        )
         return f"expected {wanted}, got {value!r}"
     if kind.endswith("_type") or kind in ("model_type", "dict_type", "tuple_type"):
         return f"{msg.lower()}, got {type(value).__name__} {value!r}"
@@ -261,7 +267,7 @@ def load(path: Path) -> Config:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -287,8 +293,13 @@ def _check_references(path: Path, v: Versions) -> None:
                 values = getattr(mset.matrix, axis)
                 for i, value in enumerate(values):
                     if value not in known[axis]:
-                        _unknown(path, ("sets", set_name, "matrix", axis, i), label[axis], value,
-                                 known[axis])
+                        _unknown(
+                            path,
+                            ("sets", set_name, "matrix", axis, i),
+                            label[axis],
+                            value,
+                            known[axis],
+                        )
                 if len(set(values)) != len(values):
                     raise ConfigError(
                         f"{path}: {format_path(('sets', set_name, 'matrix', axis))}: "
@@ -298,8 +309,13 @@ def _check_references(path: Path, v: Versions) -> None:
             for axis in ("distro", "slurm", "cuda"):
                 value = getattr(cell, axis)
                 if value not in known[axis]:
-                    _unknown(path, ("sets", set_name, "include", i, axis), label[axis], value,
-                             known[axis])
+                    _unknown(
+                        path,
+                        ("sets", set_name, "include", i, axis),
+                        label[axis],
+                        value,
+                        known[axis],
+                    )
     for name, distro in v.distros.items():
         if distro.bootstrap and not distro.bootstrap.mirror.startswith(("http://", "https://")):
             raise ConfigError(
@@ -307,8 +323,9 @@ def _check_references(path: Path, v: Versions) -> None:
             )
 
 
-def _unknown(path: Path, loc: tuple[str | int, ...], what: str, value: str,
-             known: dict[str, Any]) -> None:
+def _unknown(
+    path: Path, loc: tuple[str | int, ...], what: str, value: str, known: dict[str, Any]
+) -> None:
     raise ConfigError(
         f"{path}: {format_path(loc)}: unknown {what} {value!r}; "
         f"expected one of {', '.join(sorted(known))}"

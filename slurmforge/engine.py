@@ -63,17 +63,31 @@ class Engine:
         except docker.errors.ImageNotFound:
             return None
         config = data.get("Config") or {}
-        return ImageInfo(data["Id"], dict(config.get("Labels") or {}), int(data.get("Size", 0)),
-                         tuple(data.get("RepoTags") or ()))
+        return ImageInfo(
+            data["Id"],
+            dict(config.get("Labels") or {}),
+            int(data.get("Size", 0)),
+            tuple(data.get("RepoTags") or ()),
+        )
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         self.api.tag(image_id, repo, tag, force=True)
 
-    def build(self, context: IO[bytes], ref: str, labels: dict[str, str]) -> Iterator[dict[str, Any]]:
+    def build(
+        self, context: IO[bytes], ref: str, labels: dict[str, str]
+    ) -> Iterator[dict[str, Any]]:
         """Stream the classic builder's JSON events; the image is tagged ``ref`` only on success."""
-        return self.api.build(fileobj=context, custom_context=True, tag=ref, labels=labels,
-                              rm=True, forcerm=True, decode=True, pull=False)
+        return self.api.build(
+            fileobj=context,
+            custom_context=True,
+            tag=ref,
+            labels=labels,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            pull=False,
+        )
 
     def import_tarball(self, path: str, ref: str, changes: list[str]) -> str:
         repo, _, tag = ref.rpartition(":")

@@ -39,16 +39,38 @@ COMPONENTS: dict[str, Component] = {
     c.name: c
     for c in (
         Component("base", (Axis.DISTRO,), (), False, "distro root filesystem"),
-        Component("slurm-debs", (Axis.DISTRO, Axis.SLURM), ("base",), False,
-                  "Slurm compiled into .debs (internal builder)", sources=("slurm",)),
-        Component("runtime", (Axis.DISTRO, Axis.SLURM), ("base", "slurm-debs"), False,
-                  "munge, accounts, libslurm and the Slurm client"),
-        Component("slurmctld", (Axis.DISTRO, Axis.SLURM), ("runtime", "slurm-debs"), True,
-                  "controller"),
-        Component("slurmd", (Axis.DISTRO, Axis.SLURM), ("runtime", "slurm-debs"), True,
-                  "compute node daemon"),
-        Component("login", (Axis.DISTRO, Axis.SLURM), ("runtime", "slurm-debs"), True,
-                  "login node: client, sshd, nss_slurm"),
+        Component(
+            "slurm-debs",
+            (Axis.DISTRO, Axis.SLURM),
+            ("base",),
+            False,
+            "Slurm compiled into .debs (internal builder)",
+            sources=("slurm",),
+        ),
+        Component(
+            "runtime",
+            (Axis.DISTRO, Axis.SLURM),
+            ("base", "slurm-debs"),
+            False,
+            "munge, accounts, libslurm and the Slurm client",
+        ),
+        Component(
+            "slurmctld", (Axis.DISTRO, Axis.SLURM), ("runtime", "slurm-debs"), True, "controller"
+        ),
+        Component(
+            "slurmd",
+            (Axis.DISTRO, Axis.SLURM),
+            ("runtime", "slurm-debs"),
+            True,
+            "compute node daemon",
+        ),
+        Component(
+            "login",
+            (Axis.DISTRO, Axis.SLURM),
+            ("runtime", "slurm-debs"),
+            True,
+            "login node: client, sshd, nss_slurm",
+        ),
     )
 }
 
@@ -136,14 +158,20 @@ def select_cells(cells: Sequence[Cell], names: Iterable[str], set_name: str) -> 
 
 
 def tags_for(mset: MatrixSet, component: str, cell: Cell) -> list[str]:
-    values = {"component": component, "slurm": cell.slurm, "slurm_series": cell.slurm_series,
-              "cuda": cell.cuda, "distro": cell.distro}
+    values = {
+        "component": component,
+        "slurm": cell.slurm,
+        "slurm_series": cell.slurm_series,
+        "cuda": cell.cuda,
+        "distro": cell.distro,
+    }
     return [f"{mset.registry}/{component}:{t.format(**values)}" for t in mset.tags]
 
 
-def expand(config: Config, set_name: str, cells: Sequence[Cell],
-           components: Iterable[str] = ()) -> list[Target]:
-    """Targets for ``cells`` in dependency order; ``components`` limits to those and their parents."""
+def expand(
+    config: Config, set_name: str, cells: Sequence[Cell], components: Iterable[str] = ()
+) -> list[Target]:
+    """Targets for ``cells`` in dependency order; ``components`` limits to those + parents."""
     mset = config.versions.sets[set_name]
     wanted = list(components)
     for name in wanted:

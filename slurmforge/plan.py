@@ -63,22 +63,19 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-class Planner:
-    def __init__(self, config: Config, engine: Engine, renderer: Renderer, cache: Cache,
-                 targets: Iterable[Target], fetched: dict[str, str] | None = None) -> None:
+class ContextSources:
+    """Build-context entries for a target's upstream sources (no Docker needed)."""
+
+    def __init__(self, config: Config, cache: Cache, fetched: dict[str, str] | None = None) -> None:
         self.config = config
-        self.fetched = fetched or {}  # url → sha256 of what this run downloaded
-        self.targets = {t.id: t for t in targets}
-        self.engine = engine
-        self.renderer = renderer
         self.cache = cache
+        self.fetched = fetched or {}  # url → sha256 of what this run downloaded
 
-    def is_bootstrap(self, target: Target) -> bool:
-        distro = self.config.versions.distros[target.coord(Axis.DISTRO) or ""]
-        return target.component == "base" and distro.bootstrap is not None
+    def _sha(self, source: Source) -> str:
+        return self.fetched.get(source.url) or self.config.sha256_of(source)
 
-    def context_sources(self, target: Target) -> dict[str, ContextFile]:
-        """Build-context entries for the target's sources, keyed by the pinned (or locked) sha256.
+    def __call__(self, target: Target) -> dict[str, ContextFile]:
+        """Entries keyed by source name, named by the pinned (or locked, or fetched) sha256.
 
         The file need not be cached yet: its content is already defined by the checksum.
         """
@@ -94,29 +91,66 @@ class Planner:
             out[name] = ContextFile(source.filename, path, sha, 0o644)
         return out
 
-    def _sha(self, source: Source) -> str:
-        return self.fetched.get(source.url) or self.config.sha256_of(source)
+
+def is_bootstrap(config: Config, target: Target) -> bool:
+    distro = config.versions.distros[target.coord(Axis.DISTRO) or ""]
+    return target.component == "base" and distro.bootstrap is not None
+
+
+def parent_refs(target: Target, targets: dict[str, Target]) -> dict[str, str]:
+    return {pid.split("/", 1)[0]: targets[pid].ref for pid in target.parents}
+
+
+class Planner:
+    def __init__(
+        self,
+        config: Config,
+        engine: Engine,
+        renderer: Renderer,
+        sources: ContextSources,
+        targets: Iterable[Target],
+    ) -> None:
+        self.config = config
+        self.targets = {t.id: t for t in targets}
+        self.engine = engine
+        self.renderer = renderer
+        self.sources = sources
 
     def evaluate(self, target: Target, parents: dict[str, Decision | str]) -> Decision:
         """``parents``: parent target id → its image ID, or its (pending) decision."""
         existing = self.engine.inspect(target.ref)
         pending = [pid for pid, p in parents.items() if isinstance(p, Decision)]
         rendered = None
-        if self.is_bootstrap(target):
+        if is_bootstrap(self.config, target):
             spec = self.config.versions.distros[target.coord(Axis.DISTRO) or ""].bootstrap
             assert spec is not None
             manifest: dict[str, Any] = bootstrap.manifest(spec)
         else:
-            refs = {pid.split("/", 1)[0]: self.targets[pid].ref for pid in target.parents}
-            rendered = self.renderer.render(target, refs, self.context_sources(target))
+            rendered = self.renderer.render(
+                target, parent_refs(target, self.targets), self.sources(target)
+            )
             ids = {pid: p for pid, p in parents.items() if isinstance(p, str)}
             manifest = rendered.manifest(ids)
         if pending:
-            return Decision(target, Action.BUILD, f"parent {pending[0]} will be rebuilt", None,
-                            None, rendered, existing)
+            return Decision(
+                target,
+                Action.BUILD,
+                f"parent {pending[0]} will be rebuilt",
+                None,
+                None,
+                rendered,
+                existing,
+            )
         if any(f.sha256 == UNPINNED for f in (rendered.files if rendered else ())):
-            return Decision(target, Action.BUILD, "source checksum not pinned yet", None, None,
-                            rendered, existing)
+            return Decision(
+                target,
+                Action.BUILD,
+                "source checksum not pinned yet",
+                None,
+                None,
+                rendered,
+                existing,
+            )
         digest = inputs_hash(manifest)
         if existing is None:
             reason, action = "no image yet", Action.BUILD
@@ -128,4 +162,3 @@ class Planner:
             changed = changes(existing.manifest, manifest) or ["inputs"]
             reason, action = "changed: " + ", ".join(changed), Action.BUILD
         return Decision(target, action, reason, digest, manifest, rendered, existing)
-

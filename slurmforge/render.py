@@ -80,7 +80,7 @@ class Renderer:
             loader=jinja2.FileSystemLoader(self.images_dir),
             undefined=jinja2.StrictUndefined,
             keep_trailing_newline=True,
-            autoescape=False,  # noqa: S701 - Dockerfiles, not HTML
+            autoescape=False,
         )
 
     def component_files(self, component: str) -> list[ContextFile]:
@@ -90,11 +90,17 @@ class Renderer:
             if path.name == TEMPLATE:
                 continue
             mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-            files.append(ContextFile(path.relative_to(root).as_posix(), path, _file_sha(path), mode))
+            files.append(
+                ContextFile(path.relative_to(root).as_posix(), path, _file_sha(path), mode)
+            )
         return files
 
-    def render(self, target: Target, parent_refs: dict[str, str],
-               sources: dict[str, ContextFile] | None = None) -> Rendered:
+    def render(
+        self,
+        target: Target,
+        parent_refs: dict[str, str],
+        sources: dict[str, ContextFile] | None = None,
+    ) -> Rendered:
         """``parent_refs``: component → image reference; ``sources``: name → fetched artifact."""
         sources = sources or {}
         v = self.config.versions

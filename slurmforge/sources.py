@@ -52,7 +52,7 @@ def read_lock(config_path: Path) -> dict[str, str]:
             raise TypeError
     except (ValueError, KeyError, TypeError):
         raise ConfigError(
-            f"{path}: expected JSON {{\"sources\": {{url: sha256}}}}",
+            f'{path}: expected JSON {{"sources": {{url: sha256}}}}',
             hint=f"delete {path.name} and run `invoke lock` again",
         ) from None
     return {str(k): str(v) for k, v in recorded.items()}
@@ -110,7 +110,11 @@ class Cache:
         failures: list[str] = []
         for source in candidates:
             sha = config.sha256_of(source)
-            if sha == UNPINNED and not allow_unpinned and not source.url.startswith(trusted or ("\0",)):
+            if (
+                sha == UNPINNED
+                and not allow_unpinned
+                and not source.url.startswith(trusted or ("\0",))
+            ):
                 failures.append(f"{source.url}: checksum not pinned")
                 continue
             try:
@@ -134,7 +138,7 @@ class Cache:
         try:
             with os.fdopen(fd, "wb") as out:
                 try:
-                    response = urllib.request.urlopen(url, timeout=60)  # noqa: S310 - scheme checked
+                    response = urllib.request.urlopen(url, timeout=60)
                 except urllib.error.HTTPError as exc:
                     raise SourceError(f"{url}: HTTP {exc.code} {exc.reason}") from None
                 except (urllib.error.URLError, OSError) as exc:
@@ -144,8 +148,15 @@ class Cache:
                     length = response.headers.get("Content-Length")
                     total = int(length) if length and length.isdigit() else None
                     received = 0
-                    with tqdm(total=total, unit="B", unit_scale=True, desc=source.filename,
-                              file=sys.stderr, disable=None, leave=False) as bar:
+                    with tqdm(
+                        total=total,
+                        unit="B",
+                        unit_scale=True,
+                        desc=source.filename,
+                        file=sys.stderr,
+                        disable=None,
+                        leave=False,
+                    ) as bar:
                         while True:
                             try:
                                 chunk = response.read(_CHUNK)

@@ -1,0 +1,111 @@
+"""Bad input through the real `invoke` entry point: one line, exit 2, no traceback, nothing built.
+
+These never reach a Docker daemon: either the input is refused before one is needed, or
+DOCKER_HOST points at a socket that does not exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+INVOKE = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
+NO_DAEMON = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+
+def _invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*INVOKE, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **NO_DAEMON, **(env or {})},
+        timeout=60,
+    )
+
+
+def _assert_clean_failure(proc: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("error: "), proc.stderr
+    assert expected in first, proc.stderr
+    assert all(line.startswith(("error: ", "hint: ")) for line in proc.stderr.splitlines())
+
+
+def test_unknown_component() -> None:
+    _assert_clean_failure(_invoke("build", "--component", "gpu"), "--component 'gpu'")
+
+
+def test_unknown_cell() -> None:
+    _assert_clean_failure(_invoke("plan", "--cell", "9.9.9-cuda1.0.0-x"), "--cell '9.9.9")
+
+
+def test_unknown_set() -> None:
+    _assert_clean_failure(_invoke("matrix", "--set", "nightly"), "unknown matrix set 'nightly'")
+
+
+def test_unknown_key_in_config(tmp_path: Path, shipped: dict) -> None:
+    shipped["slurm"]["24.11.5"]["sources"][0]["sha"] = "x"
+    path = tmp_path / "versions.yaml"
+    path.write_text(yaml.safe_dump(shipped))
+    _assert_clean_failure(
+        _invoke("build", "--config", str(path)),
+        f'{path}: slurm."24.11.5".sources[0].sha: unknown key',
+    )
+
+
+def test_docker_unreachable_says_how_to_start_it() -> None:
+    proc = _invoke("build")
+    _assert_clean_failure(proc, "Docker daemon is not reachable at unix:///nonexistent")
+    assert "hint: start it with `scripts/setup`" in proc.stderr
+
+
+def test_checksum_mismatch_at_fetch_keeps_nothing(tmp_path: Path, shipped: dict) -> None:
+    tarball = tmp_path / "slurm-24.11.5.tar.gz"
+    tarball.write_bytes(b"not what was pinned")
+    shipped["slurm"]["24.11.5"]["sources"] = [{"url": tarball.as_uri(), "sha256": "a" * 64}]
+    path = tmp_path / "versions.yaml"
+    path.write_text(yaml.safe_dump(shipped))
+    actual = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    before = (
+        sorted((ROOT / ".cache/sources").rglob("*")) if (ROOT / ".cache/sources").exists() else []
+    )
+    proc = _invoke("fetch", "--config", str(path))
+    _assert_clean_failure(proc, f"checksum mismatch: expected sha256 {'a' * 64}, got {actual}")
+    after = (
+        sorted((ROOT / ".cache/sources").rglob("*")) if (ROOT / ".cache/sources").exists() else []
+    )
+    assert before == after
+
+
+@pytest.mark.parametrize("fmt", ["json", "github", "table"])
+def test_matrix_formats(fmt: str) -> None:
+    proc = _invoke("matrix", "--set", "ci", "--format", fmt)
+    assert proc.returncode == 0, proc.stderr
+    assert "24.05.3-cuda12.2.2-ubuntu22.04" in proc.stdout
+    assert "23.11.6-cuda12.2.2-ubuntu22.04" in proc.stdout
+
+
+def test_matrix_bad_format() -> None:
+    _assert_clean_failure(_invoke("matrix", "--format", "xml"), "--format 'xml'")
+
+
+def test_render_writes_dockerfiles(tmp_path: Path) -> None:
+    proc = _invoke("render", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    login = (tmp_path / "login/debian12-24.11.5/Dockerfile").read_text()
+    assert "FROM slurmforge/runtime:debian12-24.11.5" in login
+    assert (
+        "COPY --from=slurmforge/slurm-debs:debian12-24.11.5 /debs/slurm-smd-libnss-slurm_*.deb"
+        in login
+    )
+    assert "mmdebstrap" in (tmp_path / "base/debian12/mmdebstrap.cmd").read_text()

@@ -1,0 +1,191 @@
+"""versions.yaml schema: the shipped file loads; bad input names file, key path, expectation."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from slurmforge import config, matrix
+from slurmforge.errors import ConfigError
+from tests.conftest import ROOT
+
+
+def test_shipped_file_loads() -> None:
+    cfg = config.load(ROOT / "versions.yaml")
+    v = cfg.versions
+    assert v.distros["debian12"].bootstrap is not None
+    assert v.distros["ubuntu22.04"].image == "ubuntu:22.04"
+    assert set(v.slurm) == {"23.11.6", "24.05.3", "24.11.5"}
+    assert v.slurm["24.11.5"].sources[0].pinned
+    assert not v.slurm["23.11.6"].sources[0].pinned
+    assert set(v.tools) >= {"pyxis", "enroot", "nccl", "nccl-tests"}
+    assert [c.name for c in matrix.cells_of(cfg, "default")] == ["24.11.5-cuda12.2.2-debian12"]
+    assert {c.slurm for c in matrix.cells_of(cfg, "ci")} == {"23.11.6", "24.05.3"}
+
+
+def _set(path: str, value: object) -> Callable[[dict], None]:
+    def mutate(data: dict) -> None:
+        *parents, last = path.split("/")
+        node = data
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if value is _DELETE:
+            del node[last]
+        elif isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+
+    return mutate
+
+
+_DELETE = object()
+GOOD_SHA = "e1a5547edd212c38b5e3230a284133f777b32746551f094aaa81cc4af375e332"
+
+MALFORMED = {
+    "unknown top-level key": (_set("colour", "red"), "colour: unknown key"),
+    "unknown nested key": (
+        _set("slurm/24.11.5/sources/0/mirror", "x"),
+        'slurm."24.11.5".sources[0].mirror: unknown key',
+    ),
+    "wrong type (string uid)": (_set("accounts/slurm/uid", "401"), "accounts.slurm.uid: "),
+    "uid out of range": (_set("accounts/munge/uid", 0), "accounts.munge.uid: "),
+    "missing key": (
+        _set("distros/debian12/bootstrap/suite", _DELETE),
+        "distros.debian12.bootstrap.suite: required key is missing",
+    ),
+    "malformed sha256": (
+        _set("slurm/24.11.5/sources/0/sha256", "abc"),
+        'slurm."24.11.5".sources[0].sha256: expected 64 lowercase hex',
+    ),
+    "uppercase sha256": (
+        _set("slurm/24.11.5/sources/0/sha256", GOOD_SHA.upper()),
+        'slurm."24.11.5".sources[0].sha256: expected 64 lowercase hex',
+    ),
+    "ftp url": (
+        _set("slurm/24.11.5/sources/0/url", "ftp://example.org/slurm.tar.gz"),
+        'slurm."24.11.5".sources[0].url: expected an http://, https:// or file://',
+    ),
+    "no sources": (_set("slurm/24.11.5/sources", []), 'slurm."24.11.5".sources: '),
+    "malformed slurm version": (
+        _set("slurm/24.11", {"sources": [{"url": "http://x/y", "sha256": GOOD_SHA}]}),
+        "slurm.\"24.11\": expected a version like '24.11.5'",
+    ),
+    "unknown distro in set": (
+        _set("sets/default/matrix/distro", ["debian13"]),
+        "sets.default.matrix.distro[0]: unknown distro 'debian13'",
+    ),
+    "unknown slurm version in set": (
+        _set("sets/ci/matrix/slurm", ["23.11.6", "25.05.0"]),
+        "sets.ci.matrix.slurm[1]: unknown Slurm version '25.05.0'",
+    ),
+    "missing slurm axis in set": (
+        _set("sets/default/matrix/slurm", _DELETE),
+        "sets.default.matrix.slurm: required key is missing",
+    ),
+    "empty slurm axis in set": (
+        _set("sets/default/matrix/slurm", []),
+        "sets.default.matrix.slurm: ",
+    ),
+    "cuda as a number": (
+        _set("sets/default/matrix/cuda", [12.2]),
+        "sets.default.matrix.cuda[0]: input should be a valid string, got float",
+    ),
+    "duplicate axis entries": (
+        _set("sets/default/matrix/slurm", ["24.11.5", "24.11.5"]),
+        "sets.default.matrix.slurm: duplicate entries",
+    ),
+    "both bootstrap and image": (
+        _set("distros/debian12/image", "debian:bookworm"),
+        "distros.debian12: expected exactly one of 'bootstrap' or 'image'",
+    ),
+    "bad image reference": (
+        _set("distros/ubuntu22.04/image", "Ubuntu 22.04"),
+        'distros."ubuntu22.04".image: expected an image reference',
+    ),
+    "unknown arch": (
+        _set("distros/debian12/bootstrap/arch", "riscv"),
+        "distros.debian12.bootstrap.arch: ",
+    ),
+    "unknown tag placeholder": (
+        _set("sets/default/tags", ["{version}-{distro}"]),
+        "sets.default.tags[0]: unknown placeholder {version}",
+    ),
+    "set without cells": (
+        _set("sets/default/matrix", _DELETE),
+        "sets.default: expected 'matrix' or 'include'",
+    ),
+    "non-list components": (
+        _set("distros/debian12/bootstrap/components", "main"),
+        "distros.debian12.bootstrap.components: ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_input_names_key_path(case: str, shipped: dict, write_config) -> None:
+    mutate, expected = MALFORMED[case]
+    data = copy.deepcopy(shipped)
+    mutate(data)
+    path = write_config(data)
+    with pytest.raises(ConfigError) as err:
+        config.load(path)
+    message = err.value.message
+    assert message.startswith(f"{path}: "), message
+    assert expected in message, message
+    assert "\n" not in message
+    assert err.value.exit_code == 2
+
+
+def test_duplicate_yaml_key_is_refused(write_config) -> None:
+    text = (ROOT / "versions.yaml").read_text() + "\naccounts:\n  slurm: {uid: 1, gid: 1}\n"
+    path = write_config({}, text=text)
+    with pytest.raises(ConfigError, match=r"invalid YAML: duplicate key 'accounts'"):
+        config.load(path)
+
+
+def test_invalid_yaml_reports_line(write_config) -> None:
+    path = write_config({}, text="accounts: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"line 2 column 1: invalid YAML"):
+        config.load(path)
+
+
+def test_top_level_must_be_mapping(write_config) -> None:
+    path = write_config({}, text="- a\n- b\n")
+    with pytest.raises(ConfigError, match="expected a mapping at the top level, got list"):
+        config.load(path)
+
+
+def test_duplicate_cell_in_include(shipped: dict, write_config) -> None:
+    shipped["sets"]["default"]["include"] = [
+        {"distro": "debian12", "slurm": "24.11.5", "cuda": "12.2.2"}
+    ]
+    cfg = config.load(write_config(shipped))
+    with pytest.raises(
+        ConfigError,
+        match=r"sets\.default\.include\[0\]: duplicate cell "
+        r"24\.11\.5-cuda12\.2\.2-debian12",
+    ):
+        matrix.cells_of(cfg, "default")
+
+
+def test_unknown_set(tmp_path: Path) -> None:
+    cfg = config.load(ROOT / "versions.yaml")
+    with pytest.raises(
+        ConfigError, match="unknown matrix set 'nightly'; expected one of ci, default"
+    ):
+        matrix.cells_of(cfg, "nightly")
+
+
+def test_lock_file_supplies_unpinned_checksums(shipped: dict, write_config) -> None:
+    path = write_config(shipped)
+    url = shipped["slurm"]["23.11.6"]["sources"][0]["url"]
+    path.with_name("versions.lock").write_text(f'{{"sources": {{"{url}": "{GOOD_SHA}"}}}}')
+    cfg = config.load(path)
+    assert cfg.sha256_of(cfg.versions.slurm["23.11.6"].sources[0]) == GOOD_SHA
+    path.with_name("versions.lock").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"versions\.lock: expected JSON"):
+        config.load(path)

@@ -1,0 +1,110 @@
+"""The inputs hash changes exactly when an input of the image changes (no Docker)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from slurmforge import config, matrix
+from slurmforge.plan import changes
+from slurmforge.render import Renderer, inputs_hash
+from tests.conftest import ROOT
+
+PARENTS = {
+    "runtime/debian12-24.11.5": "sha256:" + "1" * 64,
+    "slurm-debs/debian12-24.11.5": "sha256:" + "2" * 64,
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "images", tmp_path / "images")
+    shutil.copy(ROOT / "versions.yaml", tmp_path / "versions.yaml")
+    return tmp_path
+
+
+def _login_hash(project: Path, parents: dict[str, str] = PARENTS) -> tuple[str, dict]:
+    cfg = config.load(project / "versions.yaml")
+    targets = {
+        t.component: t for t in matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))
+    }
+    login = targets["login"]
+    refs = {p.split("/")[0]: targets[p.split("/")[0]].ref for p in login.parents}
+    manifest = Renderer(cfg).render(login, refs).manifest(parents)
+    return inputs_hash(manifest), manifest
+
+
+def test_same_inputs_same_hash(project: Path) -> None:
+    assert _login_hash(project)[0] == _login_hash(project)[0]
+
+
+def test_context_file_content_changes_hash_and_is_named(project: Path) -> None:
+    before, old = _login_hash(project)
+    conf = project / "images/login/sshd_config.d/slurmforge.conf"
+    conf.write_text(conf.read_text() + "# tweak\n")
+    after, new = _login_hash(project)
+    assert before != after
+    assert changes(old, new) == ["files:sshd_config.d/slurmforge.conf"]
+
+
+def test_mtime_alone_does_not_change_hash(project: Path) -> None:
+    before, _ = _login_hash(project)
+    os.utime(project / "images/login/ssh-host-keys.sh", (1, 1))
+    assert _login_hash(project)[0] == before
+
+
+def test_file_mode_changes_hash(project: Path) -> None:
+    before, _ = _login_hash(project)
+    (project / "images/login/ssh-host-keys.sh").chmod(0o755)
+    assert _login_hash(project)[0] != before
+
+
+def test_added_file_changes_hash(project: Path) -> None:
+    before, old = _login_hash(project)
+    (project / "images/login/extra.conf").write_text("x\n")
+    after, new = _login_hash(project)
+    assert after != before
+    assert changes(old, new) == ["files:extra.conf"]
+
+
+def test_parent_image_id_changes_hash(project: Path) -> None:
+    before, old = _login_hash(project)
+    moved = {**PARENTS, "runtime/debian12-24.11.5": "sha256:" + "3" * 64}
+    after, new = _login_hash(project, moved)
+    assert after != before
+    assert changes(old, new) == ["parents:runtime/debian12-24.11.5"]
+
+
+def test_shared_macro_change_reaches_the_dockerfile(project: Path) -> None:
+    before, old = _login_hash(project)
+    macros = project / "images/macros.j2"
+    macros.write_text(macros.read_text().replace("rm -rf /tmp/debs", "rm -rf /tmp/debs /tmp/x"))
+    after, new = _login_hash(project)
+    assert after != before
+    assert changes(old, new) == ["dockerfile"]
+
+
+def test_other_components_files_do_not_change_hash(project: Path) -> None:
+    before, _ = _login_hash(project)
+    (project / "images/slurmd/Dockerfile.j2").write_text("FROM scratch\n")
+    (project / "images/runtime/entrypoint.sh").write_text("#!/bin/sh\n")
+    assert _login_hash(project)[0] == before
+
+
+def test_build_context_tar_is_deterministic(project: Path) -> None:
+    cfg = config.load(project / "versions.yaml")
+    login = next(
+        t
+        for t in matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))
+        if t.component == "login"
+    )
+    rendered = Renderer(cfg).render(login, {"runtime": "r", "slurm-debs": "d"})
+    first, second = io.BytesIO(), io.BytesIO()
+    rendered.write_context(first)
+    os.utime(project / "images/login/ssh-host-keys.sh", (5, 5))
+    rendered.write_context(second)
+    assert first.getvalue() == second.getvalue()

@@ -1,0 +1,101 @@
+"""Matrix expansion, DAG order, selection and tag computation (no Docker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmforge import config, matrix
+from slurmforge.errors import ConfigError
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def cfg() -> config.Config:
+    return config.load(ROOT / "versions.yaml")
+
+
+def _ids(targets: list[matrix.Target]) -> list[str]:
+    return [t.id for t in targets]
+
+
+def test_ci_set_compiles_slurm_once_per_distro_and_version(cfg: config.Config) -> None:
+    targets = matrix.expand(cfg, "ci", matrix.cells_of(cfg, "ci"))
+    ids = _ids(targets)
+    assert ids.count("base/ubuntu22.04") == 1
+    assert sorted(i for i in ids if i.startswith("slurm-debs/")) == [
+        "slurm-debs/ubuntu22.04-23.11.6",
+        "slurm-debs/ubuntu22.04-24.05.3",
+    ]
+    assert len(ids) == len(set(ids)) == 1 + 2 * 5
+
+
+def test_parents_come_before_children(cfg: config.Config) -> None:
+    targets = matrix.expand(cfg, "ci", matrix.cells_of(cfg, "ci"))
+    position = {t.id: i for i, t in enumerate(targets)}
+    for t in targets:
+        for parent in t.parents:
+            assert position[parent] < position[t.id], (parent, t.id)
+    login = next(t for t in targets if t.id == "login/ubuntu22.04-24.05.3")
+    assert set(login.parents) == {"runtime/ubuntu22.04-24.05.3", "slurm-debs/ubuntu22.04-24.05.3"}
+
+
+def test_cuda_independent_targets_are_shared_across_cuda_versions(shipped, write_config) -> None:
+    shipped["cuda"]["12.4.1"] = {"pip": ["nvidia-cuda-runtime-cu12==12.4.127"]}
+    shipped["sets"]["default"]["matrix"]["cuda"] = ["12.2.2", "12.4.1"]
+    cfg = config.load(write_config(shipped))
+    targets = matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))
+    ctld = [t for t in targets if t.component == "slurmctld"]
+    assert len(ctld) == 1
+    assert ctld[0].tags == (
+        "127.0.0.1:5000/slurmforge/slurmctld:24.11.5-cuda12.2.2-debian12",
+        "127.0.0.1:5000/slurmforge/slurmctld:24.11-cuda12.2.2-debian12",
+        "127.0.0.1:5000/slurmforge/slurmctld:24.11.5-cuda12.4.1-debian12",
+        "127.0.0.1:5000/slurmforge/slurmctld:24.11-cuda12.4.1-debian12",
+    )
+
+
+def test_tags_follow_the_set_templates(shipped, write_config) -> None:
+    shipped["sets"]["default"]["registry"] = "registry.example:5000/hpc"
+    shipped["sets"]["default"]["tags"] = ["{slurm}-{distro}", "{slurm_series}", "{component}-x"]
+    cfg = config.load(write_config(shipped))
+    cell = matrix.Cell("debian12", "24.11.5", "12.2.2")
+    assert matrix.tags_for(cfg.versions.sets["default"], "slurmd", cell) == [
+        "registry.example:5000/hpc/slurmd:24.11.5-debian12",
+        "registry.example:5000/hpc/slurmd:24.11",
+        "registry.example:5000/hpc/slurmd:slurmd-x",
+    ]
+    assert cell.name == "24.11.5-cuda12.2.2-debian12"
+
+
+def test_component_selection_keeps_only_what_it_is_built_from(cfg: config.Config) -> None:
+    cells = matrix.cells_of(cfg, "default")
+    assert _ids(matrix.expand(cfg, "default", cells, ["login"])) == [
+        "base/debian12",
+        "slurm-debs/debian12-24.11.5",
+        "runtime/debian12-24.11.5",
+        "login/debian12-24.11.5",
+    ]
+
+
+def test_unknown_component_is_refused(cfg: config.Config) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"--component 'gpu': unknown component; expected one "
+        r"of login, slurmctld, slurmd",
+    ):
+        matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"), ["gpu"])
+
+
+def test_cell_selection(cfg: config.Config) -> None:
+    cells = matrix.cells_of(cfg, "ci")
+    picked = matrix.select_cells(cells, ["24.05.3-cuda12.2.2-ubuntu22.04"], "ci")
+    assert [c.slurm for c in picked] == ["24.05.3"]
+    with pytest.raises(ConfigError, match="--cell 'nope' is not in set 'ci'"):
+        matrix.select_cells(cells, ["nope"], "ci")
+
+
+def test_cycle_is_reported() -> None:
+    a = matrix.Target("a", (), ("b/",), ("x/a",), ())
+    b = matrix.Target("b", (), ("a/",), ("x/b",), ())
+    with pytest.raises(ConfigError, match="cycle"):
+        matrix.order([a, b])
