@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import graphlib
+import json
 import re
 import subprocess
 import sys
@@ -107,7 +108,19 @@ class Runner:
                     if result.status is Status.FAILED and self.options.fail_fast:
                         self.stop.set()
                     sorter.done(tid)
-        return [self.results[t.id] for t in targets]
+        results = [self.results[t.id] for t in targets]
+        summary = [
+            {
+                "target": r.target.id,
+                "status": str(r.status),
+                "seconds": round(r.seconds, 2),
+                "size": r.size,
+                "note": r.note,
+            }
+            for r in results
+        ]
+        (self.log_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return results
 
     def _finish(self, result: Result) -> None:
         self.results[result.target.id] = result

@@ -1,0 +1,72 @@
+"""B1: warm no-op `invoke build --set default` vs warm-cache `docker build` of the same Dockerfiles.
+
+Both run here, now, against the same daemon and the same (already built) images. The baseline
+sends each rendered Dockerfile with its real build context to the classic builder, which then
+finds every step in its layer cache; slurmforge instead decides from image labels alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import tempfile
+import time
+
+from bench.common import ROOT, built, invoke
+from slurmforge.app import Project, Selection
+from slurmforge.plan import is_bootstrap, parent_refs
+
+RUNS = 5
+
+
+def docker_build_all(project: Project) -> float:
+    """Seconds for `docker build` (classic builder, warm cache) of every Dockerfile target."""
+    sources = project.context_sources()
+    by_id = {t.id: t for t in project.targets}
+    total = 0.0
+    for target in project.targets:
+        if is_bootstrap(project.config, target):
+            continue  # no Dockerfile: the base is imported from mmdebstrap
+        rendered = project.renderer.render(target, parent_refs(target, by_id), sources(target))
+        with tempfile.TemporaryFile() as ctx:
+            rendered.write_context(ctx)
+            ctx.seek(0)
+            start = time.perf_counter()
+            subprocess.run(
+                ["docker", "build", "-q", "-t", "slurmforge-bench/b1:tmp", "-"],
+                stdin=ctx,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/local/bin:/usr/bin:/bin"},
+            )
+            total += time.perf_counter() - start
+    subprocess.run(
+        ["docker", "rmi", "slurmforge-bench/b1:tmp"],
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return total
+
+
+def main() -> None:
+    invoke("build", "--set", "default")  # make sure everything exists (no-op when it does)
+    noop = [invoke("build", "--set", "default") for _ in range(RUNS)]
+    assert built() == [], f"a no-op build rebuilt {built()}"
+    project = Project(Selection(ROOT / "versions.yaml", "default"))
+    baseline = [docker_build_all(project) for _ in range(3)]
+    ours, theirs = statistics.median(noop), statistics.median(baseline)
+    n = sum(not is_bootstrap(project.config, t) for t in project.targets)
+    print(
+        f"B1 no-op `invoke build --set default`: {ours:.2f} s (median of {RUNS}: "
+        f"{', '.join(f'{x:.2f}' for x in noop)})"
+    )
+    print(
+        f"B1 baseline: warm-cache `docker build` of the same {n} Dockerfiles: {theirs:.2f} s "
+        f"(median of 3)"
+    )
+    print(f"B1 ratio: {ours / theirs:.3f} (target <= 0.1 and < 2 s)")
+
+
+if __name__ == "__main__":
+    main()

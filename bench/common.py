@@ -1,0 +1,32 @@
+"""Helpers shared by the benchmarks: run `invoke` on a project directory and read its summary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def invoke(*args: str, root: Path = ROOT, quiet: bool = True) -> float:
+    """Run ``invoke ARGS`` in ``root``; return wall seconds; raise if it failed."""
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(root), *args],
+        cwd=root,
+        check=True,
+        stdout=subprocess.DEVNULL if quiet else None,
+        stderr=subprocess.DEVNULL if quiet else None,
+    )
+    return time.perf_counter() - start
+
+
+def summary(root: Path = ROOT) -> list[dict[str, object]]:
+    return json.loads((root / ".cache/logs/latest/summary.json").read_text())
+
+
+def built(root: Path = ROOT) -> list[str]:
+    return [str(r["target"]) for r in summary(root) if r["status"] == "built"]

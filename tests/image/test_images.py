@@ -1,0 +1,144 @@
+"""Role images: right Slurm, only their packages, no compilers, shared accounts, no secrets."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import docker
+import pytest
+
+from slurmforge.app import Project
+from tests.image.conftest import ROLES
+
+DAEMON_VERSION_CMD = {"slurmctld": "slurmctld -V", "slurmd": "slurmd -V", "login": "sinfo -V"}
+OWN_PACKAGES = {
+    "slurmctld": {"slurm-smd-slurmctld"},
+    "slurmd": {"slurm-smd-slurmd", "slurm-smd-libpmi0", "slurm-smd-libpmi2-0"},
+    "login": {"slurm-smd-libnss-slurm", "openssh-server"},
+}
+OTHERS = set().union(*OWN_PACKAGES.values()) - {"openssh-server"}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_binaries_report_the_cells_slurm_version(hosts, project: Project, role: str) -> None:
+    slurm = project.cells[0].slurm
+    host = hosts[role]
+    assert host.check_output(DAEMON_VERSION_CMD[role]) == f"slurm {slurm}"
+    for client_cmd in ("sinfo -V", "srun --version", "sbatch --version", "scontrol --version"):
+        assert host.check_output(client_cmd) == f"slurm {slurm}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_only_the_roles_packages(hosts, role: str) -> None:
+    host = hosts[role]
+    for pkg in OWN_PACKAGES[role]:
+        assert host.package(pkg).is_installed, pkg
+    for pkg in OTHERS - OWN_PACKAGES[role]:
+        assert not host.package(pkg).is_installed, pkg
+    for pkg in ("slurm-smd", "slurm-smd-client", "munge"):
+        assert host.package(pkg).is_installed, pkg
+    assert not host.package("slurm-smd-dev").is_installed
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_compilers(hosts, role: str) -> None:
+    host = hosts[role]
+    for tool in ("gcc", "cc", "make", "g++", "ld"):
+        assert not host.exists(tool), tool
+    for pkg in ("gcc", "make", "build-essential", "binutils"):
+        assert not host.package(pkg).is_installed, pkg
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_munge_is_ready_but_keyless(hosts, role: str) -> None:
+    host = hosts[role]
+    assert host.exists("munged") and host.exists("munge")
+    assert not host.file("/etc/munge/munge.key").exists
+    assert host.file("/run/munge").user == "munge"
+
+
+def test_accounts_are_identical_everywhere(hosts, project: Project) -> None:
+    accounts = project.config.versions.accounts
+    seen = {}
+    for role, host in hosts.items():
+        for name in ("slurm", "munge"):
+            user = host.user(name)
+            seen[(role, name)] = (user.uid, user.gid, host.group(name).gid)
+    for (_, name), ids in seen.items():
+        want = getattr(accounts, name)
+        assert ids == (want.uid, want.gid, want.gid), (name, ids)
+
+
+def test_slurm_was_compiled_once(hosts) -> None:
+    """Every role carries the very same libslurm bytes (one slurm-debs build)."""
+    digests = {
+        role: host.check_output(
+            "sha256sum $(dpkg -L slurm-smd | grep -m1 'libslurmfull.*\\.so$')"
+        ).split()[0]
+        for role, host in hosts.items()
+    }
+    assert len(set(digests.values())) == 1, digests
+
+
+def test_login_has_no_baked_ssh_host_keys(hosts) -> None:
+    assert hosts["login"].check_output("ls /etc/ssh/ | grep -c ssh_host_ || true") == "0"
+
+
+def _layer_files(client: docker.DockerClient, ref: str) -> set[str]:
+    """Every path in every layer of ``ref`` (including files later deleted)."""
+    names: set[str] = set()
+    stream = io.BufferedReader(_Chunks(client.images.get(ref).save(named=False)))
+    with tarfile.open(fileobj=stream, mode="r|") as outer:
+        for member in outer:
+            if member.name.endswith("layer.tar") and member.isfile():
+                inner = outer.extractfile(member)
+                assert inner is not None
+                with tarfile.open(fileobj=inner, mode="r|") as layer:
+                    names.update(m.name for m in layer)
+    return names
+
+
+class _Chunks(io.RawIOBase):
+    def __init__(self, chunks) -> None:
+        self._it, self._buf = iter(chunks), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, out) -> int:
+        while not self._buf:
+            try:
+                self._buf = next(self._it)
+            except StopIteration:
+                return 0
+        n = min(len(out), len(self._buf))
+        out[:n], self._buf = self._buf[:n], self._buf[n:]
+        return n
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_munge_key_in_any_layer(client, images, role: str) -> None:
+    files = _layer_files(client, images[role])
+    assert any(f.endswith("usr/sbin/munged") for f in files)  # the scan does see the layers
+    leaked = [f for f in files if f.rsplit("/", 1)[-1] in ("munge.key", ".wh.munge.key")]
+    assert leaked == []
+    host_keys = [f for f in files if "/ssh_host_" in f]
+    assert host_keys == []
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_labels(client, images, project: Project, role: str) -> None:
+    labels = client.images.get(images[role]).labels
+    cell = project.cells[0]
+    assert (
+        labels["org.opencontainers.image.version"] == f"{cell.slurm}-cuda{cell.cuda}-{cell.distro}"
+    )
+    assert len(labels["io.slurmforge.inputs-hash"]) == 64
+    for key in ("revision", "source", "created"):
+        assert labels[f"org.opencontainers.image.{key}"], key
+    tags = client.images.get(images[role]).tags
+    assert (
+        f"{images[role].rsplit(':', 1)[0]}:{cell.slurm_series}-cuda{cell.cuda}-{cell.distro}"
+        in tags
+    )
