@@ -7,11 +7,10 @@ the real project is rebuilt at the end to put the original login image back.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
-from bench.common import ROOT, built, invoke
+from bench.common import built, copy_project, invoke
 
 LOGIN_FILE = Path("images/login/sshd_config.d/slurmforge.conf")
 
@@ -19,12 +18,7 @@ LOGIN_FILE = Path("images/login/sshd_config.d/slurmforge.conf")
 def main() -> None:
     invoke("build", "--set", "default")
     with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp)
-        for name in ("images", "versions.yaml", "tasks.py"):
-            src = ROOT / name
-            (shutil.copytree if src.is_dir() else shutil.copy2)(src, copy / name)
-        (copy / ".cache").mkdir()
-        (copy / ".cache/sources").symlink_to(ROOT / ".cache/sources")
+        copy = copy_project(Path(tmp))
 
         invoke("build", "--set", "default", root=copy)
         print(f"B3 copy of the project, nothing changed: rebuilt {built(copy)}")

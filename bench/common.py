@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -30,3 +31,16 @@ def summary(root: Path = ROOT) -> list[dict[str, object]]:
 
 def built(root: Path = ROOT) -> list[str]:
     return [str(r["target"]) for r in summary(root) if r["status"] == "built"]
+
+
+def copy_project(dest: Path) -> Path:
+    """A copy of the project's inputs in ``dest`` that shares the source cache (no re-download)."""
+    for name in ("images", "versions.yaml", "tasks.py"):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name)
+        else:
+            shutil.copy2(src, dest / name)
+    (dest / ".cache").mkdir()
+    (dest / ".cache/sources").symlink_to(ROOT / ".cache/sources")
+    return dest

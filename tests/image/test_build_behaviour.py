@@ -1,0 +1,95 @@
+"""Build orchestration against the real daemon: failures are contained, bad input changes nothing.
+
+Each test works on a copy of the project whose images are already built (the `images` fixture),
+so only the target a test breaks is attempted; it fails fast and must leave every tag in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from bench.common import copy_project
+from tests.conftest import docker_images
+
+
+def _build(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(root), "build", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "SLURMFORGE_DEBUG": ""},
+    )
+
+
+def _tag_ids(client, images: dict[str, str]) -> dict[str, str]:
+    return {ref: client.images.get(ref).id for ref in images.values()}
+
+
+def _summary(root: Path) -> dict[str, str]:
+    rows = json.loads((root / ".cache/logs/latest/summary.json").read_text())
+    return {r["target"].split("/")[0]: r["status"] for r in rows}
+
+
+def _break(root: Path, component: str) -> None:
+    template = root / "images" / component / "Dockerfile.j2"
+    lines = template.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("FROM ")) + 1
+    lines.insert(at, "RUN echo 'slurmforge-test: broken on purpose' && false\n")
+    template.write_text("".join(lines))
+
+
+def test_failed_target_is_contained(tmp_path: Path, images, client) -> None:
+    root = copy_project(tmp_path)
+    _break(root, "login")
+    before = _tag_ids(client, images)
+    proc = _build(root, "--set", "default")
+    assert proc.returncode == 1, proc.stderr
+    assert _summary(root) == {
+        "base": "cached",
+        "slurm-debs": "cached",
+        "runtime": "cached",
+        "slurmctld": "cached",
+        "slurmd": "cached",
+        "login": "failed",
+    }
+    assert "broken on purpose" in proc.stderr  # the log tail is shown
+    assert "full log: " in proc.stderr and "login_debian12-24.11.5.log" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert _tag_ids(client, images) == before  # the old login image keeps its tags
+
+
+def test_dependents_of_a_failure_are_not_attempted(tmp_path: Path, images, client) -> None:
+    root = copy_project(tmp_path)
+    _break(root, "runtime")
+    before = _tag_ids(client, images)
+    proc = _build(root, "--set", "default")
+    assert proc.returncode == 1, proc.stderr
+    status = _summary(root)
+    assert status["runtime"] == "failed"
+    assert {status[c] for c in ("slurmctld", "slurmd", "login")} == {"blocked"}
+    assert not list((root / ".cache/logs/latest").glob("slurmd_*.log"))  # never started
+    assert _tag_ids(client, images) == before
+
+
+def test_checksum_mismatch_builds_and_tags_nothing(tmp_path: Path, images, client) -> None:
+    root = copy_project(tmp_path)
+    data = yaml.safe_load((root / "versions.yaml").read_text())
+    tarball = tmp_path / "slurm-wlm_24.11.5.orig.tar.gz"
+    tarball.write_bytes(b"tampered")
+    data["slurm"]["24.11.5"]["sources"] = [{"url": tarball.as_uri(), "sha256": "b" * 64}]
+    data["sets"]["default"]["registry"] = "badinput.invalid/sf"
+    (root / "versions.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    before = docker_images(client)
+    proc = _build(root, "--set", "default")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and "checksum mismatch" in proc.stderr
+    assert docker_images(client) == before
+    assert client.images.list(name="badinput.invalid/sf/*") == []

