@@ -11,6 +11,10 @@ import pytest
 from slurmforge.app import Project
 from tests.image.conftest import ROLES
 
+# Slurm's clients refuse to start without a configuration, even for -V; a stub one is enough.
+STUB_CONF = (
+    "printf 'ClusterName=t\\nSlurmctldHost=localhost\\n' > /tmp/s.conf; SLURM_CONF=/tmp/s.conf"
+)
 DAEMON_VERSION_CMD = {"slurmctld": "slurmctld -V", "slurmd": "slurmd -V", "login": "sinfo -V"}
 OWN_PACKAGES = {
     "slurmctld": {"slurm-smd-slurmctld"},
@@ -24,9 +28,10 @@ OTHERS = set().union(*OWN_PACKAGES.values()) - {"openssh-server"}
 def test_binaries_report_the_cells_slurm_version(hosts, project: Project, role: str) -> None:
     slurm = project.cells[0].slurm
     host = hosts[role]
-    assert host.check_output(DAEMON_VERSION_CMD[role]) == f"slurm {slurm}"
+    assert host.check_output(f"{STUB_CONF} {DAEMON_VERSION_CMD[role]}") == f"slurm {slurm}"
     for client_cmd in ("sinfo -V", "srun --version", "sbatch --version", "scontrol --version"):
-        assert host.check_output(client_cmd) == f"slurm {slurm}"
+        assert host.check_output(f"{STUB_CONF} {client_cmd}") == f"slurm {slurm}"
+    assert host.package("slurm-smd").version.startswith(f"{slurm}-")
 
 
 @pytest.mark.parametrize("role", ROLES)
