@@ -44,11 +44,22 @@ def _fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _config_path(config: str | None) -> Path:
+    return Path(config).resolve() if config else HERE / "versions.yaml"
+
+
 def _project(set: str, cell: list[str] | None, component: list[str] | None, config: str | None):
     from slurmforge.app import Project, Selection
 
-    path = Path(config) if config else HERE / "versions.yaml"
-    return Project(Selection(path, set, tuple(cell or ()), tuple(component or ())))
+    return Project(Selection(_config_path(config), set, tuple(cell or ()), tuple(component or ())))
+
+
+def _print_summary(rows: list[dict[str, Any]]) -> None:
+    table = [
+        [r["target"], r["status"], f"{r['seconds']:.1f}s", _size(r["size"]), r["note"]]
+        for r in rows
+    ]
+    print(_table(table, ["target", "status", "time", "size", "note"]))
 
 
 def _fetch_options(mirror: str | None, allow_unpinned: bool, trust: list[str] | None = None):
@@ -93,16 +104,21 @@ def build(
     config=None,
 ):
     """Build the images of a matrix set; unchanged targets are reused without calling docker."""
+    if not dry_run and not allow_unpinned:
+        from slurmforge import fastpath
+
+        key = [set, *sorted(cell or ()), "|", *sorted(component or ())]
+        rows = fastpath.check(_config_path(config), key)
+        if rows is not None:
+            _print_summary(rows)
+            return
     project = _project(set, cell, component, config)
     if dry_run:
         _print_plan(project)
         return
     results = project.build(_fetch_options(mirror, allow_unpinned), jobs, fail_fast)
-    rows = [
-        [r.target.id, str(r.status), f"{r.seconds:.1f}s", _size(r.size), r.note] for r in results
-    ]
-    print(_table(rows, ["target", "status", "time", "size", "note"]))
-    failed = [r for r in results if r.status not in ("built", "cached")]
+    _print_summary([r.row() for r in results])
+    failed = [r for r in results if not r.ok]
     if failed:
         from slurmforge.errors import BuildError
 

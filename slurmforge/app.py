@@ -16,11 +16,12 @@ from functools import cached_property
 from pathlib import Path
 
 from slurmforge import config as config_mod
-from slurmforge import matrix
+from slurmforge import fastpath, matrix
 from slurmforge.build import BuildOptions, Result, Runner
 from slurmforge.config import UNPINNED, Config
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError
+from slurmforge.matrix import Target
 from slurmforge.plan import (
     Action,
     ContextSources,
@@ -77,10 +78,12 @@ class Project:
 
     # -- sources ---------------------------------------------------------------------------
 
-    def fetch(self, options: FetchOptions) -> list[Fetched]:
+    def fetch(
+        self, options: FetchOptions, targets: Iterable[Target] | None = None
+    ) -> list[Fetched]:
         mirror = resolve_mirror(options.mirror)
         wanted: dict[tuple[str, ...], tuple[config_mod.Source, ...]] = {}
-        for target in self.targets:
+        for target in self.targets if targets is None else targets:
             for candidates in source_candidates(self.config, target).values():
                 wanted[tuple(s.url for s in candidates)] = candidates
         return [
@@ -121,9 +124,17 @@ class Project:
             decisions[target.id] = planner.evaluate(target, parents)
         return [decisions[t.id] for t in self.targets]
 
+    @property
+    def stamp_key(self) -> list[str]:
+        s = self.selection
+        return [s.set_name, *sorted(s.cells), "|", *sorted(s.components)]
+
     def build(self, fetch: FetchOptions, jobs: int, fail_fast: bool) -> list[Result]:
         engine = self.engine  # fail on an unreachable daemon before any download
-        fetched = self.fetch(fetch)
+        # Sources are fetched (and verified) before anything is built, but only for targets
+        # that may need building: a cached slurm-debs does not need its tarball.
+        todo = [d.target for d in self.plan() if d.action is Action.BUILD]
+        fetched = self.fetch(fetch, todo)
         options = BuildOptions(
             jobs=max(1, jobs),
             fail_fast=fail_fast,
@@ -131,7 +142,11 @@ class Project:
             tmp_root=self.root / ".cache" / "tmp",
             oci=self.oci_labels(),
         )
-        return Runner(self.planner(fetched), engine, options).run(self.targets)
+        results = Runner(self.planner(fetched), engine, options).run(self.targets)
+        if all(r.ok for r in results) and not fetch.allow_unpinned:
+            images = {tag: r.image_id for r in results for tag in r.target.tags}
+            fastpath.record(self.config.path, self.stamp_key, images, [r.row() for r in results])
+        return results
 
     def oci_labels(self) -> dict[str, str]:
         epoch = os.environ.get("SOURCE_DATE_EPOCH")

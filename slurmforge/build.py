@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import graphlib
-import json
 import re
 import subprocess
 import sys
@@ -14,7 +13,6 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
@@ -22,7 +20,7 @@ from typing import IO, Any
 import docker.errors
 from tqdm import tqdm
 
-from slurmforge import bootstrap
+from slurmforge import bootstrap, fastpath
 from slurmforge.engine import Engine
 from slurmforge.errors import SlurmforgeError
 from slurmforge.matrix import Axis, Target
@@ -50,6 +48,19 @@ class Result:
     note: str = ""
     log: Path | None = None
 
+    @property
+    def ok(self) -> bool:
+        return self.status in (Status.BUILT, Status.CACHED)
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "target": self.target.id,
+            "status": str(self.status),
+            "seconds": round(self.seconds, 2),
+            "size": self.size,
+            "note": self.note,
+        }
+
 
 @dataclass(frozen=True)
 class BuildOptions:
@@ -69,12 +80,7 @@ class Runner:
         self.results: dict[str, Result] = {}
         self._slots = deque(range(options.jobs))
         self._lock = threading.Lock()
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        self.log_dir = options.log_root / stamp
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        latest = options.log_root / "latest"
-        latest.unlink(missing_ok=True)
-        latest.symlink_to(stamp)
+        self.log_dir = fastpath.new_log_dir(options.log_root)
 
     def run(self, targets: Sequence[Target]) -> list[Result]:
         graph = {t.id: set(t.parents) for t in targets}
@@ -109,17 +115,7 @@ class Runner:
                         self.stop.set()
                     sorter.done(tid)
         results = [self.results[t.id] for t in targets]
-        summary = [
-            {
-                "target": r.target.id,
-                "status": str(r.status),
-                "seconds": round(r.seconds, 2),
-                "size": r.size,
-                "note": r.note,
-            }
-            for r in results
-        ]
-        (self.log_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        fastpath.write_summary(self.log_dir, [r.row() for r in results])
         return results
 
     def _finish(self, result: Result) -> None:

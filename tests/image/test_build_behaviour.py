@@ -93,3 +93,31 @@ def test_checksum_mismatch_builds_and_tags_nothing(tmp_path: Path, images, clien
     assert proc.stderr.startswith("error: ") and "checksum mismatch" in proc.stderr
     assert docker_images(client) == before
     assert client.images.list(name="badinput.invalid/sf/*") == []
+
+
+def _notes(root: Path) -> set[str]:
+    rows = json.loads((root / ".cache/logs/latest/summary.json").read_text())
+    assert {r["status"] for r in rows} == {"cached"}, rows
+    return {r["note"] for r in rows}
+
+
+def test_noop_fast_path_and_what_invalidates_it(tmp_path: Path, images, client) -> None:
+    root = copy_project(tmp_path)
+    fast = {"unchanged since last build"}
+    assert _build(root).returncode == 0
+    assert _notes(root) != fast  # first build in this copy: the full path decided
+    assert _build(root).returncode == 0
+    assert _notes(root) == fast
+
+    os.utime(root / "images/login/ssh-host-keys.sh")  # stat changed, content did not
+    assert _build(root).returncode == 0
+    assert _notes(root) != fast
+    assert _build(root).returncode == 0
+    assert _notes(root) == fast
+
+    floating = client.images.get(images["login"]).tags
+    moved = next(t for t in floating if t != images["login"])
+    client.images.get(images["slurmd"]).tag(moved)  # someone moved a tag behind our back
+    assert _build(root).returncode == 0
+    assert _notes(root) != fast
+    assert client.images.get(moved).id == client.images.get(images["login"]).id  # repaired
