@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ from slurmforge.plan import (
     parent_refs,
     source_candidates,
 )
-from slurmforge.proc import git_revision
+from slurmforge.proc import git_origin, git_revision
 from slurmforge.render import Renderer
 from slurmforge.sources import Cache, Fetched, resolve_mirror, write_lock
 
@@ -154,7 +153,7 @@ class Project:
         return {
             "org.opencontainers.image.created": created.isoformat(timespec="seconds"),
             "org.opencontainers.image.revision": git_revision(self.root),
-            "org.opencontainers.image.source": _origin(self.root),
+            "org.opencontainers.image.source": git_origin(self.root),
         }
 
     # -- render / clean --------------------------------------------------------------------
@@ -207,16 +206,3 @@ def matrix_rows(project: Project) -> list[dict[str, str]]:
                 row[component] = matrix.tags_for(mset, component, cell)[0]
         rows.append(row)
     return rows
-
-
-def _origin(root: Path) -> str:
-    try:
-        url = subprocess.run(
-            ["git", "-C", str(root), "remote", "get-url", "origin"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        url = ""
-    return url or root.resolve().as_uri()

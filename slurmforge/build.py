@@ -201,28 +201,14 @@ class Runner:
         if decision.rendered is None:
             spec = self.planner.config.versions.distros[target.coord(Axis.DISTRO) or ""].bootstrap
             assert spec is not None
-            with tqdm(
-                desc=target.id,
-                position=slot,
-                leave=False,
-                file=sys.stderr,
-                disable=None,
-                bar_format="{desc}: bootstrapping {elapsed}",
-            ):
+            with _bar(target, slot, bar_format="{desc}: bootstrapping {elapsed}"):
                 return bootstrap.build_base(
                     self.engine, spec, target.ref, labels, log, self.options.tmp_root
                 )
         self.options.tmp_root.mkdir(parents=True, exist_ok=True)
         with (
             tempfile.TemporaryFile(dir=self.options.tmp_root) as context,
-            tqdm(
-                desc=target.id,
-                position=slot,
-                leave=False,
-                file=sys.stderr,
-                disable=None,
-                unit="step",
-            ) as bar,
+            _bar(target, slot, unit="step") as bar,
         ):
             decision.rendered.write_context(context)
             context.seek(0)
@@ -253,6 +239,11 @@ class _Cancelled(Exception):
 
 class _BuildFailed(Exception):
     pass
+
+
+def _bar(target: Target, slot: int, **kwargs: Any) -> tqdm:
+    """One progress bar per running target (hidden when stderr is not a terminal)."""
+    return tqdm(desc=target.id, position=slot, leave=False, file=sys.stderr, disable=None, **kwargs)
 
 
 def _record(event: dict[str, Any], log: IO[str], bar: tqdm) -> None:

@@ -39,21 +39,24 @@ def run(
     )
 
 
-def git_revision(repo: Path) -> str:
-    """The checked-out commit (with ``-dirty`` when the tree has changes), or ``unknown``."""
+def _git(repo: Path, *args: str) -> str | None:
     try:
-        rev = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def git_revision(repo: Path) -> str:
+    """The checked-out commit (with ``-dirty`` when the tree has changes), or ``unknown``."""
+    rev = _git(repo, "rev-parse", "HEAD")
+    if rev is None:
         return "unknown"
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no")
     return f"{rev}-dirty" if dirty else rev
+
+
+def git_origin(repo: Path) -> str:
+    """Where the source lives: the ``origin`` remote, else the checkout's file:// URL."""
+    return _git(repo, "remote", "get-url", "origin") or repo.resolve().as_uri()

@@ -109,3 +109,39 @@ def test_render_writes_dockerfiles(tmp_path: Path) -> None:
         in login
     )
     assert "mmdebstrap" in (tmp_path / "base/debian12/mmdebstrap.cmd").read_text()
+
+
+def test_lock_then_fetch_through_a_mirror_directory(tmp_path: Path, shipped: dict) -> None:
+    """An unpinned source is refused, locked from a trusted origin, then fetched via a mirror."""
+    payload = b"pretend slurm tarball"
+    origin = tmp_path / "origin" / "slurm-24.11.5.tar.gz"
+    origin.parent.mkdir()
+    origin.write_bytes(payload)
+    shipped["slurm"]["24.11.5"]["sources"] = [{"url": origin.as_uri(), "sha256": "unpinned"}]
+    config = tmp_path / "project" / "versions.yaml"
+    config.parent.mkdir()
+    config.write_text(yaml.safe_dump(shipped))
+
+    refused = _invoke("fetch", "--config", str(config))
+    _assert_clean_failure(refused, "sha256 is 'unpinned'; refusing to use it")
+
+    untrusted = _invoke("lock", "--config", str(config), "--trust", "https://elsewhere/")
+    _assert_clean_failure(untrusted, "sha256 is 'unpinned'")
+    assert not (tmp_path / "project/versions.lock").exists()
+
+    locked = _invoke("lock", "--config", str(config), "--trust", (tmp_path / "origin").as_uri())
+    assert locked.returncode == 0, locked.stderr
+    sha = hashlib.sha256(payload).hexdigest()
+    assert (tmp_path / "project/versions.lock").read_text().count(sha) == 1
+
+    # file:// sources are not rewritten; an http one is, onto <mirror>/<host>/<path>.
+    shipped["slurm"]["24.11.5"]["sources"] = [
+        {"url": "https://download.example/slurm/slurm-24.11.5.tar.gz", "sha256": sha}
+    ]
+    config.write_text(yaml.safe_dump(shipped))
+    mirror = tmp_path / "mirror"
+    (mirror / "download.example/slurm").mkdir(parents=True)
+    (mirror / "download.example/slurm/slurm-24.11.5.tar.gz").write_bytes(payload)
+    fetched = _invoke("fetch", "--config", str(config), env={"SLURMFORGE_MIRROR": str(mirror)})
+    assert fetched.returncode == 0, fetched.stderr
+    assert (tmp_path / f"project/.cache/sources/{sha}/slurm-24.11.5.tar.gz").read_bytes() == payload
