@@ -133,6 +133,8 @@ class Runner:
 
     def _one(self, target: Target) -> Result:
         start = time.monotonic()
+        if self.stop.is_set():  # queued before --fail-fast tripped
+            return Result(target, Status.CANCELLED, 0.0, note="fail-fast")
         decision = self.planner.evaluate(target, self._parents(target))
         if decision.action is Action.CACHED:
             assert decision.existing is not None

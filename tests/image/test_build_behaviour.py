@@ -121,3 +121,16 @@ def test_noop_fast_path_and_what_invalidates_it(tmp_path: Path, images, client) 
     assert _build(root).returncode == 0
     assert _notes(root) != fast
     assert client.images.get(moved).id == client.images.get(images["login"]).id  # repaired
+
+
+def test_fail_fast_stops_at_the_first_failure(tmp_path: Path, images, client) -> None:
+    root = copy_project(tmp_path)
+    _break(root, "slurmctld")
+    _break(root, "login")
+    before = _tag_ids(client, images)
+    proc = _build(root, "--set", "default", "--fail-fast", "--jobs", "1")
+    assert proc.returncode == 1, proc.stderr
+    status = _summary(root)
+    roles = [status[c] for c in ("slurmctld", "slurmd", "login")]
+    assert roles.count("failed") == 1 and roles.count("cancelled") == 2, status
+    assert _tag_ids(client, images) == before
