@@ -41,6 +41,8 @@ def copy_project(dest: Path) -> Path:
             shutil.copytree(src, dest / name)
         else:
             shutil.copy2(src, dest / name)
+    shared = ROOT / ".cache/sources"
+    shared.mkdir(parents=True, exist_ok=True)
     (dest / ".cache").mkdir()
-    (dest / ".cache/sources").symlink_to(ROOT / ".cache/sources")
+    (dest / ".cache/sources").symlink_to(shared)
     return dest

@@ -111,8 +111,6 @@ class Runner:
                     tid = running.pop(fut)
                     result = fut.result()
                     self._finish(result)
-                    if result.status is Status.FAILED and self.options.fail_fast:
-                        self.stop.set()
                     sorter.done(tid)
         results = [self.results[t.id] for t in targets]
         fastpath.write_summary(self.log_dir, [r.row() for r in results])
@@ -179,6 +177,8 @@ class Runner:
             # One target's failure is reported in its Result; independent targets go on.
             with log_path.open("a") as log:
                 print(f"\nslurmforge: {type(exc).__name__}: {exc}", file=log)
+            if self.options.fail_fast:  # set here, before this worker takes the next job
+                self.stop.set()
             return Result(
                 target, Status.FAILED, time.monotonic() - start, note=_short(exc), log=log_path
             )

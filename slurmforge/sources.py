@@ -131,8 +131,11 @@ class Cache:
         raise SourceError("; ".join(failures), hint=f"set --mirror or ${MIRROR_ENV} if offline")
 
     def _download(self, source: Source, expected: str, url: str) -> Fetched:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=self.root, prefix=".part-")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(dir=self.root, prefix=".part-")
+        except OSError as exc:
+            raise SourceError(f"cannot write to the source cache {self.root}: {exc}") from None
         tmp = Path(tmp_name)
         digest = hashlib.sha256()
         try:
