@@ -92,11 +92,7 @@ class Runner:
             while sorter.is_active():
                 for tid in sorter.get_ready():
                     target = by_id[tid]
-                    broken = [
-                        p
-                        for p in target.parents
-                        if self.results[p].status not in (Status.BUILT, Status.CACHED)
-                    ]
+                    broken = [p for p in target.parents if not self.results[p].ok]
                     if broken or self.stop.is_set():
                         status = Status.CANCELLED if self.stop.is_set() else Status.BLOCKED
                         note = f"{broken[0]} {self.results[broken[0]].status}" if broken else ""

@@ -13,6 +13,7 @@ from typing import IO
 import jinja2
 
 from slurmforge.config import Config
+from slurmforge.errors import ConfigError
 from slurmforge.matrix import Axis, Target
 
 TEMPLATE = "Dockerfile.j2"
@@ -114,7 +115,12 @@ class Renderer:
             "parents": {k.replace("-", "_"): ref for k, ref in parent_refs.items()},
             **{f"{name.replace('-', '_')}_tarball": f.arcname for name, f in sources.items()},
         }
-        template = self.env.get_template(f"{target.component}/{TEMPLATE}")
-        dockerfile = template.render(**values)
+        name = f"{target.component}/{TEMPLATE}"
+        try:
+            dockerfile = self.env.get_template(name).render(**values)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ConfigError(f"{self.images_dir / name}:{exc.lineno}: {exc.message}") from None
+        except jinja2.TemplateError as exc:
+            raise ConfigError(f"{self.images_dir / name}: {exc.message}") from None
         files = self.component_files(target.component) + list(sources.values())
         return Rendered(target, dockerfile, tuple(sorted(files, key=lambda f: f.arcname)))

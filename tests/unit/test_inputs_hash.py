@@ -108,3 +108,17 @@ def test_build_context_tar_is_deterministic(project: Path) -> None:
     os.utime(project / "images/login/ssh-host-keys.sh", (5, 5))
     rendered.write_context(second)
     assert first.getvalue() == second.getvalue()
+
+
+def test_template_errors_name_the_template(project: Path) -> None:
+    from slurmforge.errors import ConfigError
+
+    template = project / "images/login/Dockerfile.j2"
+    template.write_text(template.read_text() + "RUN echo {{ no_such_value }}\n")
+    with pytest.raises(
+        ConfigError, match=r"images/login/Dockerfile\.j2: 'no_such_value' is undefined"
+    ):
+        _login_hash(project)
+    template.write_text("FROM x\n{% if %}\n")
+    with pytest.raises(ConfigError, match=r"images/login/Dockerfile\.j2:2: "):
+        _login_hash(project)
