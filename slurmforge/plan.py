@@ -131,26 +131,10 @@ class Planner:
             )
             ids = {pid: p for pid, p in parents.items() if isinstance(p, str)}
             manifest = rendered.manifest(ids)
-        if pending:
-            return Decision(
-                target,
-                Action.BUILD,
-                f"parent {pending[0]} will be rebuilt",
-                None,
-                None,
-                rendered,
-                existing,
-            )
-        if any(f.sha256 == UNPINNED for f in (rendered.files if rendered else ())):
-            return Decision(
-                target,
-                Action.BUILD,
-                "source checksum not pinned yet",
-                None,
-                None,
-                rendered,
-                existing,
-            )
+        unpinned = any(f.sha256 == UNPINNED for f in (rendered.files if rendered else ()))
+        if pending or unpinned:  # the hash cannot be known yet
+            why = f"parent {pending[0]} will be rebuilt" if pending else "source not pinned yet"
+            return Decision(target, Action.BUILD, why, None, None, rendered, existing)
         digest = inputs_hash(manifest)
         if existing is None:
             reason, action = "no image yet", Action.BUILD
