@@ -108,14 +108,11 @@ class Cache:
             if sha != UNPINNED and (hit := self.lookup(sha, source.filename)):
                 return Fetched(source, hit, sha)
         failures: list[str] = []
+        refused: list[Source] = []  # unpinned, and neither allowed nor from a trusted origin
         for source in candidates:
             sha = config.sha256_of(source)
-            if (
-                sha == UNPINNED
-                and not allow_unpinned
-                and not source.url.startswith(trusted or ("\0",))
-            ):
-                failures.append(f"{source.url}: checksum not pinned")
+            if sha == UNPINNED and not (allow_unpinned or source.url.startswith(trusted)):
+                refused.append(source)
                 continue
             try:
                 return self._download(source, sha, mirror_url(source.url, mirror))
@@ -123,9 +120,9 @@ class Cache:
                 raise
             except SourceError as exc:
                 failures.append(exc.message)
-        if all(f.endswith("checksum not pinned") for f in failures):
+        if not failures:
             raise ConfigError(
-                f"{config.path}: {candidates[0].url}: sha256 is '{UNPINNED}'; refusing to use it",
+                f"{config.path}: {refused[0].url}: sha256 is '{UNPINNED}'; refusing to use it",
                 hint="pass --allow-unpinned, or record it with `invoke lock --trust <origin>`",
             )
         raise SourceError("; ".join(failures), hint=f"set --mirror or ${MIRROR_ENV} if offline")
