@@ -132,7 +132,8 @@ class Project:
         engine = self.engine  # fail on an unreachable daemon before any download
         # Sources are fetched (and verified) before anything is built, but only for targets
         # that may need building: a cached slurm-debs does not need its tarball.
-        todo = [d.target for d in self.plan() if d.action is Action.BUILD]
+        decisions = {d.target.id: d for d in self.plan()}
+        todo = [d.target for d in decisions.values() if d.action is Action.BUILD]
         fetched = self.fetch(fetch, todo)
         options = BuildOptions(
             jobs=max(1, jobs),
@@ -141,7 +142,8 @@ class Project:
             tmp_root=self.root / ".cache" / "tmp",
             oci=self.oci_labels(),
         )
-        results = Runner(self.planner(fetched), engine, options).run(self.targets)
+        runner = Runner(self.planner(fetched), engine, options, known=decisions)
+        results = runner.run(self.targets)
         if all(r.ok for r in results) and not fetch.allow_unpinned:
             images = {tag: r.image_id for r in results for tag in r.target.tags}
             fastpath.record(self.config.path, self.stamp_key, images, [r.row() for r in results])

@@ -10,7 +10,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -21,7 +21,7 @@ import docker.errors
 from tqdm import tqdm
 
 from slurmforge import bootstrap, fastpath
-from slurmforge.engine import Engine
+from slurmforge.engine import Engine, ImageInfo
 from slurmforge.errors import SlurmforgeError
 from slurmforge.matrix import Axis, Target
 from slurmforge.plan import Action, Decision, Planner
@@ -72,8 +72,17 @@ class BuildOptions:
 
 
 class Runner:
-    def __init__(self, planner: Planner, engine: Engine, options: BuildOptions) -> None:
+    def __init__(
+        self,
+        planner: Planner,
+        engine: Engine,
+        options: BuildOptions,
+        known: Mapping[str, Decision] | None = None,
+    ) -> None:
         self.planner = planner
+        # Decisions already made by a plan of this run; a "cached" one is final (its parents
+        # were cached too), so it need not be rendered and inspected a second time.
+        self.known = {i: d for i, d in (known or {}).items() if d.action is Action.CACHED}
         self.engine = engine
         self.options = options
         self.stop = threading.Event()
@@ -129,7 +138,7 @@ class Runner:
         start = time.monotonic()
         if self.stop.is_set():  # queued before --fail-fast tripped
             return Result(target, Status.CANCELLED, 0.0, note="fail-fast")
-        decision = self.planner.evaluate(target, self._parents(target))
+        decision = self.known.get(target.id) or self.planner.evaluate(target, self._parents(target))
         if decision.action is Action.CACHED:
             assert decision.existing is not None
             self._tag_all(target, decision.existing.id)
@@ -146,15 +155,14 @@ class Runner:
         try:
             with log_path.open("w") as log:
                 print(f"# {target.id}: {decision.reason}", file=log, flush=True)
-                image_id = self._build(decision, log, slot)
-            self._tag_all(target, image_id)
-            info = self.engine.inspect(image_id)
+                info = self._build(decision, log, slot)
+            self._tag_all(target, info.id)
             return Result(
                 target,
                 Status.BUILT,
                 time.monotonic() - start,
-                info.size if info else 0,
-                image_id,
+                info.size,
+                info.id,
                 decision.reason,
                 log_path,
             )
@@ -193,24 +201,36 @@ class Runner:
             **decision.labels(),
         }
 
-    def _build(self, decision: Decision, log: IO[str], slot: int) -> str:
+    def _build(self, decision: Decision, log: IO[str], slot: int) -> ImageInfo:
         target = decision.target
         labels = self._labels(decision)
         if decision.rendered is None:
             spec = self.planner.config.versions.distros[target.coord(Axis.DISTRO) or ""].bootstrap
             assert spec is not None
             with _bar(target, slot, bar_format="{desc}: bootstrapping {elapsed}"):
-                return bootstrap.build_base(
+                bootstrap.build_base(
                     self.engine, spec, target.ref, labels, log, self.options.tmp_root
                 )
+        else:
+            self._docker_build(decision, labels, log, slot)
+        info = self.engine.inspect(target.ref)
+        if info is None or info.inputs_hash != decision.inputs_hash:
+            raise RuntimeError(f"the build finished but {target.ref} is not the new image")
+        return info
+
+    def _docker_build(
+        self, decision: Decision, labels: dict[str, str], log: IO[str], slot: int
+    ) -> None:
+        target, rendered = decision.target, decision.rendered
+        assert rendered is not None
         self.options.tmp_root.mkdir(parents=True, exist_ok=True)
         with (
             tempfile.TemporaryFile(dir=self.options.tmp_root) as context,
             _bar(target, slot, unit="step") as bar,
         ):
-            decision.rendered.write_context(context)
+            rendered.write_context(context)
             context.seek(0)
-            print(decision.rendered.dockerfile, file=log, flush=True)
+            print(rendered.dockerfile, file=log, flush=True)
             stream = self.engine.build(context, target.ref, labels)
             try:
                 for event in stream:
@@ -221,10 +241,6 @@ class Runner:
                 close = getattr(stream, "close", None)
                 if close is not None:
                     close()
-        info = self.engine.inspect(target.ref)
-        if info is None or info.inputs_hash != decision.inputs_hash:
-            raise RuntimeError(f"docker build finished but {target.ref} is not the new image")
-        return info.id
 
     def _tag_all(self, target: Target, image_id: str) -> None:
         for ref in target.tags:
