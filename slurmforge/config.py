@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import string
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -258,10 +258,11 @@ def _pick(errors: list[dict[str, Any]]) -> dict[str, Any]:
     return max(errors, key=lambda e: len(e["loc"]))
 
 
-def load(path: Path) -> Config:
-    """Parse and validate ``path`` (and its lock file); raise ConfigError with file and key path."""
-    from slurmforge import sources  # local import: sources imports this module
+M = TypeVar("M", bound=BaseModel)
 
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping (duplicate keys refused); ConfigError naming the file and line otherwise."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -275,11 +276,25 @@ def load(path: Path) -> Config:
         raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def validate(model: type[M], data: Any, path: Path, loc: tuple[str | int, ...] = ()) -> M:
+    """``model`` from ``data``; a ConfigError with file and key path (under ``loc``) otherwise."""
     try:
-        versions = Versions.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         err = _pick(exc.errors())
-        raise ConfigError(f"{path}: {format_path(err['loc'])}: {_describe(err)}") from None
+        raise ConfigError(
+            f"{path}: {format_path(loc + tuple(err['loc']))}: {_describe(err)}"
+        ) from None
+
+
+def load(path: Path) -> Config:
+    """Parse and validate ``path`` (and its lock file); raise ConfigError with file and key path."""
+    from slurmforge import sources  # local import: sources imports this module
+
+    versions = validate(Versions, read_yaml(path), path)
     _check_references(path, versions)
     return Config(path=path, versions=versions, locked=sources.read_lock(path))
 

@@ -1,12 +1,12 @@
 """The no-op fast path: answer "everything is cached" without loading the build machinery.
 
 After a build in which every target ended built or cached, a stamp records the stat of every
-input (versions.yaml, versions.lock, everything under images/, tasks.py and slurmforge's code) and
-the image ID each tag pointed at. If, on the next `invoke build` with the same selection, no input
-file was added, removed or touched, and every tag still names the same image, the full path would
-decide "cached" for every target, so the stamp's summary is the answer. Anything else (a touched
-file, a moved tag, an unreachable daemon, a daemon not on a unix socket) falls through to the full
-path, which re-hashes contents and says why.
+input (versions.yaml, versions.lock, everything under images/, jail/ and rootfs/, tasks.py and
+slurmforge's code) and the image ID each tag pointed at. If, on the next `invoke build` with the
+same selection, no input file was added, removed or touched, and every tag still names the same
+image, the full path would decide "cached" for every target, so the stamp's summary is the answer.
+Anything else (a touched file, a moved tag, an unreachable daemon, a daemon not on a unix socket)
+falls through to the full path, which re-hashes contents and says why.
 
 Standard library only: importing pydantic, jinja2 and the Docker SDK costs more than the check.
 """
@@ -44,7 +44,7 @@ def write_summary(log_dir: Path, rows: list[dict[str, Any]]) -> None:
 def _snapshot(config_path: Path) -> dict[str, list[int]]:
     root = config_path.parent
     paths = [config_path, config_path.with_name("versions.lock"), root / "tasks.py"]
-    for tree in (root / "images", PACKAGE):
+    for tree in (root / "images", root / "jail", root / "rootfs", PACKAGE):
         paths += [p for p in tree.rglob("*") if "__pycache__" not in p.parts]
     out = {}
     for path in paths:

@@ -2,7 +2,7 @@
 
 A component is declared once, as data: which axes identify it (a component that does not depend
 on CUDA is built once and tagged for every CUDA version of its cells), which components it is
-built from, and whether it is published. Later components (worker, jail) slot in here.
+built from, and whether it is published. Later components (worker) slot in here.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ class Component:
     public: bool
     help: str
     sources: tuple[str, ...] = ()  # upstream artifacts its build context needs
+    # project directories (besides images/<name>/) whose files join its build context
+    context: tuple[str, ...] = ()
 
 
 COMPONENTS: dict[str, Component] = {
@@ -44,8 +46,9 @@ COMPONENTS: dict[str, Component] = {
             (Axis.DISTRO, Axis.SLURM),
             ("base",),
             False,
-            "Slurm compiled into .debs (internal builder)",
+            "Slurm and the jail SPANK plugin compiled into .debs (internal builder)",
             sources=("slurm",),
+            context=("jail/spank",),
         ),
         Component(
             "runtime",
@@ -70,6 +73,14 @@ COMPONENTS: dict[str, Component] = {
             ("runtime", "slurm-debs"),
             True,
             "login node: client, sshd, nss_slurm",
+        ),
+        Component(
+            "jail",
+            (Axis.DISTRO, Axis.SLURM),
+            ("base", "slurm-debs"),
+            True,
+            "the users' shared root filesystem; its entrypoint populates a volume",
+            context=("rootfs", "jail/populate"),
         ),
     )
 }

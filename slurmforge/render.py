@@ -14,7 +14,7 @@ import jinja2
 
 from slurmforge.config import Config
 from slurmforge.errors import ConfigError
-from slurmforge.matrix import Axis, Target
+from slurmforge.matrix import COMPONENTS, Axis, Target
 
 TEMPLATE = "Dockerfile.j2"
 
@@ -73,6 +73,17 @@ def _file_sha(path: Path) -> str:
     return h.hexdigest()
 
 
+def _tree(root: Path, prefix: str) -> list[ContextFile]:
+    files = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        if path.name == TEMPLATE or "__pycache__" in path.parts:
+            continue
+        mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+        arcname = prefix + path.relative_to(root).as_posix()
+        files.append(ContextFile(arcname, path, _file_sha(path), mode))
+    return files
+
+
 class Renderer:
     def __init__(self, config: Config, images_dir: Path | None = None) -> None:
         self.config = config
@@ -85,15 +96,10 @@ class Renderer:
         )
 
     def component_files(self, component: str) -> list[ContextFile]:
-        root = self.images_dir / component
-        files = []
-        for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            if path.name == TEMPLATE:
-                continue
-            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-            files.append(
-                ContextFile(path.relative_to(root).as_posix(), path, _file_sha(path), mode)
-            )
+        """images/<component>/ at the context root, plus its extra project directories by path."""
+        files = _tree(self.images_dir / component, "")
+        for extra in COMPONENTS[component].context:
+            files += _tree(self.config.root / extra, extra + "/")
         return files
 
     def render(

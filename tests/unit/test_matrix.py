@@ -26,7 +26,8 @@ def test_ci_set_compiles_slurm_once_per_distro_and_version(cfg: config.Config) -
         "slurm-debs/ubuntu22.04-23.11.6",
         "slurm-debs/ubuntu22.04-24.05.3",
     ]
-    assert len(ids) == len(set(ids)) == 1 + 2 * 5
+    # base once; slurm-debs, runtime, slurmctld, slurmd, login and jail once per Slurm version
+    assert len(ids) == len(set(ids)) == 1 + 2 * 6
 
 
 def test_parents_come_before_children(cfg: config.Config) -> None:
@@ -81,7 +82,7 @@ def test_unknown_component_is_refused(cfg: config.Config) -> None:
     with pytest.raises(
         ConfigError,
         match=r"--component 'gpu': unknown component; expected one "
-        r"of login, slurmctld, slurmd",
+        r"of jail, login, slurmctld, slurmd",
     ):
         matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"), ["gpu"])
 

@@ -1,0 +1,6 @@
+# slurmforge: login shell defaults inside the jail.
+export SQUEUE_FORMAT="%.10i %.9P %.20j %.8u %.2t %.10M %.6D %R"
+export SINFO_FORMAT="%.10P %.5a %.10l %.6D %.6t %N"
+if [ -n "${BASH_VERSION:-}" ] && [ -n "${PS1:-}" ]; then
+  PS1='\u@\h(jail):\w\$ '
+fi
