@@ -215,3 +215,101 @@ def clean(c, set="default", cell=None, component=None, images=False, sources=Fal
     """Remove logs and temporary files; optionally images and cached sources."""
     for item in _project(set, cell, component, config).clean(images, sources):
         print(f"removed {item}")
+
+
+DEPLOY_HELP = {
+    "cluster": "cluster file (default deploy/cluster.yaml)",
+    "config": SELECT_HELP["config"],
+    "out": "where generated manifests go (default deploy/out)",
+}
+
+
+def _local(cluster: str | None, config: str | None, out: str | None, target: str = "local"):
+    from slurmforge.deploy import open_local
+
+    cluster_file = Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
+    out_root = Path(out).resolve() if out else HERE / "deploy" / "out"
+    return open_local(cluster_file, _config_path(config), out_root, target)
+
+
+@task(
+    help={
+        **DEPLOY_HELP,
+        "target": "local (Docker Compose on this host)",
+        "timeout": "seconds to wait for every node to be idle (default 180)",
+    }
+)
+@_fails_cleanly
+def deploy(c, target="local", cluster=None, config=None, out=None, timeout=180):
+    """Generate the manifests, populate the jail, start the cluster and wait for its nodes."""
+    local = _local(cluster, config, out, target)
+    seconds = local.deploy(float(timeout))
+    spec = local.cluster.spec
+    nodes = len(local.cluster.nodes)
+    print(f"cluster {spec.name}: {nodes} nodes idle after {seconds:.1f} s (manifests: {local.dir})")
+    print("log in:  invoke login            (root shell in the jail on the login node)")
+    print("         invoke login --user NAME")
+    print(f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from createuser)")
+
+
+@task(help=DEPLOY_HELP)
+@_fails_cleanly
+def status(c, cluster=None, config=None, out=None):
+    """Containers of the cluster and what Slurm says about its nodes and jobs."""
+    print(_local(cluster, config, out).status())
+
+
+@task(help={**DEPLOY_HELP, "volumes": "also delete the jail, the controller state and the key"})
+@_fails_cleanly
+def down(c, cluster=None, config=None, out=None, volumes=False):
+    """Stop and remove the cluster's containers (and with --volumes, its data)."""
+    _local(cluster, config, out).down(volumes)
+
+
+@task(
+    help={
+        **DEPLOY_HELP,
+        "spec": "NODESET=N, e.g. cpu=3",
+        "timeout": "seconds to wait for draining and for new nodes (default 180)",
+    }
+)
+@_fails_cleanly
+def scale(c, spec, cluster=None, config=None, out=None, timeout=180):
+    """Change a node set's node count: removed nodes are drained first, new ones join idle."""
+    from slurmforge.deploy import scale as scale_local
+
+    removed = scale_local(_local(cluster, config, out), spec, _config_path(config), float(timeout))
+    print(f"scaled: {spec}" + (f" (removed {', '.join(removed)})" if removed else ""))
+
+
+@task(help={**DEPLOY_HELP, "user": "log in as this jail user instead of root"})
+@_fails_cleanly
+def login(c, user=None, cluster=None, config=None, out=None):
+    """Open a shell inside the jail on the login node."""
+    argv = _local(cluster, config, out).login_argv(user)
+    os.execvp(argv[0], argv)
+
+
+@task(
+    help={
+        "into": "a directory (absolute or ./relative) or a Docker volume name",
+        "set": SELECT_HELP["set"],
+        "cell": "the cell whose jail image to use (default: the set's only cell)",
+        "keep": "extra path kept as user state (repeatable)",
+        "config": SELECT_HELP["config"],
+    },
+    iterable=["keep"],
+)
+@_fails_cleanly
+def jail_populate(c, into, set="default", cell=None, keep=None, config=None):
+    """Copy the jail image's filesystem into a directory or volume (idempotent, resumable)."""
+    from slurmforge import jail
+
+    project = _project(set, [cell] if cell else None, ["jail"], config)
+    targets = [t for t in project.targets if t.component == "jail"]
+    if len(targets) != 1:
+        from slurmforge.errors import ConfigError
+
+        cells = ", ".join(c.name for c in project.cells)
+        raise ConfigError(f"set {set!r} has several cells ({cells}); pick one with --cell")
+    jail.populate(project.engine, targets[0].ref, into, keep or ())

@@ -38,3 +38,7 @@ class EngineUnavailable(SlurmforgeError):
 
 class BuildError(SlurmforgeError):
     """One or more targets failed to build."""
+
+
+class DeployError(SlurmforgeError):
+    """A deployment step failed (a container did not come up, a node never became idle)."""

@@ -1,0 +1,50 @@
+"""Deployment: one typed cluster model, rendered to Slurm config and to a target's manifests."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from slurmforge.errors import ConfigError
+
+TARGETS = ("local",)
+
+
+def open_local(cluster_file: Path, versions_file: Path, out_root: Path, target: str = "local"):
+    """The `local` target for ``cluster_file`` (loads versions.yaml, connects to Docker)."""
+    from slurmforge import config
+    from slurmforge.deploy import model
+    from slurmforge.deploy.local import Local
+    from slurmforge.engine import Engine
+
+    if target not in TARGETS:
+        raise ConfigError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
+    cluster = model.load(cluster_file, config.load(versions_file))
+    return Local(cluster, Engine.connect(), out_root)
+
+
+def parse_scale(arg: str) -> tuple[str, int]:
+    """``NODESET=N`` with N a non-negative integer."""
+    match = re.fullmatch(r"([a-z][a-z0-9-]*)=(.*)", arg)
+    if not match:
+        raise ConfigError(f"scale {arg!r}: expected NODESET=N, e.g. cpu=3")
+    nodeset, count = match.groups()
+    if not re.fullmatch(r"[0-9]+", count):
+        raise ConfigError(f"scale {arg!r}: the node count must be an integer >= 0, got {count!r}")
+    return nodeset, int(count)
+
+
+def scale(local, arg: str, versions_file: Path, timeout: float) -> list[str]:
+    """`invoke scale NODESET=N` on a running `local` cluster; returns the removed nodes."""
+    from slurmforge import config
+    from slurmforge.deploy import model
+
+    nodeset, count = parse_scale(arg)
+    names = [ns.name for ns in local.cluster.spec.nodesets]
+    if nodeset not in names:
+        known = ", ".join(names)
+        raise ConfigError(f"scale: unknown node set {nodeset!r}; expected one of {known}")
+    replicas = {**model.read_scale(local.cluster.name), nodeset: count}
+    model.write_scale(local.cluster.name, replicas)
+    new = model.load(local.cluster.path, config.load(versions_file))
+    return local.scale(new, timeout)

@@ -1,0 +1,143 @@
+"""Layered node-set definitions (as CoreWeave's SUNK does).
+
+A node set that lists ``definitions: [a, b, …]`` is built by applying, in order, the built-in
+``base`` layer, then each named layer, then the node set's own keys. A layer is a file in the
+layers directory (``<name>.yaml``) or another node set (its ``name`` is not inherited); layers may
+themselves use ``definitions``. The merge is a deep update:
+
+- mappings recurse;
+- lists of strings are united, keeping order, without duplicates;
+- lists of mappings are matched by ``name`` (matched entries recurse, the rest are appended), and
+  node-affinity ``matchExpressions`` by ``key``, so a layer replaces a region instead of adding
+  a second, contradictory expression;
+- anything else (scalars, other lists, a change of type) is replaced.
+
+Unknown layers and cycles are errors.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from slurmforge.config import format_path, read_yaml
+from slurmforge.errors import ConfigError
+
+BASE = "base"
+# What every node set that uses definitions starts from.
+BASE_LAYER: dict[str, Any] = {
+    "replicas": 1,
+    "image": "slurmd",
+    "cpus": 1,
+    "memory_mb": 1024,
+    "features": [],
+    "gres": [],
+    # the jail SPANK plugin gives each job step a mount namespace and mounts
+    "capabilities": ["SYS_ADMIN"],
+    "env": {},
+    "affinity": {"matchExpressions": []},
+}
+# Lists of mappings are matched on this key; matchExpressions on "key".
+MATCH_KEYS = {"matchExpressions": "key"}
+
+
+def deep_update(below: Any, above: Any, key: str | None = None) -> Any:
+    """``above`` applied onto ``below`` by the rules in the module docstring (inputs untouched)."""
+    if isinstance(below, Mapping) and isinstance(above, Mapping):
+        out = copy.deepcopy(dict(below))
+        for k, v in above.items():
+            out[k] = deep_update(out[k], v, k) if k in out else copy.deepcopy(v)
+        return out
+    if isinstance(below, list) and isinstance(above, list):
+        if all(isinstance(x, str) for x in below + above):
+            return list(dict.fromkeys(below + above))
+        match = MATCH_KEYS.get(key or "", "name")
+        if all(isinstance(x, Mapping) and match in x for x in below + above):
+            out = copy.deepcopy(below)
+            index = {x[match]: i for i, x in enumerate(out)}
+            for item in above:
+                if item[match] in index:
+                    i = index[item[match]]
+                    out[i] = deep_update(out[i], item)
+                else:
+                    index[item[match]] = len(out)
+                    out.append(copy.deepcopy(item))
+            return out
+    return copy.deepcopy(above)
+
+
+class Layers:
+    """Resolves node sets against the layer files of one directory and each other."""
+
+    def __init__(self, path: Path, nodesets: list[Any], layers_dir: Path | None) -> None:
+        self.path = path  # the cluster file, for error messages
+        self.nodesets: dict[str, tuple[int, Mapping[str, Any]]] = {}
+        for i, raw in enumerate(nodesets):
+            if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
+                if raw["name"] in self.nodesets:
+                    raise ConfigError(
+                        f"{path}: nodesets[{i}].name: duplicate node set name {raw['name']!r}"
+                    )
+                self.nodesets[raw["name"]] = (i, raw)
+        self.files: dict[str, Path] = {}
+        if layers_dir is not None and layers_dir.is_dir():
+            self.files = {p.stem: p for p in sorted(layers_dir.glob("*.yaml"))}
+        for name, file in self.files.items():
+            if name == BASE:
+                raise ConfigError(f"{file}: 'base' is the built-in layer; rename this file")
+            if name in self.nodesets:
+                i = self.nodesets[name][0]
+                raise ConfigError(
+                    f"{path}: nodesets[{i}].name: {name!r} is also the layer file {file}; "
+                    "rename one of them"
+                )
+        self._loaded: dict[str, Mapping[str, Any]] = {}
+
+    def known(self) -> list[str]:
+        return sorted({BASE, *self.files, *self.nodesets})
+
+    def resolve(self, index: int, raw: Any) -> Any:
+        """Node set ``raw`` (``nodesets[index]``) with its definitions applied."""
+        if not isinstance(raw, Mapping):
+            return raw  # the model reports the wrong type with its path
+        name = raw.get("name") if isinstance(raw.get("name"), str) else f"#{index}"
+        return self._flatten(raw, self.path, ("nodesets", index), [name])
+
+    def _flatten(
+        self, raw: Mapping[str, Any], file: Path, loc: tuple[str | int, ...], stack: list[str]
+    ) -> dict[str, Any]:
+        own = {k: v for k, v in raw.items() if k != "definitions"}
+        definitions = raw.get("definitions")
+        if definitions is None:
+            return own
+        where = f"{file}: {format_path((*loc, 'definitions'))}"
+        if not isinstance(definitions, list) or not all(isinstance(d, str) for d in definitions):
+            raise ConfigError(f"{where}: expected a list of layer names, got {definitions!r}")
+        merged: dict[str, Any] = copy.deepcopy(BASE_LAYER)
+        for i, layer in enumerate(definitions):
+            if layer in stack:
+                cycle = " → ".join([*stack[stack.index(layer) :], layer])
+                raise ConfigError(f"{where}[{i}]: layer cycle {cycle}")
+            merged = deep_update(merged, self._layer(layer, f"{where}[{i}]", stack))
+        return deep_update(merged, own)
+
+    def _layer(self, name: str, where: str, stack: list[str]) -> dict[str, Any]:
+        if name == BASE:
+            return copy.deepcopy(BASE_LAYER)
+        if name in self.nodesets:
+            i, raw = self.nodesets[name]
+            out = self._flatten(raw, self.path, ("nodesets", i), [*stack, name])
+            out.pop("name", None)
+            return out
+        if name in self.files:
+            file = self.files[name]
+            raw = self._loaded.get(name) or read_yaml(file)
+            self._loaded[name] = raw
+            if "name" in raw:
+                raise ConfigError(f"{file}: name: a layer file is named by its file name")
+            return self._flatten(raw, file, (), [*stack, name])
+        raise ConfigError(
+            f"{where}: unknown layer {name!r}; expected one of {', '.join(self.known())}"
+        )

@@ -1,0 +1,243 @@
+"""Target `local`: write the Compose file and Slurm config, apply them with the real Compose CLI,
+and operate the result (status, scale, down, login)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from slurmforge import proc
+from slurmforge.deploy import compose, slurmconf
+from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster, as_dict, state_dir
+from slurmforge.engine import Engine
+from slurmforge.errors import ConfigError, DeployError, EngineUnavailable
+
+IN_SERVICE = {"idle", "mix", "alloc", "comp"}
+PROJECT_LABEL = "com.docker.compose.project"  # set by Compose v1 and v2 alike
+SERVICE_LABEL = "com.docker.compose.service"
+
+
+def compose_cli() -> list[str]:
+    """`docker compose` (v2) when the plugin answers, else `docker-compose` (v1)."""
+    override = os.environ.get("SLURMFORGE_COMPOSE")
+    if override:
+        return shlex.split(override)
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    raise EngineUnavailable(
+        "no Docker Compose CLI found (tried `docker compose` and `docker-compose`)",
+        hint="run scripts/setup, or apt-get install docker-compose",
+    )
+
+
+class Local:
+    def __init__(
+        self, cluster: Cluster, engine: Engine, out_root: Path, log: IO[str] | None = None
+    ) -> None:
+        self.cluster = cluster
+        self.engine = engine
+        self.dir = out_root / "local" / cluster.name
+        self.file = self.dir / "compose.yaml"
+        self.log = log or sys.stderr
+
+    # --- Compose and containers -------------------------------------------------------------
+
+    def compose(self, *args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
+        argv = [*compose_cli(), "-p", self.cluster.name, "-f", str(self.file), *args]
+        try:
+            return proc.run(argv, capture=capture)
+        except subprocess.CalledProcessError as exc:
+            detail = (exc.stderr or "").strip().splitlines()[-1:] if capture else []
+            raise DeployError(
+                f"{shlex.join(argv[:2])} {' '.join(args)} failed (exit {exc.returncode})"
+                + (f": {detail[0]}" if detail else "")
+            ) from None
+
+    def container(self, service: str) -> Any | None:
+        labels = [f"{PROJECT_LABEL}={self.cluster.name}", f"{SERVICE_LABEL}={service}"]
+        found = self.engine.client.containers.list(all=True, filters={"label": labels})
+        return found[0] if found else None
+
+    def sh(self, service: str, command: str) -> tuple[int, str]:
+        container = self.container(service)
+        if container is None or container.status != "running":
+            return 125, f"{service} is not running"
+        code, out = container.exec_run(["bash", "-c", command])
+        return code, out.decode(errors="replace").strip()
+
+    def _tail(self, service: str, lines: int = 15) -> str:
+        container = self.container(service)
+        if container is None:
+            return f"--- {service}: no container"
+        logs = container.logs(tail=lines).decode(errors="replace").rstrip()
+        return f"--- {container.name} ({container.status}), last {lines} log lines:\n{logs}"
+
+    # --- inputs -------------------------------------------------------------------------------
+
+    def image_ids(self) -> dict[str, str]:
+        ids = {}
+        for component, ref in self.cluster.images.items():
+            info = self.engine.inspect(ref)
+            if info is None:
+                raise ConfigError(
+                    f"image {ref} ({component}) is not built",
+                    hint=f"run: {self.cluster.build_hint}",
+                )
+            ids[component] = info.id
+        return ids
+
+    def check_port(self) -> None:
+        login = self.cluster.spec.login
+        mine = self.container(LOGIN)
+        if mine is not None and mine.status == "running":
+            bound = mine.attrs["HostConfig"].get("PortBindings") or {}
+            if any(b.get("HostPort") == str(login.port) for v in bound.values() for b in v or []):
+                return
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((login.address, login.port))
+            except OSError as exc:
+                raise ConfigError(
+                    f"{self.cluster.path}: login.port: {login.address}:{login.port} is not free "
+                    f"({exc.strerror})",
+                    hint="choose another login.port, or stop what listens there",
+                ) from None
+
+    def munge_key(self) -> Path:
+        """1024 random bytes, mode 0400, outside the repository; made once, reused on redeploy."""
+        path = state_dir(self.cluster.name) / "munge.key"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = path.with_name("munge.key.tmp")
+            tmp.unlink(missing_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(os.urandom(1024))
+            os.replace(tmp, path)
+            print(f"generated munge key {path}", file=self.log)
+        return path
+
+    def render(self, jail_id: str, key: Path) -> bool:
+        """Write the reviewable directory; True when the nodes' slurm.conf changed."""
+        conf = self.dir / compose.NODE_CONF
+        before = (conf / "slurm.conf").read_text() if (conf / "slurm.conf").exists() else None
+        slurmconf.write(self.cluster, conf, self.dir / compose.JAIL_CONF)
+        data = compose.render(self.cluster, key, jail_id)
+        self.file.write_text(compose.dump(data, str(self.cluster.path)))
+        (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")
+        return before is not None and before != (conf / "slurm.conf").read_text()
+
+    # --- operations ---------------------------------------------------------------------------
+
+    def deploy(self, timeout: float) -> float:
+        """Render, populate the jail, start everything, wait for every node; seconds taken."""
+        start = time.monotonic()
+        ids = self.image_ids()
+        self.check_port()
+        key = self.munge_key()
+        self._apply(ids[JAIL], key, populate=True)
+        self.wait_ready(timeout)
+        return time.monotonic() - start
+
+    def _apply(self, jail_id: str, key: Path, populate: bool) -> None:
+        running = self._running(CONTROLLER)
+        changed = self.render(jail_id, key)
+        if populate:
+            self.compose("--profile", "setup", "run", "--rm", compose.POPULATE)
+        self.compose("up", "-d", "--remove-orphans")
+        if changed and running:
+            code, out = self.sh(CONTROLLER, "scontrol reconfigure")
+            if code:
+                raise DeployError(f"scontrol reconfigure failed: {out}")
+
+    def _running(self, service: str) -> bool:
+        container = self.container(service)
+        return container is not None and container.status == "running"
+
+    def node_states(self) -> dict[str, str] | None:
+        code, out = self.sh(CONTROLLER, "sinfo -h -N -o '%N %t'")
+        if code:
+            return None
+        return dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until every node is in service (idle, or running jobs); else name the failing ones."""
+        nodes = [node for _, node in self.cluster.nodes]
+        deadline = time.monotonic() + timeout
+        states: dict[str, str] | None = None
+        while time.monotonic() < deadline:
+            for service in (CONTROLLER, LOGIN, *nodes):
+                container = self.container(service)
+                if container is not None and container.status in ("exited", "dead"):
+                    raise DeployError(
+                        f"container {container.name} stopped (exit code "
+                        f"{container.attrs['State'].get('ExitCode')})\n{self._tail(service)}"
+                    )
+            states = self.node_states()
+            if states is not None and all(states.get(n) in IN_SERVICE for n in nodes):
+                return
+            time.sleep(1)
+        failing = [CONTROLLER] if states is None else [n for n in nodes if states.get(n) != "idle"]
+        shown = ", ".join(f"{n} ({(states or {}).get(n, 'no answer')})" for n in failing)
+        tails = "\n".join(self._tail(s) for s in failing[:3])
+        raise DeployError(f"not ready after {timeout:.0f} s: {shown}\n{tails}")
+
+    def status(self) -> str:
+        self.compose("ps")
+        code, out = self.sh(CONTROLLER, "sinfo -N -l; echo; squeue")
+        return out if code == 0 else f"slurmctld is not answering: {out}"
+
+    def down(self, volumes: bool) -> None:
+        if not self.file.exists():
+            raise ConfigError(f"{self.cluster.name} has no generated Compose file at {self.file}")
+        self.compose("down", "--remove-orphans", *(["--volumes"] if volumes else []))
+        if volumes:
+            shutil.rmtree(state_dir(self.cluster.name), ignore_errors=True)
+
+    def drain(self, nodes: list[str], timeout: float) -> None:
+        """Drain ``nodes`` and wait until no job runs on them."""
+        names = ",".join(nodes)
+        code, out = self.sh(
+            CONTROLLER, f"scontrol update NodeName={names} State=DRAIN Reason='slurmforge scale'"
+        )
+        if code:
+            raise DeployError(f"could not drain {names}: {out}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code, out = self.sh(CONTROLLER, f"squeue -h -w {names} -o %i")
+            if code == 0 and not out:
+                return
+            time.sleep(2)
+        raise DeployError(f"jobs still running on {names} after {timeout:.0f} s: {out}")
+
+    def scale(self, new: Cluster, timeout: float) -> list[str]:
+        """Apply ``new`` (this cluster with other replica counts); returns the removed nodes."""
+        ids = self.image_ids()
+        removed = sorted({n for _, n in self.cluster.nodes} - {n for _, n in new.nodes})
+        if removed and self._running(CONTROLLER):
+            self.drain(removed, timeout)
+        self.cluster = new
+        self._apply(ids[JAIL], self.munge_key(), populate=False)
+        self.wait_ready(timeout)
+        return removed
+
+    def login_argv(self, user: str | None) -> list[str]:
+        container = self.container(LOGIN)
+        if container is None or container.status != "running":
+            raise DeployError(f"the login node of {self.cluster.name} is not running")
+        inner = ["su", "-", user] if user else ["/bin/bash", "-l"]
+        tty = ["-it"] if sys.stdin.isatty() else ["-i"]
+        return ["docker", "exec", *tty, container.name, "chroot", slurmconf.JAIL_ROOT, *inner]
