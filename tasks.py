@@ -276,8 +276,10 @@ def down(c, cluster=None, config=None, out=None, volumes=False):
 @_fails_cleanly
 def scale(c, spec, cluster=None, config=None, out=None, timeout=180):
     """Change a node set's node count: removed nodes are drained first, new ones join idle."""
+    from slurmforge.deploy import parse_scale
     from slurmforge.deploy import scale as scale_local
 
+    parse_scale(spec)  # bad input is refused before anything is contacted
     removed = scale_local(_local(cluster, config, out), spec, _config_path(config), float(timeout))
     print(f"scaled: {spec}" + (f" (removed {', '.join(removed)})" if removed else ""))
 

@@ -7,9 +7,10 @@ themselves use ``definitions``. The merge is a deep update:
 
 - mappings recurse;
 - lists of strings are united, keeping order, without duplicates;
-- lists of mappings are matched by ``name`` (matched entries recurse, the rest are appended), and
-  node-affinity ``matchExpressions`` by ``key``, so a layer replaces a region instead of adding
-  a second, contradictory expression;
+- lists of mappings are matched by ``name`` (matched entries recurse, the rest are appended);
+- node-affinity ``matchExpressions`` are matched by ``key`` and a matched expression is replaced
+  whole, so a region layer replaces the region instead of adding a second expression (or a
+  second value to the first);
 - anything else (scalars, other lists, a change of type) is replaced.
 
 Unknown layers and cycles are errors.
@@ -39,8 +40,9 @@ BASE_LAYER: dict[str, Any] = {
     "env": {},
     "affinity": {"matchExpressions": []},
 }
-# Lists of mappings are matched on this key; matchExpressions on "key".
-MATCH_KEYS = {"matchExpressions": "key"}
+# Lists of mappings under these keys are matched on "key" and matched entries replaced whole;
+# all other lists of mappings are matched on "name" and matched entries merged.
+REPLACE_BY_KEY = {"matchExpressions"}
 
 
 def deep_update(below: Any, above: Any, key: str | None = None) -> Any:
@@ -53,14 +55,15 @@ def deep_update(below: Any, above: Any, key: str | None = None) -> Any:
     if isinstance(below, list) and isinstance(above, list):
         if all(isinstance(x, str) for x in below + above):
             return list(dict.fromkeys(below + above))
-        match = MATCH_KEYS.get(key or "", "name")
+        replace = key in REPLACE_BY_KEY
+        match = "key" if replace else "name"
         if all(isinstance(x, Mapping) and match in x for x in below + above):
             out = copy.deepcopy(below)
             index = {x[match]: i for i, x in enumerate(out)}
             for item in above:
                 if item[match] in index:
                     i = index[item[match]]
-                    out[i] = deep_update(out[i], item)
+                    out[i] = copy.deepcopy(item) if replace else deep_update(out[i], item)
                 else:
                     index[item[match]] = len(out)
                     out.append(copy.deepcopy(item))

@@ -20,7 +20,10 @@ from slurmforge.config import Config, Model, format_path, read_yaml, validate
 from slurmforge.deploy.layers import Layers
 from slurmforge.errors import ConfigError
 
-DNSName = Annotated[str, StringConstraints(strict=True, pattern=r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")]
+# node and service names: DNS labels short enough for Slurm node names with a "-<index>" suffix
+DNSName = Annotated[
+    str, StringConstraints(strict=True, pattern=r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+]
 Word = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.:/=-]+$")]
 Capability = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Z][A-Z_]+$")]
 AbsPath = Annotated[str, StringConstraints(strict=True, pattern=r"^/[^\s:]*$")]

@@ -1,0 +1,216 @@
+"""The deployment model, the Slurm configuration and the Compose file generated from it.
+
+No Docker daemon here; `docker-compose config` (the real Compose CLI) checks the file offline.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmforge import config
+from slurmforge.deploy import compose, model, parse_scale, slurmconf
+from slurmforge.errors import ConfigError
+from tests.conftest import ROOT
+from tests.unit.test_cli import _assert_clean_failure, _invoke
+
+SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+
+
+@pytest.fixture
+def versions() -> config.Config:
+    return config.load(ROOT / "versions.yaml")
+
+
+@pytest.fixture
+def write_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Write a cluster file next to a copy of the shipped layers; state goes to tmp_path."""
+    shutil.copytree(ROOT / "deploy" / "layers", tmp_path / "layers")
+    monkeypatch.setenv("SLURMFORGE_STATE_DIR", str(tmp_path / "state"))
+
+    def write(data: dict) -> Path:
+        path = tmp_path / "cluster.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write
+
+
+def _with(**changes) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(SHIPPED))
+    data.update(changes)
+    return data
+
+
+def test_shipped_cluster_resolves_its_layers(versions) -> None:
+    cluster = model.load(ROOT / "deploy" / "cluster.yaml", versions)
+    (cpu,) = cluster.spec.nodesets
+    assert (cpu.cpus, cpu.memory_mb, cpu.features) == (1, 1024, ("cpu", "small"))
+    assert cpu.capabilities == ("SYS_ADMIN",)  # from the built-in base layer
+    assert [n for _, n in cluster.nodes] == ["cpu-0", "cpu-1"]
+    assert set(cluster.images) == {"slurmctld", "login", "jail", "slurmd"}
+    assert cluster.images["slurmd"].endswith("/slurmd:24.11.5-cuda12.2.2-debian12")
+
+
+def test_scale_state_overrides_replicas(write_cluster, versions) -> None:
+    path = write_cluster(_with(name="scaled"))
+    model.write_scale("scaled", {"cpu": 5})
+    assert len(model.load(path, versions).nodes) == 5
+
+
+@pytest.mark.parametrize(
+    ("nodesets", "message"),
+    [
+        ([{"name": "cpu", "definitions": ["cpu-small"], "replicas": -1}], "replicas: Input should"),
+        ([{"name": "cpu", "definitions": ["cpu-small"], "replicas": 1.5}], "nodesets[0].replicas"),
+        ([{"name": "cpu", "definitions": ["cpu-small"], "replicas": "2"}], "nodesets[0].replicas"),
+        ([{"name": "cpu", "definitions": ["gpu"]}], "no 'worker' node image for cell"),
+        ([{"name": "cpu", "definitions": ["cpu-large"]}], "unknown layer 'cpu-large'"),
+        ([{"name": "cpu", "definitions": ["cpu"]}], "layer cycle cpu → cpu"),
+        ([{"name": "cpu", "replicas": 1}], "nodesets[0].image: required key is missing"),
+        (
+            [{"name": "cpu", "definitions": ["base"]}, {"name": "cpu", "definitions": ["base"]}],
+            "nodesets[1].name: duplicate node set name 'cpu'",
+        ),
+        ([{"name": "slurmctld", "definitions": ["base"]}], "'slurmctld' is reserved"),
+    ],
+)
+def test_bad_node_sets_are_refused(write_cluster, versions, nodesets, message: str) -> None:
+    path = write_cluster(_with(nodesets=nodesets, partitions=[{"name": "p", "nodesets": ["cpu"]}]))
+    with pytest.raises(ConfigError) as exc:
+        model.load(path, versions)
+    assert str(path) in exc.value.message
+    assert message in exc.value.message
+
+
+def test_partition_must_name_known_node_sets(write_cluster, versions) -> None:
+    path = write_cluster(_with(partitions=[{"name": "p", "nodesets": ["gpu"]}]))
+    with pytest.raises(ConfigError, match=r"partitions\[0\]\.nodesets\[0\]: unknown node set"):
+        model.load(path, versions)
+
+
+@pytest.mark.parametrize("arg", ["cpu=-1", "cpu=two", "cpu=1.5", "cpu", "=3"])
+def test_scale_argument_must_be_a_count(arg: str) -> None:
+    with pytest.raises(ConfigError, match="scale"):
+        parse_scale(arg)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["scale", "cpu=-1"], "node count must be an integer >= 0"),
+        (["scale", "cpu=x"], "node count must be an integer >= 0"),
+        (["deploy", "--target", "k9s"], "--target 'k9s': expected one of local"),
+    ],
+)
+def test_cli_refuses_bad_deploy_input(args: list[str], expected: str) -> None:
+    _assert_clean_failure(_invoke(*args), expected)
+
+
+def test_cli_names_the_cluster_file_and_key(write_cluster) -> None:
+    nodesets = [{"name": "cpu", "definitions": ["nope"], "replicas": 1}]
+    path = write_cluster(_with(nodesets=nodesets))
+    proc = _invoke("deploy", "--cluster", str(path))
+    _assert_clean_failure(proc, f"{path}: nodesets[0].definitions[0]: unknown layer 'nope'")
+
+
+def test_hostlist() -> None:
+    assert slurmconf.hostlist([]) == ""
+    assert slurmconf.hostlist(["cpu-0"]) == "cpu-0"
+    assert slurmconf.hostlist([f"cpu-{i}" for i in (0, 1, 2, 5, 7, 8)]) == "cpu-[0-2,5,7-8]"
+
+
+def _two_sets(write_cluster, versions, slurm_cell: str | None = None):
+    data = _with(
+        nodesets=[
+            {"name": "cpu", "definitions": ["cpu-small"], "replicas": 3},
+            {"name": "big", "definitions": ["cpu"], "cpus": 4, "gres": ["gpu:a100:2"]},
+            {"name": "off", "definitions": ["cpu"], "replicas": 0},
+        ],
+        partitions=[
+            {"name": "main", "nodesets": ["cpu", "off"], "default": True},
+            {"name": "all", "nodesets": ["cpu", "big"], "max_time": "1-00:00:00"},
+        ],
+    )
+    return model.load(write_cluster(data), versions)
+
+
+def test_slurm_conf_comes_from_the_model(write_cluster, versions) -> None:
+    files = slurmconf.render(_two_sets(write_cluster, versions))
+    conf = files["slurm.conf"].splitlines()
+    assert "NodeName=cpu-[0-2] CPUs=1 RealMemory=1024 Features=cpu,small State=UNKNOWN" in conf
+    assert (
+        "NodeName=big-[0-2] CPUs=4 RealMemory=1024 Features=cpu,small Gres=gpu:a100:2 State=UNKNOWN"
+    ) in conf
+    assert not [line for line in conf if line.startswith("NodeName=off")]
+    assert "PartitionName=main Nodes=cpu-[0-2] Default=YES MaxTime=INFINITE State=UP" in conf
+    assert "PartitionName=all Nodes=cpu-[0-2],big-[0-2] MaxTime=1-00:00:00 State=UP" in conf
+    assert "ProctrackType=proctrack/linuxproc" in conf
+    assert "GresTypes=gpu" in conf
+    assert "StateSaveLocation=/var/spool/slurmctld" in conf
+    assert "NodeName=big-[0-2] Name=gpu Type=a100 Count=2" in files["gres.conf"]
+    assert "CgroupPlugin=disabled" in files["cgroup.conf"]  # the default cell is Slurm 24.11
+    plug = files["plugstack.conf"]
+    assert "required /usr/lib/slurmforge/spank/jail.so root=/jail" in plug
+
+
+@pytest.mark.parametrize(("slurm", "disabled"), [("23.11.6", False), ("24.05.3", True)])
+def test_cgroup_plugin_follows_the_slurm_version(slurm: str, disabled: bool) -> None:
+    assert slurmconf.cgroup_disabled(slurm) is disabled
+
+
+def test_jail_gets_only_the_client_files(write_cluster, versions, tmp_path: Path) -> None:
+    cluster = _two_sets(write_cluster, versions)
+    slurmconf.write(cluster, tmp_path / "node", tmp_path / "jail")
+    assert sorted(p.name for p in (tmp_path / "jail").iterdir()) == [
+        "plugstack.conf",
+        "slurm.conf",
+    ]
+    assert "gres.conf" in {p.name for p in (tmp_path / "node").iterdir()}
+
+
+def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: Path) -> None:
+    cluster = _two_sets(write_cluster, versions)
+    data = compose.render(cluster, tmp_path / "munge.key", "sha256:abc")
+    services = data["services"]
+    assert set(services) == {
+        "slurmctld",
+        "login",
+        "jail-populate",
+        *(f"{ns}-{i}" for ns in ("cpu", "big") for i in range(3)),
+    }
+    text = yaml.safe_dump(data)
+    assert "privileged" not in text
+    assert "cap_add" not in services["slurmctld"]
+    assert "cap_add" not in services["jail-populate"]
+    assert services["login"]["cap_add"] == ["SYS_ADMIN"]
+    assert services["cpu-0"]["cap_add"] == ["SYS_ADMIN"]
+    assert services["cpu-0"]["hostname"] == "cpu-0"
+    key_mounts = [v for s in services.values() for v in s["volumes"] if "munge.key" in v]
+    assert key_mounts and all(v.endswith(":/run/secrets/munge.key:ro") for v in key_mounts)
+    assert services["jail-populate"]["environment"]["SLURMFORGE_JAIL_DIGEST"] == "sha256:abc"
+    assert services["login"]["ports"] == ["127.0.0.1:2222:22"]
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="needs docker-compose")
+def test_compose_cli_accepts_the_file(write_cluster, versions, tmp_path: Path) -> None:
+    cluster = _two_sets(write_cluster, versions)
+    file = tmp_path / "compose.yaml"
+    file.write_text(compose.dump(compose.render(cluster, tmp_path / "k", "sha256:0"), "x"))
+    for cli in (["docker-compose"], ["docker", "compose"]):
+        if (
+            cli == ["docker", "compose"]
+            and subprocess.run([*cli, "version"], capture_output=True, check=False).returncode
+        ):
+            continue  # the v2 plugin is not installed here
+        proc = subprocess.run(
+            [*cli, "-f", str(file), "--profile", "setup", "config", "-q"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
