@@ -35,7 +35,7 @@ def built(root: Path = ROOT) -> list[str]:
 
 def copy_project(dest: Path) -> Path:
     """A copy of the project's inputs in ``dest`` that shares the source cache (no re-download)."""
-    for name in ("images", "versions.yaml", "tasks.py"):
+    for name in ("images", "jail", "rootfs", "versions.yaml", "tasks.py"):
         src = ROOT / name
         if src.is_dir():
             shutil.copytree(src, dest / name)

@@ -25,6 +25,7 @@ def populate(
     into: str,
     keep: Iterable[str] = (),
     out: IO[str] | None = None,
+    rsync_opts: str = "",
 ) -> str:
     """Copy the jail image into ``into`` (a path or a volume name); returns the image ID."""
     out = out or sys.stdout
@@ -40,7 +41,11 @@ def populate(
     container = engine.client.containers.run(
         info.id,
         command=[MOUNT],
-        environment={"SLURMFORGE_JAIL_DIGEST": info.id, "SLURMFORGE_JAIL_KEEP": " ".join(keep)},
+        environment={
+            "SLURMFORGE_JAIL_DIGEST": info.id,
+            "SLURMFORGE_JAIL_KEEP": " ".join(keep),
+            "SLURMFORGE_JAIL_RSYNC_OPTS": rsync_opts,
+        },
         volumes={source: {"bind": MOUNT, "mode": "rw"}},
         labels={LABEL: into},
         detach=True,

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by slurmforge-entrypoint on the login node. SSH sessions are chrooted into the jail
 # (ChrootDirectory); give them the runtime mounts a job step gets from the SPANK plugin: a /proc
 # that hides other users' processes, the container's /dev, a read-only /sys, a private /tmp, the

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by slurmforge-entrypoint: create any missing SSH host keys. With a populated jail they
 # live in the jail's /etc/ssh, which populate keeps on upgrade, so the login node's identity
 # survives redeploys; otherwise they are this container's own.

@@ -9,7 +9,7 @@ import docker
 import pytest
 import testinfra
 
-ROLES = ("slurmctld", "slurmd", "login")
+ROLES = ("slurmctld", "slurmd", "login", "jail")
 
 
 @pytest.fixture(scope="session")

@@ -59,6 +59,7 @@ def test_failed_target_is_contained(tmp_path: Path, images, client) -> None:
         "slurmctld": "cached",
         "slurmd": "cached",
         "login": "failed",
+        "jail": "cached",
     }
     assert "broken on purpose" in proc.stderr  # the log tail is shown
     assert "full log: " in proc.stderr and "login_debian12-24.11.5.log" in proc.stderr

@@ -15,11 +15,23 @@ from tests.image.conftest import ROLES
 STUB_CONF = (
     "printf 'ClusterName=t\\nSlurmctldHost=localhost\\n' > /tmp/s.conf; SLURM_CONF=/tmp/s.conf"
 )
-DAEMON_VERSION_CMD = {"slurmctld": "slurmctld -V", "slurmd": "slurmd -V", "login": "sinfo -V"}
+DAEMON_VERSION_CMD = {
+    "slurmctld": "slurmctld -V",
+    "slurmd": "slurmd -V",
+    "login": "sinfo -V",
+    "jail": "sinfo -V",
+}
 OWN_PACKAGES = {
     "slurmctld": {"slurm-smd-slurmctld"},
-    "slurmd": {"slurm-smd-slurmd", "slurm-smd-libpmi0", "slurm-smd-libpmi2-0"},
+    "slurmd": {
+        "slurm-smd-slurmd",
+        "slurm-smd-libpmi0",
+        "slurm-smd-libpmi2-0",
+        "slurmforge-spank-jail",
+    },
     "login": {"slurm-smd-libnss-slurm", "openssh-server"},
+    # the jail: what jobs and users run with (PMI for MPI programs, the plugin for srun's options)
+    "jail": {"slurm-smd-libpmi0", "slurm-smd-libpmi2-0", "slurmforge-spank-jail"},
 }
 OTHERS = set().union(*OWN_PACKAGES.values()) - {"openssh-server"}
 

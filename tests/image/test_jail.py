@@ -1,0 +1,174 @@
+"""The jail image: its overlay (createuser, quickcheck) and populate (idempotent, resumable,
+upgrade-safe), run for real into Docker volumes."""
+
+from __future__ import annotations
+
+import io
+import time
+import uuid
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from slurmforge import jail
+
+MANIFEST = r"""cd /jail
+find . -path ./.slurmforge -prune -o -printf '%p %y %m %U %G %s %l\n' | sort
+find . -path ./.slurmforge -prune -o -type f -print0 | sort -z | xargs -0 md5sum
+"""
+
+
+@pytest.fixture
+def volumes(client: docker.DockerClient) -> Iterator[callable]:
+    made = []
+
+    def make() -> str:
+        name = f"sf-test-jail-{uuid.uuid4().hex[:8]}"
+        client.volumes.create(name, labels={"io.slurmforge.test": "jail"})
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        client.volumes.get(name).remove(force=True)
+
+
+def _in_volume(client, image: str, volume: str, script: str) -> str:
+    out = client.containers.run(
+        image,
+        entrypoint=["bash", "-c", script],
+        volumes={volume: {"bind": "/jail", "mode": "rw"}},
+        remove=True,
+    )
+    return out.decode(errors="replace")
+
+
+def _populate(client, ref: str, volume: str, **kw) -> str:
+    out = io.StringIO()
+    jail.populate(_engine(client), ref, volume, out=out, **kw)
+    return out.getvalue()
+
+
+def _engine(client):
+    from slurmforge.engine import Engine
+
+    return Engine(client)
+
+
+def test_createuser_makes_user_group_home_and_key(hosts) -> None:
+    host = hosts["jail"]
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTestsOnly0000000000000000000000 t@x"
+    out = host.check_output(f"createuser --non-interactive dana --ssh-key '{key}'")
+    assert "uid=1000 gid=1000" in out
+    assert host.user("dana").uid == 1000 and host.group("dana").gid == 1000
+    assert host.file("/home/dana/.bash_aliases").exists  # from the rootfs/ skel
+    keys = host.file("/home/dana/.ssh/authorized_keys")
+    assert keys.content_string.strip() == key and keys.mode == 0o600 and keys.uid == 1000
+    # the next one gets the next free ID; an existing name or a bad one is refused with exit 2
+    assert "uid=1001" in host.check_output("createuser --non-interactive erin")
+    for bad in ("dana", "Bad-Name", "--ssh-key 'not a key' frank"):
+        result = host.run(f"createuser --non-interactive {bad}")
+        assert result.rc == 2 and result.stderr.startswith("createuser: "), result.stderr
+
+
+def test_overlay_and_release_marker(hosts, project) -> None:
+    host = hosts["jail"]
+    cell = project.cells[0]
+    assert host.file("/etc/slurmforge-jail-release").content_string.strip() == (
+        f"slurm={cell.slurm} distro={cell.distro}"
+    )
+    assert host.file("/opt/quickcheck/hello.sh").mode & 0o111
+    assert host.file("/etc/profile.d/slurmforge.sh").exists
+    assert "shared-root jail" in host.file("/etc/motd").content_string
+    assert not host.exists("slurmd") and not host.exists("slurmctld")
+
+
+def test_populate_is_idempotent(client, images, volumes) -> None:
+    volume = volumes()
+    first = _populate(client, images["jail"], volume)
+    assert "copying the jail image" in first
+    before = _in_volume(client, images["jail"], volume, MANIFEST)
+    assert "./usr/bin/sbatch" in before and "./etc/slurmforge-jail-release" in before
+    started = time.monotonic()
+    second = _populate(client, images["jail"], volume)
+    assert "already holds" in second and "copying" not in second
+    assert time.monotonic() - started < 10
+    assert _in_volume(client, images["jail"], volume, MANIFEST) == before
+
+
+def test_killed_populate_converges_on_rerun(client, images, volumes) -> None:
+    clean, resumed = volumes(), volumes()
+    _populate(client, images["jail"], clean)
+    info = client.images.get(images["jail"])
+    # throttled so that it is surely mid-copy when killed
+    container = client.containers.run(
+        info.id,
+        command=["/jail"],
+        environment={
+            "SLURMFORGE_JAIL_DIGEST": info.id,
+            "SLURMFORGE_JAIL_RSYNC_OPTS": "--bwlimit=20m",
+        },
+        volumes={resumed: {"bind": "/jail", "mode": "rw"}},
+        detach=True,
+    )
+    try:
+        time.sleep(4)
+        container.kill()
+    finally:
+        container.remove(force=True)
+    partial = _in_volume(
+        client, images["jail"], resumed, "ls -A /jail | wc -l; ls /jail/.slurmforge 2>&-; true"
+    )
+    assert int(partial.split()[0]) > 0, "nothing was copied before the kill"
+    assert "populated" not in partial, "populate finished before it was killed"
+    _populate(client, images["jail"], resumed)
+    assert _in_volume(client, images["jail"], resumed, MANIFEST) == _in_volume(
+        client, images["jail"], clean, MANIFEST
+    )
+
+
+def test_upgrade_keeps_user_state(client, images, volumes) -> None:
+    volume = volumes()
+    _populate(client, images["jail"], volume)
+    _in_volume(
+        client,
+        images["jail"],
+        volume,
+        "chroot /jail createuser --non-interactive gwen"
+        " && echo mine > /jail/home/gwen/data && chown 1000:1000 /jail/home/gwen/data"
+        " && mkdir -p /jail/opt/user && echo tool > /jail/opt/user/tool"
+        " && echo hostkey > /jail/etc/ssh/ssh_host_test_key"
+        " && chroot /jail usermod -aG users gwen",
+    )
+    dockerfile = (
+        f"FROM {images['jail']}\n"
+        "RUN echo upgraded > /etc/slurmforge-upgrade && rm /usr/bin/less\n"
+        "RUN useradd --system --uid 450 newsvc\n"
+    )
+    tag = f"slurmforge-test/jail-upgrade:{uuid.uuid4().hex[:8]}"
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    try:
+        out = _populate(client, tag, volume)
+        assert "copying the jail image" in out
+        check = _in_volume(
+            client,
+            tag,
+            volume,
+            "cat /jail/etc/slurmforge-upgrade /jail/home/gwen/data /jail/opt/user/tool"
+            " /jail/etc/ssh/ssh_host_test_key; test ! -e /jail/usr/bin/less && echo less-gone;"
+            " grep -c '^gwen:' /jail/etc/passwd /jail/etc/shadow /jail/etc/group;"
+            " grep '^newsvc:' /jail/etc/passwd | cut -d: -f3; grep '^users:' /jail/etc/group;"
+            " stat -c %u /jail/home/gwen/data",
+        ).split()
+        assert check[:5] == ["upgraded", "mine", "tool", "hostkey", "less-gone"], check
+        assert check[5:8] == [
+            "/jail/etc/passwd:1",
+            "/jail/etc/shadow:1",
+            "/jail/etc/group:1",
+        ]
+        assert check[8] == "450"  # the new image's account arrived
+        assert check[9].endswith(":gwen")  # a system group keeps the member added in the jail
+        assert check[10] == "1000"  # the home's owner is untouched
+    finally:
+        client.images.remove(tag, force=True)
