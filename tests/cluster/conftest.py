@@ -1,0 +1,134 @@
+"""Cluster tier: a whole cluster deployed with `invoke deploy` (target local) from the built
+images, into its own Compose project, state directory and manifest directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Deployed:
+    name: str
+    root: Path  # cluster file, layers and manifests live here
+    env: dict[str, str]
+    client: docker.DockerClient
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.root / "cluster.yaml"
+
+    def invoke(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """An `invoke` task on this cluster (its cluster file and manifest directory)."""
+        where = ["--cluster", str(self.cluster_file), "--out", str(self.root / "out")]
+        return invoke(self.env, *args, *where, stdin=stdin)
+
+    def container(self, service: str):
+        found = self.client.containers.list(
+            all=True,
+            filters={
+                "label": [
+                    f"com.docker.compose.project={self.name}",
+                    f"com.docker.compose.service={service}",
+                ]
+            },
+        )
+        assert found, f"no container for {service}"
+        return found[0]
+
+    def sh(self, service: str, command: str, user: str | None = None) -> tuple[int, str]:
+        """``command`` in a service's container; with ``user``, inside the jail as that user."""
+        if user is not None:
+            command = f"chroot /jail su - {user} -c {_quote(command)}"
+        code, out = self.container(service).exec_run(["bash", "-c", command])
+        return code, out.decode(errors="replace").strip()
+
+    def ok(self, service: str, command: str, user: str | None = None) -> str:
+        code, out = self.sh(service, command, user)
+        assert code == 0, f"{command!r} on {service} exited {code}:\n{out}"
+        return out
+
+    def states(self) -> dict[str, str]:
+        out = self.ok("slurmctld", "sinfo -h -N -o '%N %t'")
+        return dict(line.split() for line in out.splitlines())
+
+    def wait_states(self, want: dict[str, str], timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            code, out = self.sh("slurmctld", "sinfo -h -N -o '%N %t'")
+            states = dict(line.split() for line in out.splitlines()) if code == 0 else {}
+            if all(states.get(node) == state for node, state in want.items()):
+                return
+            time.sleep(2)
+        pytest.fail(f"wanted {want}, Slurm says {states}")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def invoke(
+    env: dict[str, str], *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args],
+        input=stdin,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def write_cluster(root: Path, name: str, port: int, **changes) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / "layers").exists():
+        shutil.copytree(ROOT / "deploy" / "layers", root / "layers")
+    data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    data.update(name=name, login={"address": "127.0.0.1", "port": port}, **changes)
+    path = root / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def deployed(
+    images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployed]:
+    root = tmp_path_factory.mktemp("cluster")
+    name = f"sftest{uuid.uuid4().hex[:6]}"
+    env = {
+        **os.environ,
+        "SLURMFORGE_STATE_DIR": str(root / "state"),
+        "SLURMFORGE_DEBUG": "",
+    }
+    write_cluster(root, name, free_port())
+    cluster = Deployed(name, root, env, client)
+    proc = cluster.invoke("deploy")
+    try:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        yield cluster
+    finally:
+        cluster.invoke("down", "--volumes")

@@ -1,0 +1,202 @@
+"""End to end on a deployed cluster: jobs and SSH sessions run in the shared jail, daemons stay
+out of it, state survives restarts, nodes come back, scale, the munge key, bad deploy input."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from tests.cluster.conftest import Deployed, free_port, invoke, write_cluster
+
+pytestmark = pytest.mark.cluster
+
+
+def _user(cluster: Deployed, name: str) -> None:
+    code, out = cluster.sh("login", f"chroot /jail createuser --non-interactive {name}")
+    assert code == 0 or "already exists" in out, out
+
+
+def test_srun_across_two_nodes(deployed: Deployed) -> None:
+    assert deployed.states() == {"cpu-0": "idle", "cpu-1": "idle"}
+    out = deployed.ok("login", "srun -N2 hostname", user="root")
+    assert sorted(out.split()) == ["cpu-0", "cpu-1"]
+
+
+def test_batch_job_runs_in_the_jail_and_writes_home(deployed: Deployed) -> None:
+    _user(deployed, "alice")
+    uid = deployed.ok("login", "id -u", user="alice")
+    script = (
+        "#!/bin/bash\nhostname > where; id -u >> where; cat /etc/slurmforge-jail-release >> where\n"
+    )
+    deployed.ok("login", f"cd ~ && printf '%s' {_q(script)} > job.sh", user="alice")
+    deployed.ok("login", "cd ~ && sbatch --wait -o job.out job.sh", user="alice")
+    # seen from the login node's own filesystem view of the shared volume
+    where = deployed.ok("login", "cat /jail/home/alice/where").splitlines()
+    assert where[0] in ("cpu-0", "cpu-1")
+    assert where[1] == uid != "0"
+    assert where[2].startswith("slurm=")  # a file that exists only in the jail image
+    assert deployed.ok("login", "/opt/quickcheck/hello.sh", user="alice").endswith("quickcheck: ok")
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def test_invoke_login_lands_in_the_jail(deployed: Deployed) -> None:
+    _user(deployed, "alice")
+    proc = deployed.invoke("login", "--user", "alice", stdin="id -un; pwd; sinfo -h -o %t\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["alice", "/home/alice", "idle"]
+
+
+def test_package_installed_from_login_runs_in_a_job(deployed: Deployed) -> None:
+    _user(deployed, "alice")
+    build = (
+        "set -e; d=$(mktemp -d); mkdir -p $d/pkg/DEBIAN $d/pkg/usr/local/bin;"
+        " printf 'Package: sf-hello\\nVersion: 1.0\\nArchitecture: all\\n"
+        "Maintainer: t <t@t>\\nDescription: test\\n' > $d/pkg/DEBIAN/control;"
+        " printf '#!/bin/sh\\necho hello-from-package\\n' > $d/pkg/usr/local/bin/sf-hello;"
+        " chmod 755 $d/pkg/usr/local/bin/sf-hello;"
+        " dpkg-deb --root-owner-group --build $d/pkg $d/sf-hello.deb >/dev/null;"
+        " dpkg -i $d/sf-hello.deb >/dev/null"
+    )
+    deployed.ok("login", build, user="root")
+    out = deployed.ok("login", "srun -N1 -w cpu-1 sf-hello", user="alice")
+    assert out == "hello-from-package"
+
+
+def test_a_job_cannot_see_or_kill_slurmd(deployed: Deployed) -> None:
+    _user(deployed, "alice")
+    pid = deployed.ok("cpu-0", "pidof slurmd")
+    probe = (
+        "test -e /usr/sbin/slurmd && echo slurmd-binary-visible;"
+        " test -e /etc/munge/munge.key && echo munge-key-visible;"
+        " test -e /etc/slurm/cgroup.conf && echo daemon-config-visible;"
+        " ls /var/spool/slurmd | grep -v '^job' ;"
+        f" test -e /proc/{pid} && echo slurmd-process-visible;"
+        f" kill -0 {pid} 2>/dev/null && echo slurmd-killable;"
+        " ps -eo user= | sort -u | tr '\\n' ' '"
+    )
+    out = deployed.ok("login", f"srun -N1 -w cpu-0 bash -c {_q(probe)}", user="alice")
+    assert out.split() == ["alice"], out  # nothing of the node, only the user's own processes
+    code, _ = deployed.sh("cpu-0", f"kill -0 {pid}")
+    assert code == 0  # slurmd is alive and well, outside
+
+
+def test_munge_key_is_reused_on_redeploy(deployed: Deployed) -> None:
+    """(That no image layer holds a munge key is checked on every image in the image tier.)"""
+    key = os.path.join(deployed.env["SLURMFORGE_STATE_DIR"], deployed.name, "munge.key")
+    with open(key, "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()
+    assert os.stat(key).st_mode & 0o777 == 0o400
+    assert os.path.getsize(key) == 1024
+    proc = deployed.invoke("deploy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with open(key, "rb") as fh:
+        assert hashlib.sha256(fh.read()).hexdigest() == digest
+    for service in ("slurmctld", "cpu-0", "login"):
+        assert deployed.ok(service, "sha256sum /etc/munge/munge.key").split()[0] == digest
+    assert deployed.ok("login", "srun -N2 true && echo fine", user="root") == "fine"
+
+
+def test_controller_restart_keeps_queued_jobs(deployed: Deployed) -> None:
+    _user(deployed, "alice")
+    job = deployed.ok(
+        "login", "cd ~ && sbatch --parsable --hold --wrap 'echo survived > held.out'", user="alice"
+    )
+    deployed.container("slurmctld").restart(timeout=10)
+    deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})
+    assert deployed.ok("slurmctld", f"squeue -h -j {job} -o %T") == "PENDING"
+    deployed.ok("slurmctld", f"scontrol release {job}")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        code, out = deployed.sh("login", "cat /jail/home/alice/held.out")
+        if code == 0 and out == "survived":
+            return
+        time.sleep(1)
+    pytest.fail("the held job did not run after the controller restart")
+
+
+def test_a_killed_node_comes_back_into_service(deployed: Deployed) -> None:
+    container = deployed.container("cpu-1")
+    os.kill(container.attrs["State"]["Pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        container.reload()
+        if container.attrs["RestartCount"] >= 1 and container.status == "running":
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"cpu-1 was not restarted: {container.status}")
+    deployed.wait_states({"cpu-1": "idle"})
+    assert deployed.ok("login", "srun -N1 -w cpu-1 hostname", user="root") == "cpu-1"
+
+
+def test_scale_up_then_down(deployed: Deployed) -> None:
+    proc = deployed.invoke("scale", "cpu=3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert deployed.states() == {"cpu-0": "idle", "cpu-1": "idle", "cpu-2": "idle"}
+    assert sorted(deployed.ok("login", "srun -N3 hostname", user="root").split()) == [
+        "cpu-0",
+        "cpu-1",
+        "cpu-2",
+    ]
+    proc = deployed.invoke("scale", "cpu=2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "removed cpu-2" in proc.stdout
+    assert deployed.states() == {"cpu-0": "idle", "cpu-1": "idle"}
+    gone = deployed.client.containers.list(
+        all=True,
+        filters={
+            "label": [
+                f"com.docker.compose.project={deployed.name}",
+                "com.docker.compose.service=cpu-2",
+            ]
+        },
+    )
+    assert gone == []
+
+
+def _deploy(deployed: Deployed, root):
+    where = ["--cluster", str(root / "cluster.yaml"), "--out", str(root / "out")]
+    return invoke(deployed.env, "deploy", *where)
+
+
+def _clean_failure(proc, expected: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and expected in proc.stderr.splitlines()[0], (
+        proc.stderr
+    )
+
+
+def test_deploy_refuses_a_port_in_use(deployed: Deployed, tmp_path, client) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        write_cluster(tmp_path, "sfbusy", port)
+        proc = _deploy(deployed, tmp_path)
+    _clean_failure(proc, f"login.port: 127.0.0.1:{port} is not free")
+    assert (
+        client.containers.list(all=True, filters={"label": "com.docker.compose.project=sfbusy"})
+        == []
+    )
+
+
+def test_deploy_before_images_exist_names_the_build(deployed: Deployed, tmp_path, client) -> None:
+    write_cluster(
+        tmp_path,
+        "sfnoimg",
+        free_port(),
+        images={"set": "ci", "cell": "24.05.3-cuda12.2.2-ubuntu22.04"},
+    )
+    proc = _deploy(deployed, tmp_path)
+    _clean_failure(proc, "is not built")
+    assert "invoke build --set ci --cell 24.05.3-cuda12.2.2-ubuntu22.04" in proc.stderr
+    assert not (tmp_path / "out").exists()
