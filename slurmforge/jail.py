@@ -7,10 +7,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
+import docker
+
 from slurmforge.engine import Engine
 from slurmforge.errors import BuildError, ConfigError
 
 MOUNT = "/jail"
+SENTINEL = ".slurmforge/populated"  # written by jail/populate after a complete copy
 LABEL = "io.slurmforge.jail-populate"
 
 
@@ -38,6 +41,10 @@ def populate(
         source = str(target)
     else:
         source = into
+    if _holds(engine, source, info.id):
+        # the same answer the entrypoint would give, without starting a container for it
+        out.write(f"populate: {into} already holds {info.id}\n")
+        return info.id
     container = engine.client.containers.run(
         info.id,
         command=[MOUNT],
@@ -62,3 +69,19 @@ def populate(
     if code:
         raise BuildError(f"jail populate into {into} failed with exit code {code}")
     return info.id
+
+
+def _holds(engine: Engine, source: str, digest: str) -> bool:
+    """Whether the jail at ``source`` records ``digest``, when this host can read it directly
+    (a directory, or a local volume of a daemon on this machine); False when it cannot tell."""
+    if source.startswith("/"):
+        root = Path(source)
+    else:
+        try:
+            root = Path(engine.client.volumes.get(source).attrs["Mountpoint"])
+        except (docker.errors.NotFound, docker.errors.APIError, KeyError):  # not there yet
+            return False
+    try:
+        return (root / SENTINEL).read_text().strip() == digest
+    except OSError:  # not there, or not readable from here (a remote daemon)
+        return False

@@ -2,7 +2,8 @@
 `docker-compose` v1: file format 3.8, no features either lacks).
 
 Services: slurmctld, login, one per compute node (named after the Slurm node, so Compose's DNS
-resolves it), and jail-populate (profile "setup": run explicitly by `invoke deploy`, not by `up`).
+resolves it), and jail-populate (profile "setup", so `up` leaves it alone: `invoke deploy` runs the
+same image's populate itself; by hand: `docker-compose --profile setup run --rm jail-populate`).
 Capabilities are granted per service, never --privileged:
 - compute nodes get their node set's capabilities; the built-in base layer gives SYS_ADMIN, which
   the jail SPANK plugin needs for a private mount namespace and its mounts;

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from slurmforge import proc
+from slurmforge import jail, proc
 from slurmforge.deploy import compose, slurmconf
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster, as_dict, state_dir
 from slurmforge.engine import Engine
@@ -156,7 +156,15 @@ class Local:
         running = self._running(CONTROLLER)
         changed = self.render(jail_id, key)
         if populate:
-            self.compose("--profile", "setup", "run", "--rm", compose.POPULATE)
+            # Compose creates (and labels) the volumes; the jail is filled before anything starts.
+            self.compose("up", "--no-start", "--remove-orphans")
+            jail.populate(
+                self.engine,
+                self.cluster.images[JAIL],
+                f"{self.cluster.name}_jail",
+                self.cluster.spec.jail.keep,
+                out=self.log,
+            )
         self.compose("up", "-d", "--remove-orphans")
         if changed and running:
             code, out = self.sh(CONTROLLER, "scontrol reconfigure")
