@@ -200,3 +200,27 @@ def test_deploy_before_images_exist_names_the_build(deployed: Deployed, tmp_path
     _clean_failure(proc, "is not built")
     assert "invoke build --set ci --cell 24.05.3-cuda12.2.2-ubuntu22.04" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_deploy_timeout_names_the_failing_node(deployed: Deployed, tmp_path, client) -> None:
+    """A node whose munge key is withheld never registers: deploy gives up naming it, with logs."""
+    nodesets = [
+        {
+            "name": "cpu",
+            "definitions": ["cpu-small"],
+            "replicas": 1,
+            "env": {"MUNGE_KEY_FILE": "/nonexistent"},
+        }
+    ]
+    write_cluster(tmp_path, "sftimeout", free_port(), nodesets=nodesets)
+    env = {**deployed.env, "SLURMFORGE_STATE_DIR": str(tmp_path / "state")}
+    where = ["--cluster", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "out")]
+    try:
+        proc = invoke(env, "deploy", "--timeout", "20", *where)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+        assert errors[0].startswith("error: not ready after 20 s: cpu-0"), proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert "sftimeout" in proc.stderr and "last 15 log lines" in proc.stderr
+    finally:
+        invoke(env, "down", "--volumes", *where)
