@@ -56,6 +56,9 @@ def render(cluster: Cluster, key_file: Path, jail_id: str) -> dict[str, Any]:
             "command": ["slurmctld", "-D"],
             "volumes": [node_conf, key, f"state:{slurmconf.STATE_DIR}", f"{jail}:ro"],
             "labels": labels(CONTROLLER),
+            # nodes first: slurmctld resolves every node name when it starts (slurmd retries
+            # until the controller answers)
+            **({"depends_on": [node for _, node in cluster.nodes]} if cluster.nodes else {}),
             "restart": "unless-stopped",
         },
         LOGIN: {
@@ -81,7 +84,6 @@ def render(cluster: Cluster, key_file: Path, jail_id: str) -> dict[str, Any]:
             **_mount_caps(list(ns.capabilities)),
             "volumes": [node_conf, jail_conf, key, jail],
             "labels": labels("node", **{"io.slurmforge.nodeset": ns.name}),
-            "depends_on": [CONTROLLER],
             "restart": "unless-stopped",
         }
         if ns.env:
