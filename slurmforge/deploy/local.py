@@ -65,14 +65,25 @@ class Local:
                 + (f": {detail[0]}" if detail else "")
             ) from None
 
-    def container(self, service: str) -> Any | None:
-        labels = [f"{PROJECT_LABEL}={self.cluster.name}", f"{SERVICE_LABEL}={service}"]
+    def containers(self, service: str | None = None) -> dict[str, Any]:
+        """Service name → container of this cluster (one service, or all in one call)."""
+        labels = [f"{PROJECT_LABEL}={self.cluster.name}"]
+        if service is not None:
+            labels.append(f"{SERVICE_LABEL}={service}")
         found = self.engine.client.containers.list(all=True, filters={"label": labels})
-        return found[0] if found else None
+        return {c.labels.get(SERVICE_LABEL, ""): c for c in found}
+
+    def container(self, service: str) -> Any | None:
+        return self.containers(service).get(service)
+
+    def running(self, service: str) -> Any | None:
+        """The service's container if it is running."""
+        container = self.container(service)
+        return container if container is not None and container.status == "running" else None
 
     def sh(self, service: str, command: str) -> tuple[int, str]:
-        container = self.container(service)
-        if container is None or container.status != "running":
+        container = self.running(service)
+        if container is None:
             return 125, f"{service} is not running"
         code, out = container.exec_run(["bash", "-c", command])
         return code, out.decode(errors="replace").strip()
@@ -100,8 +111,8 @@ class Local:
 
     def check_port(self) -> None:
         login = self.cluster.spec.login
-        mine = self.container(LOGIN)
-        if mine is not None and mine.status == "running":
+        mine = self.running(LOGIN)
+        if mine is not None:
             bound = mine.attrs["HostConfig"].get("PortBindings") or {}
             if any(b.get("HostPort") == str(login.port) for v in bound.values() for b in v or []):
                 return
@@ -153,7 +164,7 @@ class Local:
         return time.monotonic() - start
 
     def _apply(self, jail_id: str, key: Path, populate: bool) -> None:
-        running = self._running(CONTROLLER)
+        running = self.running(CONTROLLER) is not None
         changed = self.render(jail_id, key)
         if populate:
             # Compose creates (and labels) the volumes; the jail is filled before anything starts.
@@ -171,10 +182,6 @@ class Local:
             if code:
                 raise DeployError(f"scontrol reconfigure failed: {out}")
 
-    def _running(self, service: str) -> bool:
-        container = self.container(service)
-        return container is not None and container.status == "running"
-
     def node_states(self) -> dict[str, str] | None:
         code, out = self.sh(CONTROLLER, "sinfo -h -N -o '%N %t'")
         if code:
@@ -184,12 +191,12 @@ class Local:
     def wait_ready(self, timeout: float) -> None:
         """Until every node is in service (idle, or running jobs); else name the failing ones."""
         nodes = [node for _, node in self.cluster.nodes]
+        watched = {CONTROLLER, LOGIN, *nodes}
         deadline = time.monotonic() + timeout
         states: dict[str, str] | None = None
         while time.monotonic() < deadline:
-            for service in (CONTROLLER, LOGIN, *nodes):
-                container = self.container(service)
-                if container is not None and container.status in ("exited", "dead"):
+            for service, container in self.containers().items():
+                if service in watched and container.status in ("exited", "dead"):
                     raise DeployError(
                         f"container {container.name} stopped (exit code "
                         f"{container.attrs['State'].get('ExitCode')})\n{self._tail(service)}"
@@ -235,7 +242,7 @@ class Local:
         """Apply ``new`` (this cluster with other replica counts); returns the removed nodes."""
         ids = self.image_ids()
         removed = sorted({n for _, n in self.cluster.nodes} - {n for _, n in new.nodes})
-        if removed and self._running(CONTROLLER):
+        if removed and self.running(CONTROLLER) is not None:
             self.drain(removed, timeout)
         self.cluster = new
         self._apply(ids[JAIL], self.munge_key(), populate=False)
@@ -243,8 +250,8 @@ class Local:
         return removed
 
     def login_argv(self, user: str | None) -> list[str]:
-        container = self.container(LOGIN)
-        if container is None or container.status != "running":
+        container = self.running(LOGIN)
+        if container is None:
             raise DeployError(f"the login node of {self.cluster.name} is not running")
         inner = ["su", "-", user] if user else ["/bin/bash", "-l"]
         tty = ["-it"] if sys.stdin.isatty() else ["-i"]

@@ -163,10 +163,7 @@ def write_scale(cluster_name: str, replicas: dict[str, int]) -> None:
 
 
 def _check_references(path: Path, spec: ClusterSpec) -> None:
-    names = [ns.name for ns in spec.nodesets]
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            raise ConfigError(f"{path}: nodesets[{i}].name: duplicate node set name {name!r}")
+    names = [ns.name for ns in spec.nodesets]  # unique: Layers refuses duplicates first
     taken = {CONTROLLER, LOGIN}
     for i, name in enumerate(names):
         if name in taken:
