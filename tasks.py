@@ -111,13 +111,16 @@ def build(
         rows = fastpath.check(_config_path(config), key)
         if rows is not None:
             _print_summary(rows)
+            if any("without " in r["note"] for r in rows):
+                print(SKIPPED_HINT, file=sys.stderr)
             return
     project = _project(set, cell, component, config)
     if dry_run:
         _print_plan(project)
         return
-    results = project.build(_fetch_options(mirror, allow_unpinned), jobs, fail_fast)
+    results, skipped = project.build(_fetch_options(mirror, allow_unpinned), jobs, fail_fast)
     _print_summary([r.row() for r in results])
+    _print_skipped(skipped)
     failed = [r for r in results if not r.ok]
     if failed:
         from slurmforge.errors import BuildError
@@ -126,6 +129,21 @@ def build(
             f"{len(failed)} of {len(results)} targets did not build",
             hint=f"logs in {HERE / '.cache/logs/latest'}",
         )
+
+
+SKIPPED_HINT = (
+    "hint: optional features were skipped (see 'without …' above; the images carry the label "
+    "io.slurmforge.skipped). Supply their sources with --mirror DIR (laid out as "
+    "DIR/<host>/<path>), or where GitHub is reachable run `invoke lock --trust "
+    "https://github.com/NVIDIA/` and build again."
+)
+
+
+def _print_skipped(skipped: dict[str, str]) -> None:
+    for feature, why in sorted(skipped.items()):
+        print(f"skipped {feature}: {why}", file=sys.stderr)
+    if skipped:
+        print(SKIPPED_HINT, file=sys.stderr)
 
 
 def _print_plan(project) -> None:
@@ -146,8 +164,12 @@ def fetch(
     c, set="default", cell=None, component=None, mirror=None, allow_unpinned=False, config=None
 ):
     """Download and verify the upstream sources of the selected cells into .cache/sources."""
-    for f in _project(set, cell, component, config).fetch(_fetch_options(mirror, allow_unpinned)):
+    project = _project(set, cell, component, config)
+    options = _fetch_options(mirror, allow_unpinned)
+    optional, skipped = project.fetch_optional(options)
+    for f in project.fetch(options) + optional:
         print(f"{f.sha256}  {f.path}")
+    _print_skipped(skipped)
 
 
 @task(
@@ -162,9 +184,10 @@ def fetch(
 def lock(c, trust=None, set="default", cell=None, component=None, mirror=None, config=None):
     """Record sha256 of unpinned sources fetched from a trusted origin into versions.lock."""
     project = _project(set, cell, component, config)
-    fetched, path = project.lock(_fetch_options(mirror, False, trust))
+    fetched, skipped, path = project.lock(_fetch_options(mirror, False, trust))
     for f in fetched:
         print(f"{f.sha256}  {f.source.url}")
+    _print_skipped(skipped)
     print(f"recorded in {path}", file=sys.stderr)
 
 

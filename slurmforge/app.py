@@ -19,16 +19,17 @@ from slurmforge import fastpath, matrix
 from slurmforge.build import BuildOptions, Result, Runner
 from slurmforge.config import UNPINNED, Config
 from slurmforge.engine import Engine
-from slurmforge.errors import ConfigError
+from slurmforge.errors import ConfigError, SourceError
 from slurmforge.matrix import Target
 from slurmforge.plan import (
     Action,
     ContextSources,
     Decision,
+    Need,
     Planner,
     is_bootstrap,
+    needs,
     parent_refs,
-    source_candidates,
 )
 from slurmforge.proc import git_origin, git_revision
 from slurmforge.render import Renderer
@@ -80,40 +81,70 @@ class Project:
     def fetch(
         self, options: FetchOptions, targets: Iterable[Target] | None = None
     ) -> list[Fetched]:
+        """Required sources, fetched and verified, or an error (optional ones: fetch_optional)."""
         mirror = resolve_mirror(options.mirror)
-        wanted: dict[tuple[str, ...], tuple[config_mod.Source, ...]] = {}
+        wanted: dict[tuple[str, ...], Need] = {}
         for target in self.targets if targets is None else targets:
-            for candidates in source_candidates(self.config, target).values():
-                wanted[tuple(s.url for s in candidates)] = candidates
-        return [
-            self.cache.fetch(
-                self.config,
-                candidates,
-                mirror=mirror,
-                allow_unpinned=options.allow_unpinned,
-                trusted=options.trusted,
-            )
-            for candidates in wanted.values()
-        ]
+            for need in needs(self.config, target):
+                if not need.optional:
+                    wanted[tuple(s.url for s in need.candidates)] = need
+        return [self._fetch(need, options, mirror) for need in wanted.values()]
 
-    def lock(self, options: FetchOptions) -> tuple[list[Fetched], Path]:
+    def _fetch(self, need: Need, options: FetchOptions, mirror: str | None) -> Fetched:
+        return self.cache.fetch(
+            self.config,
+            need.candidates,
+            mirror=mirror,
+            allow_unpinned=options.allow_unpinned,
+            trusted=options.trusted,
+        )
+
+    def fetch_optional(self, options: FetchOptions) -> tuple[list[Fetched], dict[str, str]]:
+        """Optional features' sources: what could be had, and why each other one was skipped.
+
+        One that is unpinned is not even tried (unless allowed or trusted); one that is pinned but
+        unreachable is tried once per run. Neither fails the build: the images say they lack it.
+        """
+        mirror = resolve_mirror(options.mirror)
+        fetched: list[Fetched] = []
+        skipped: dict[str, str] = {}
+        sources = self.context_sources()
+        seen: set[tuple[str, ...]] = set()
+        for target in self.targets:
+            for need in needs(self.config, target):
+                key = tuple(s.url for s in need.candidates)
+                if not need.optional or key in seen:
+                    continue
+                seen.add(key)
+                if need.requires and need.requires in skipped:
+                    continue
+                if sources.cached(need):
+                    continue
+                try:
+                    fetched.append(self._fetch(need, options, mirror))
+                except (ConfigError, SourceError) as exc:
+                    skipped[need.feature] = exc.message
+        return fetched, skipped
+
+    def lock(self, options: FetchOptions) -> tuple[list[Fetched], dict[str, str], Path]:
         if not options.trusted:
             raise ConfigError(
                 "lock needs at least one --trust ORIGIN (e.g. https://download.schedmd.com/)"
             )
-        fetched = self.fetch(options)
+        optional, skipped = self.fetch_optional(options)
+        fetched = self.fetch(options) + optional
         recorded = {
             f.source.url: f.sha256
             for f in fetched
             if self.config.sha256_of(f.source) == UNPINNED
             and f.source.url.startswith(options.trusted)
         }
-        return fetched, write_lock(self.config.path, recorded)
+        return fetched, skipped, write_lock(self.config.path, recorded)
 
     # -- plan / build ----------------------------------------------------------------------
 
-    def plan(self) -> list[Decision]:
-        planner = self.planner()
+    def plan(self, fetched: Iterable[Fetched] = ()) -> list[Decision]:
+        planner = self.planner(fetched)
         decisions: dict[str, Decision] = {}
         for target in self.targets:
             parents: dict[str, Decision | str] = {}
@@ -128,13 +159,18 @@ class Project:
         s = self.selection
         return [s.set_name, *sorted(s.cells), "|", *sorted(s.components)]
 
-    def build(self, fetch: FetchOptions, jobs: int, fail_fast: bool) -> list[Result]:
+    def build(
+        self, fetch: FetchOptions, jobs: int, fail_fast: bool
+    ) -> tuple[list[Result], dict[str, str]]:
+        """Results per target, and the optional features skipped (feature → why)."""
         engine = self.engine  # fail on an unreachable daemon before any download
-        # Sources are fetched (and verified) before anything is built, but only for targets
-        # that may need building: a cached slurm-debs does not need its tarball.
-        decisions = {d.target.id: d for d in self.plan()}
+        # Optional features first: whether they can be had decides what the Dockerfiles say.
+        fetched, skipped = self.fetch_optional(fetch)
+        # Required sources are fetched (and verified) before anything is built, but only for
+        # targets that may need building: a cached slurm-debs does not need its tarball.
+        decisions = {d.target.id: d for d in self.plan(fetched)}
         todo = [d.target for d in decisions.values() if d.action is Action.BUILD]
-        fetched = self.fetch(fetch, todo)
+        fetched += self.fetch(fetch, todo)
         options = BuildOptions(
             jobs=max(1, jobs),
             fail_fast=fail_fast,
@@ -143,11 +179,16 @@ class Project:
             oci=self.oci_labels(),
         )
         runner = Runner(self.planner(fetched), engine, options, known=decisions)
-        results = runner.run(self.targets)
+        results = runner.run(self.targets, self.lacking(fetched))
         if all(r.ok for r in results) and not fetch.allow_unpinned:
             images = {tag: r.image_id for r in results for tag in r.target.tags}
             fastpath.record(self.config.path, self.stamp_key, images, [r.row() for r in results])
-        return results
+        return results, skipped
+
+    def lacking(self, fetched: Iterable[Fetched] = ()) -> dict[str, tuple[str, ...]]:
+        """Target id → the optional features its image goes without."""
+        sources = self.context_sources(fetched)
+        return {t.id: sources(t).skipped for t in self.targets if not is_bootstrap(self.config, t)}
 
     def oci_labels(self) -> dict[str, str]:
         epoch = os.environ.get("SOURCE_DATE_EPOCH")

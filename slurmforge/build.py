@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import graphlib
 import re
 import subprocess
@@ -91,7 +92,10 @@ class Runner:
         self._lock = threading.Lock()
         self.log_dir = fastpath.new_log_dir(options.log_root)
 
-    def run(self, targets: Sequence[Target]) -> list[Result]:
+    def run(
+        self, targets: Sequence[Target], lacking: Mapping[str, tuple[str, ...]] | None = None
+    ) -> list[Result]:
+        """Build ``targets``; ``lacking``: target id → optional features it goes without."""
         graph = {t.id: set(t.parents) for t in targets}
         by_id = {t.id: t for t in targets}
         sorter = graphlib.TopologicalSorter(graph)
@@ -117,7 +121,7 @@ class Runner:
                     result = fut.result()
                     self._finish(result)
                     sorter.done(tid)
-        results = [self.results[t.id] for t in targets]
+        results = [_without(self.results[t.id], (lacking or {}).get(t.id, ())) for t in targets]
         fastpath.write_summary(self.log_dir, [r.row() for r in results])
         return results
 
@@ -253,6 +257,13 @@ class _Cancelled(Exception):
 
 class _BuildFailed(Exception):
     pass
+
+
+def _without(result: Result, features: tuple[str, ...]) -> Result:
+    if not features or not result.ok:
+        return result
+    lack = "without " + ", ".join(features)
+    return dataclasses.replace(result, note=f"{result.note}; {lack}" if result.note else lack)
 
 
 def _bar(target: Target, slot: int, **kwargs: Any) -> tqdm:

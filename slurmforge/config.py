@@ -30,6 +30,8 @@ _IMAGE_REF = re.compile(
     r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
     r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
 )
+# What the GPU images take from 'tools:', and in which form.
+GPU_TOOLS = {"nccl": "userspace", "nccl-tests": "sources", "pyxis": "sources", "enroot": "sources"}
 TAG_FIELDS = frozenset({"slurm", "slurm_series", "cuda", "distro", "component"})
 
 
@@ -120,19 +122,71 @@ class Slurm(Model):
     sources: tuple[Source, ...] = Field(min_length=1)
 
 
+_REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!-]*$"
+
+
+class Wheel(Model):
+    """A binary wheel fetched on the host with pip (by name, from the index pip is set up for)."""
+
+    requirement: Annotated[str, Strict(), StringConstraints(pattern=_REQUIREMENT)]
+    sha256: Sha256
+
+    @property
+    def pinned(self) -> bool:
+        return self.sha256 != UNPINNED
+
+    @property
+    def url(self) -> str:  # the key under which fetches and locks record it
+        return f"pip:{self.requirement}"
+
+    @property
+    def filename(self) -> str:
+        name, version = self.requirement.split("==")
+        return f"{re.sub(r'[-.]+', '_', name).lower()}-{version}.whl"
+
+
+AptPin = Annotated[str, Strict(), StringConstraints(pattern=r"^[a-z0-9][a-z0-9.+-]*=\S+$")]
+
+
+class AptRepo(Model):
+    """Packages from a vendor apt repository (production sites that reach it)."""
+
+    repository: Url  # base URL of the flat repository ('deb [signed-by=…] URL /')
+    keyring: Source  # its signing key, fetched on the host and verified like any source
+    packages: tuple[AptPin, ...] = Field(min_length=1)
+
+
+class Userspace(Model):
+    """Where a set of GPU libraries comes from: exactly one source kind."""
+
+    wheels: tuple[Wheel, ...] = ()
+    apt: AptRepo | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Userspace:
+        if bool(self.wheels) == (self.apt is not None):
+            raise ValueError("expected exactly one of 'wheels' or 'apt'")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "wheels" if self.wheels else "apt"
+
+
 class Cuda(Model):
-    pip: tuple[Str, ...] = Field(min_length=1)
+    runtime: Userspace  # CUDA user space that jobs link against
+    build: Userspace | None = None  # the compiler, needed only to build nccl-tests
 
 
 class Tool(Model):
     version: Str
     sources: tuple[Source, ...] = ()
-    pip: tuple[Str, ...] = ()
+    userspace: Userspace | None = None
 
     @model_validator(mode="after")
     def _has_origin(self) -> Tool:
-        if not self.sources and not self.pip:
-            raise ValueError("expected 'sources' or 'pip'")
+        if not self.sources and self.userspace is None:
+            raise ValueError("expected 'sources' or 'userspace'")
         return self
 
 
@@ -195,7 +249,7 @@ class Config(BaseModel):
     def root(self) -> Path:
         return self.path.parent
 
-    def sha256_of(self, source: Source) -> str:
+    def sha256_of(self, source: Source | Wheel) -> str:
         """The pinned checksum, or the one recorded in the lock file, or ``unpinned``."""
         return source.sha256 if source.pinned else self.locked.get(source.url, UNPINNED)
 
@@ -331,6 +385,16 @@ def _check_references(path: Path, v: Versions) -> None:
                         value,
                         known[axis],
                     )
+    for name, kind in GPU_TOOLS.items():
+        tool = v.tools.get(name)
+        if tool is None:
+            raise ConfigError(
+                f"{path}: tools.{name}: required key is missing (the worker needs it)"
+            )
+        if kind == "userspace" and tool.userspace is None:
+            raise ConfigError(f"{path}: tools.{name}: expected 'userspace' (wheels or apt)")
+        if kind == "sources" and not tool.sources:
+            raise ConfigError(f"{path}: tools.{name}: expected 'sources' (a URL with sha256)")
     for name, distro in v.distros.items():
         if distro.bootstrap and not distro.bootstrap.mirror.startswith(("http://", "https://")):
             raise ConfigError(

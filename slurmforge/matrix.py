@@ -37,6 +37,10 @@ class Component:
     context: tuple[str, ...] = ()
 
 
+# What the GPU images take from upstream; '?' marks an optional feature (GitHub-only sources),
+# skipped and labelled when it cannot be had. cuda-build (the compiler) serves nccl-tests only.
+GPU_SOURCES = ("cuda", "nccl", "pyxis?", "enroot?", "nccl-tests?", "cuda-build?")
+
 COMPONENTS: dict[str, Component] = {
     c.name: c
     for c in (
@@ -47,7 +51,7 @@ COMPONENTS: dict[str, Component] = {
             ("base",),
             False,
             "Slurm and the jail SPANK plugin compiled into .debs (internal builder)",
-            sources=("slurm",),
+            sources=("slurm", "pyxis?"),
             context=("jail/spank",),
         ),
         Component(
@@ -75,12 +79,22 @@ COMPONENTS: dict[str, Component] = {
             "login node: client, sshd, nss_slurm",
         ),
         Component(
+            "worker",
+            (Axis.DISTRO, Axis.SLURM, Axis.CUDA),
+            ("slurmd", "slurm-debs", "base"),
+            True,
+            "GPU compute node: slurmd + CUDA user space, NCCL, nccl-tests, enroot, pyxis",
+            sources=GPU_SOURCES,
+            context=("images/gpu", "jail/gpu"),
+        ),
+        Component(
             "jail",
-            (Axis.DISTRO, Axis.SLURM),
+            (Axis.DISTRO, Axis.SLURM, Axis.CUDA),
             ("base", "slurm-debs"),
             True,
-            "the users' shared root filesystem; its entrypoint populates a volume",
-            context=("rootfs", "jail/populate"),
+            "the users' shared root filesystem (with CUDA user space); populates a volume",
+            sources=GPU_SOURCES,
+            context=("rootfs", "jail/populate", "images/gpu"),
         ),
     )
 }

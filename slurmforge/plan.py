@@ -9,10 +9,10 @@ from enum import StrEnum
 from typing import Any
 
 from slurmforge import bootstrap
-from slurmforge.config import UNPINNED, Config, Source
+from slurmforge.config import UNPINNED, Config, Source, Userspace, Wheel
 from slurmforge.engine import HASH_LABEL, MANIFEST_LABEL, Engine, ImageInfo
 from slurmforge.matrix import COMPONENTS, Axis, Target
-from slurmforge.render import ContextFile, Rendered, Renderer, inputs_hash
+from slurmforge.render import ContextFile, ContextFiles, Rendered, Renderer, inputs_hash
 from slurmforge.sources import Cache
 
 
@@ -39,13 +39,55 @@ class Decision:
         }
 
 
-def source_candidates(config: Config, target: Target) -> dict[str, tuple[Source, ...]]:
-    """The upstream artifacts a target's build context needs, by name."""
-    comp = COMPONENTS[target.component]
-    out: dict[str, tuple[Source, ...]] = {}
-    for name in comp.sources:
+Artifact = Source | Wheel
+
+
+@dataclass(frozen=True)
+class Need:
+    """One upstream artifact a target's build context needs (``candidates`` are alternatives)."""
+
+    name: str  # render key: 'slurm', 'pyxis', 'cuda/0', …
+    candidates: tuple[Artifact, ...]
+    optional: bool = False  # a feature: skipped, and said so, when it cannot be had
+    requires: str = ""  # wanted only when this optional need is present
+    group: str = ""  # wheels and keyrings of one userspace group ('cuda', 'nccl', 'cuda-build')
+
+    @property
+    def feature(self) -> str:
+        return self.name.split("/", 1)[0]
+
+    def arcname(self, artifact: Artifact) -> str:
+        if self.name == "slurm":  # at the context root, as the cached Slurm compile layer expects
+            return artifact.filename
+        if isinstance(artifact, Wheel):
+            return f"wheels/{artifact.filename}"
+        return f"sources/{self.feature}/{artifact.filename}"
+
+
+def _userspace_needs(group: str, space: Userspace | None, **kw: Any) -> list[Need]:
+    if space is None:
+        return []
+    artifacts: tuple[Artifact, ...] = space.wheels or ((space.apt.keyring,) if space.apt else ())
+    return [Need(f"{group}/{i}", (a,), group=group, **kw) for i, a in enumerate(artifacts)]
+
+
+def needs(config: Config, target: Target) -> list[Need]:
+    """A target's upstream artifacts, from its component's ``sources`` (``name?``: optional)."""
+    v = config.versions
+    cuda = v.cuda.get(target.coord(Axis.CUDA) or "")
+    out: list[Need] = []
+    for spec in COMPONENTS[target.component].sources:
+        name = spec.rstrip("?")
         if name == "slurm":
-            out[name] = config.versions.slurm[target.coord(Axis.SLURM) or ""].sources
+            out.append(Need(name, v.slurm[target.coord(Axis.SLURM) or ""].sources))
+        elif name == "cuda" and cuda is not None:
+            out += _userspace_needs("cuda", cuda.runtime)
+        elif name == "cuda-build" and cuda is not None:
+            out += _userspace_needs("cuda-build", cuda.build, optional=True, requires="nccl-tests")
+        elif name in v.tools and v.tools[name].userspace is not None:
+            out += _userspace_needs(name, v.tools[name].userspace)
+        elif name in v.tools:
+            out.append(Need(name, v.tools[name].sources, optional=spec.endswith("?")))
     return out
 
 
@@ -64,32 +106,48 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 class ContextSources:
-    """Build-context entries for a target's upstream sources (no Docker needed)."""
+    """Build-context entries for a target's upstream sources (no Docker needed).
+
+    A required source is named by its pinned (or locked, or fetched) sha256 and need not be cached
+    yet: its content is already defined by the checksum. An optional one is in only when it is
+    cached, so the same inputs always render the same Dockerfile.
+    """
 
     def __init__(self, config: Config, cache: Cache, fetched: dict[str, str] | None = None) -> None:
         self.config = config
         self.cache = cache
         self.fetched = fetched or {}  # url → sha256 of what this run downloaded
 
-    def _sha(self, source: Source) -> str:
+    def _sha(self, source: Artifact) -> str:
         return self.fetched.get(source.url) or self.config.sha256_of(source)
 
-    def __call__(self, target: Target) -> dict[str, ContextFile]:
-        """Entries keyed by source name, named by the pinned (or locked, or fetched) sha256.
+    def cached(self, need: Need) -> tuple[Artifact, str] | None:
+        for cand in need.candidates:
+            sha = self._sha(cand)
+            if sha != UNPINNED and self.cache.lookup(sha, cand.filename):
+                return cand, sha
+        return None
 
-        The file need not be cached yet: its content is already defined by the checksum.
-        """
-        out = {}
-        for name, candidates in source_candidates(self.config, target).items():
-            source, sha = candidates[0], self._sha(candidates[0])
-            for cand in candidates:
-                cand_sha = self._sha(cand)
-                if cand_sha != UNPINNED and self.cache.lookup(cand_sha, cand.filename):
-                    source, sha = cand, cand_sha
-                    break
+    def __call__(self, target: Target) -> ContextFiles:
+        files: dict[str, ContextFile] = {}
+        skipped: list[str] = []
+        for need in needs(self.config, target):
+            hit = self.cached(need)
+            if need.optional and (hit is None or (need.requires and need.requires in skipped)):
+                if need.feature not in skipped:
+                    skipped.append(need.feature)
+                continue
+            source, sha = hit or (need.candidates[0], self._sha(need.candidates[0]))
             path = self.cache.root / sha / source.filename
-            out[name] = ContextFile(source.filename, path, sha, 0o644)
-        return out
+            files[need.name] = ContextFile(need.arcname(source), path, sha, 0o644)
+        dependents = {n.requires: n.feature for n in needs(self.config, target) if n.requires}
+        for feature, helper in dependents.items():  # e.g. nccl-tests cannot build without nvcc
+            if helper in skipped and feature not in skipped:
+                files = {k: f for k, f in files.items() if k.split("/", 1)[0] != feature}
+                skipped.append(feature)
+        return ContextFiles(
+            files, tuple(sorted(f for f in skipped if f not in dependents.values()))
+        )
 
 
 def is_bootstrap(config: Config, target: Target) -> bool:

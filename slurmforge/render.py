@@ -28,6 +28,14 @@ class ContextFile:
 
 
 @dataclass(frozen=True)
+class ContextFiles:
+    """What a target's build context gets from upstream, and which optional features it lacks."""
+
+    files: dict[str, ContextFile]  # need name → entry
+    skipped: tuple[str, ...] = ()  # optional features (need names) left out
+
+
+@dataclass(frozen=True)
 class Rendered:
     target: Target
     dockerfile: str
@@ -106,12 +114,20 @@ class Renderer:
         self,
         target: Target,
         parent_refs: dict[str, str],
-        sources: dict[str, ContextFile] | None = None,
+        upstream: ContextFiles | None = None,
     ) -> Rendered:
-        """``parent_refs``: component → image reference; ``sources``: name → fetched artifact."""
-        sources = sources or {}
+        """``parent_refs``: component → image reference; ``upstream``: fetched artifacts."""
+        upstream = upstream or ContextFiles({})
         v = self.config.versions
         distro = v.distros[target.coord(Axis.DISTRO) or ""]
+        wheels: dict[str, list[str]] = {}
+        singles: dict[str, str] = {}
+        for name, f in upstream.files.items():
+            group, _, index = name.partition("/")
+            if index:
+                wheels.setdefault(group, []).append(f.arcname)
+            else:
+                singles[group] = f.arcname
         values = {
             "distro": target.coord(Axis.DISTRO),
             "slurm": target.coord(Axis.SLURM),
@@ -119,7 +135,12 @@ class Renderer:
             "distro_image": distro.image,
             "accounts": v.accounts,
             "parents": {k.replace("-", "_"): ref for k, ref in parent_refs.items()},
-            **{f"{name.replace('-', '_')}_tarball": f.arcname for name, f in sources.items()},
+            "cuda_spec": v.cuda.get(target.coord(Axis.CUDA) or ""),
+            "tools": v.tools,
+            "sources": singles,  # feature → arcname, only the features that are present
+            "wheels": wheels,  # userspace group → arcnames of its wheels (or apt keyring)
+            "skipped": upstream.skipped,
+            "slurm_tarball": singles.get("slurm"),
         }
         name = f"{target.component}/{TEMPLATE}"
         try:
@@ -128,5 +149,5 @@ class Renderer:
             raise ConfigError(f"{self.images_dir / name}:{exc.lineno}: {exc.message}") from None
         except jinja2.TemplateError as exc:
             raise ConfigError(f"{self.images_dir / name}: {exc.message}") from None
-        files = self.component_files(target.component) + list(sources.values())
+        files = self.component_files(target.component) + list(upstream.files.values())
         return Rendered(target, dockerfile, tuple(sorted(files, key=lambda f: f.arcname)))

@@ -11,6 +11,7 @@ import hashlib
 import http.client
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import urllib.error
@@ -22,17 +23,26 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from slurmforge.config import UNPINNED, Config, ConfigError, Source
+from slurmforge.config import UNPINNED, Config, ConfigError, Source, Wheel
 from slurmforge.errors import ChecksumError, SourceError
 
 MIRROR_ENV = "SLURMFORGE_MIRROR"
 LOCK_NAME = "versions.lock"
 _CHUNK = 1 << 20
+_PLATFORMS = ("manylinux2014_x86_64", "manylinux1_x86_64")  # the amd64 wheels NVIDIA publishes
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
 class Fetched:
-    source: Source
+    source: Source | Wheel
     path: Path
     sha256: str
 
@@ -95,7 +105,7 @@ class Cache:
     def fetch(
         self,
         config: Config,
-        candidates: Iterable[Source],
+        candidates: Iterable[Source | Wheel],
         *,
         mirror: str | None = None,
         allow_unpinned: bool = False,
@@ -115,6 +125,8 @@ class Cache:
                 refused.append(source)
                 continue
             try:
+                if isinstance(source, Wheel):
+                    return self._pip_download(source, sha)
                 return self._download(source, sha, mirror_url(source.url, mirror))
             except ChecksumError:
                 raise
@@ -126,6 +138,45 @@ class Cache:
                 hint="pass --allow-unpinned, or record it with `invoke lock --trust <origin>`",
             )
         raise SourceError("; ".join(failures), hint=f"set --mirror or ${MIRROR_ENV} if offline")
+
+    def _pip_download(self, wheel: Wheel, expected: str) -> Fetched:
+        """``pip download`` one wheel (no dependencies, Linux x86_64), then verify it like a file.
+
+        pip is the ordinary client for the index (PIP_INDEX_URL and pip.conf apply); it checks the
+        pinned hash itself, and the file is checked again before it enters the cache.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.root, prefix=".pip-") as tmp:
+            req = Path(tmp, "requirements.txt")
+            pin = f" --hash=sha256:{expected}" if expected != UNPINNED else ""
+            req.write_text(f"{wheel.requirement}{pin}\n")
+            out = Path(tmp, "out")
+            cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                   "--disable-pip-version-check", "--only-binary=:all:", "--implementation=py",
+                   "--python-version=3", "--abi=none", *(f"--platform={p}" for p in _PLATFORMS),
+                   "--dest", str(out), "-r", str(req)]  # fmt: skip
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            got = sorted(out.glob("*.whl")) if out.is_dir() else []
+            if proc.returncode != 0 or len(got) != 1:
+                lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+                if any("DO NOT MATCH THE HASHES" in ln for ln in lines):
+                    raise ChecksumError(
+                        f"{wheel.url}: checksum mismatch: expected sha256 {expected}",
+                        hint="check the pinned sha256 (pip prints the one it got)",
+                    )
+                detail = next(
+                    (ln for ln in lines if ln.startswith("ERROR")), lines[-1] if lines else ""
+                )
+                raise SourceError(f"{wheel.url}: pip download failed: {detail or 'no wheel'}")
+            actual = _file_sha256(got[0])
+            if expected != UNPINNED and actual != expected:
+                raise ChecksumError(
+                    f"{wheel.url}: checksum mismatch: expected {expected}, got {actual}"
+                )
+            final = self.root / actual / wheel.filename
+            final.parent.mkdir(parents=True, exist_ok=True)
+            got[0].replace(final)
+            return Fetched(wheel, final, actual)
 
     def _download(self, source: Source, expected: str, url: str) -> Fetched:
         try:

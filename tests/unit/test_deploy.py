@@ -68,7 +68,7 @@ def test_scale_state_overrides_replicas(write_cluster, versions) -> None:
         ([{"name": "cpu", "definitions": ["cpu-small"], "replicas": -1}], "replicas: Input should"),
         ([{"name": "cpu", "definitions": ["cpu-small"], "replicas": 1.5}], "nodesets[0].replicas"),
         ([{"name": "cpu", "definitions": ["cpu-small"], "replicas": "2"}], "nodesets[0].replicas"),
-        ([{"name": "cpu", "definitions": ["gpu"]}], "no 'worker' node image for cell"),
+        ([{"name": "cpu", "definitions": ["gpu"], "image": "login"}], "no 'login' node image"),
         ([{"name": "cpu", "definitions": ["cpu-large"]}], "unknown layer 'cpu-large'"),
         ([{"name": "cpu", "definitions": ["cpu"]}], "layer cycle cpu → cpu"),
         ([{"name": "cpu", "replicas": 1}], "nodesets[0].image: required key is missing"),

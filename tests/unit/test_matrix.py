@@ -26,8 +26,9 @@ def test_ci_set_compiles_slurm_once_per_distro_and_version(cfg: config.Config) -
         "slurm-debs/ubuntu22.04-23.11.6",
         "slurm-debs/ubuntu22.04-24.05.3",
     ]
-    # base once; slurm-debs, runtime, slurmctld, slurmd, login and jail once per Slurm version
-    assert len(ids) == len(set(ids)) == 1 + 2 * 6
+    # base once; slurm-debs, runtime, slurmctld, slurmd, login, and (one CUDA) worker and jail
+    # once per Slurm version
+    assert len(ids) == len(set(ids)) == 1 + 2 * 7
 
 
 def test_parents_come_before_children(cfg: config.Config) -> None:
@@ -41,7 +42,11 @@ def test_parents_come_before_children(cfg: config.Config) -> None:
 
 
 def test_cuda_independent_targets_are_shared_across_cuda_versions(shipped, write_config) -> None:
-    shipped["cuda"]["12.4.1"] = {"pip": ["nvidia-cuda-runtime-cu12==12.4.127"]}
+    shipped["cuda"]["12.4.1"] = {
+        "runtime": {
+            "wheels": [{"requirement": "nvidia-cuda-runtime-cu12==12.4.127", "sha256": "unpinned"}]
+        }
+    }
     shipped["sets"]["default"]["matrix"]["cuda"] = ["12.2.2", "12.4.1"]
     cfg = config.load(write_config(shipped))
     targets = matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))
@@ -53,6 +58,17 @@ def test_cuda_independent_targets_are_shared_across_cuda_versions(shipped, write
         "127.0.0.1:5000/slurmforge/slurmctld:24.11.5-cuda12.4.1-debian12",
         "127.0.0.1:5000/slurmforge/slurmctld:24.11-cuda12.4.1-debian12",
     )
+    # the GPU images are per CUDA version, on the shared Slurm build
+    workers = [t for t in targets if t.component == "worker"]
+    assert [t.id for t in workers] == [
+        "worker/debian12-24.11.5-12.2.2",
+        "worker/debian12-24.11.5-12.4.1",
+    ]
+    assert {p for t in workers for p in t.parents} == {
+        "slurmd/debian12-24.11.5",
+        "slurm-debs/debian12-24.11.5",
+        "base/debian12",
+    }
 
 
 def test_tags_follow_the_set_templates(shipped, write_config) -> None:
