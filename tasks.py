@@ -338,3 +338,38 @@ def jail_populate(c, into, set="default", cell=None, keep=None, config=None):
         cells = ", ".join(c.name for c in project.cells)
         raise ConfigError(f"set {set!r} has several cells ({cells}); pick one with --cell")
     jail.populate(project.engine, targets[0].ref, into, keep or ())
+
+
+@task(
+    help={
+        "driver_root": "where the host's driver is (default /); a directory for a staged root",
+        "format": "json (the mount plan) or cdi (a CDI spec, kind nvidia.com/gpu)",
+    }
+)
+@_fails_cleanly
+def gpu_detect(c, driver_root="/", format="json"):
+    """Find the running NVIDIA driver's files and devices; print the read-only mount plan or CDI."""
+    from slurmforge import gpu
+    from slurmforge.errors import ConfigError
+
+    if format not in ("json", "cdi"):
+        raise ConfigError(f"--format {format!r}: expected json or cdi")
+    driver = gpu.discover(Path(driver_root))
+    if driver is None:
+        print(
+            f"no NVIDIA driver loaded under {driver_root} (no {' or '.join(gpu.VERSION_FILES)}): "
+            "CPU mode, nothing to mount",
+            file=sys.stderr,
+        )
+        if format == "json":
+            print(
+                json.dumps(
+                    {"driver_root": driver_root, "version": None, "mounts": [], "devices": []}
+                )
+            )
+        return
+    for path in driver.ignored:
+        print(
+            f"warning: ignoring {path}: not of the running driver {driver.version}", file=sys.stderr
+        )
+    print(json.dumps(driver.cdi() if format == "cdi" else driver.plan(), indent=2))

@@ -1,0 +1,103 @@
+"""A synthetic NVIDIA driver root: the stand-in for a GPU host on machines that have none.
+
+What is real: the libraries are ELF shared objects compiled here with gcc, named and SONAME'd as
+the driver names them (libcuda.so.<version>, SONAME libcuda.so.1), and libcuda exports
+cuDriverGetVersion like the real one, so a loader and ctypes can resolve and call it. The binary
+nvidia-smi is a compiled program. Device nodes are real character devices with the driver's
+major numbers (nothing behind them). What is faked: there is no GPU and no kernel module; the
+module's version comes from a written /proc/driver/nvidia/version.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+VERSION = "535.104.05"
+OLD_VERSION = "530.30.02"  # leftovers of an earlier driver that discovery must ignore
+CUDA_DRIVER_API = 12020  # what the stand-in libcuda reports, like a 535 driver (CUDA 12.2)
+LIB_DIR = "usr/lib/x86_64-linux-gnu"
+
+# name → SONAME, as the 535 driver ships them
+LIBRARIES = {
+    "libcuda": "libcuda.so.1",
+    "libcudadebugger": "libcudadebugger.so.1",
+    "libnvidia-ml": "libnvidia-ml.so.1",
+    "libnvidia-nvvm": "libnvidia-nvvm.so.4",
+    "libnvidia-ptxjitcompiler": "libnvidia-ptxjitcompiler.so.1",
+}
+DEVICES = {  # path under /dev → (major, minor)
+    "nvidiactl": (195, 255),
+    "nvidia0": (195, 0),
+    "nvidia1": (195, 1),
+    "nvidia-uvm": (511, 0),
+    "nvidia-caps/nvidia-cap1": (236, 1),
+}
+
+_LIB_C = """
+const char *slurmforge_standin_driver(void) { return "%(version)s"; }
+int cuDriverGetVersion(int *v) { *v = %(api)d; return 0; }
+"""
+_SMI_C = """
+#include <stdio.h>
+int main(void) {
+  printf("GPU 0: Stand-in GPU (UUID: GPU-00000000-0000-0000-0000-000000000000)\\n");
+  return 0;
+}
+"""
+
+
+def _gcc(out: Path, source: str, *flags: str) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["gcc", "-x", "c", "-O1", "-o", str(out), *flags, "-"],
+        input=source,
+        text=True,
+        check=True,
+    )
+
+
+def _library(directory: Path, name: str, version: str) -> Path:
+    path = directory / f"{name}.so.{version}"
+    soname = LIBRARIES[name]
+    _gcc(
+        path,
+        _LIB_C % {"version": version, "api": CUDA_DRIVER_API},
+        "-shared",
+        "-fPIC",
+        f"-Wl,-soname,{soname}",
+    )
+    return path
+
+
+def make(root: Path, *, devices: bool = True, leftovers: bool = True) -> Path:
+    """Build a driver root under ``root`` (libraries, nvidia-smi, firmware, /proc, /dev)."""
+    libdir = root / LIB_DIR
+    for name, soname in LIBRARIES.items():
+        lib = _library(libdir, name, VERSION)
+        (libdir / soname).symlink_to(lib.name)  # as the driver's installer leaves them
+    if leftovers:
+        _library(libdir, "libcuda", OLD_VERSION)
+        _library(libdir, "libnvidia-ml", OLD_VERSION)
+        old_fw = root / "lib/firmware/nvidia" / OLD_VERSION
+        old_fw.mkdir(parents=True)
+        (old_fw / "gsp_ga10x.bin").write_bytes(b"old firmware")
+    _gcc(root / "usr/bin/nvidia-smi", _SMI_C)
+    firmware = root / "lib/firmware/nvidia" / VERSION
+    firmware.mkdir(parents=True)
+    for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
+        (firmware / name).write_bytes(b"stand-in firmware " + name.encode())
+    proc = root / "proc/driver/nvidia"
+    proc.mkdir(parents=True)
+    (proc / "version").write_text(
+        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {VERSION}  Sat Aug 19 01:15:15 UTC 2023\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    )
+    if devices:
+        for rel, (major, minor) in DEVICES.items():
+            path = root / "dev" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    return root

@@ -1,0 +1,194 @@
+"""Driver discovery on a synthetic driver root (tests/driver_root.py says what is real in it).
+
+This machine has no GPU: the root stands in for one, with gcc-compiled ELF libraries named as the
+535.104.05 driver names them, a leftover 530.30.02 driver, and real character device nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+import referencing
+
+from slurmforge import gpu
+from slurmforge.errors import ConfigError
+from tests import driver_root
+from tests.conftest import ROOT
+from tests.unit.test_cli import _assert_clean_failure, _invoke
+
+SCHEMA_DIR = ROOT / ".cache" / "cdi-schema"  # from Debian's CDI package (scripts/setup)
+V, OLD = driver_root.VERSION, driver_root.OLD_VERSION
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return driver_root.make(tmp_path_factory.mktemp("host"))
+
+
+def test_mount_plan_is_exactly_the_running_drivers_files(host: Path) -> None:
+    driver = gpu.discover(host)
+    assert driver is not None
+    lib = host / driver_root.LIB_DIR
+    fw = host / "lib/firmware/nvidia" / V
+    ro = ["ro", "nosuid", "nodev", "bind"]
+
+    def libm(name: str, soname: str) -> dict:
+        return {
+            "host": f"{lib}/{name}.so.{V}",
+            "container": f"/usr/local/nvidia/lib64/{name}.so.{V}",
+            "kind": "lib",
+            "soname": soname,
+            "options": ro,
+        }
+
+    def dev(rel: str) -> dict:
+        major, minor = driver_root.DEVICES[rel]
+        return {"host": f"{host}/dev/{rel}", "container": f"/dev/{rel}", "major": major,
+                "minor": minor}  # fmt: skip
+
+    assert driver.plan() == {
+        "driver_root": str(host),
+        "version": V,
+        "mounts": [
+            libm("libcuda", "libcuda.so.1"),
+            libm("libcudadebugger", "libcudadebugger.so.1"),
+            libm("libnvidia-ml", "libnvidia-ml.so.1"),
+            libm("libnvidia-nvvm", "libnvidia-nvvm.so.4"),
+            libm("libnvidia-ptxjitcompiler", "libnvidia-ptxjitcompiler.so.1"),
+            {
+                "host": f"{host}/usr/bin/nvidia-smi",
+                "container": "/usr/local/nvidia/bin/nvidia-smi",
+                "kind": "bin",
+                "options": ro,
+            },
+            {
+                "host": f"{fw}/gsp_ga10x.bin",
+                "container": f"/lib/firmware/nvidia/{V}/gsp_ga10x.bin",
+                "kind": "firmware",
+                "options": ro,
+            },
+            {
+                "host": f"{fw}/gsp_tu10x.bin",
+                "container": f"/lib/firmware/nvidia/{V}/gsp_tu10x.bin",
+                "kind": "firmware",
+                "options": ro,
+            },
+        ],
+        "devices": [
+            dev("nvidiactl"),
+            dev("nvidia-uvm"),
+            dev("nvidia-caps/nvidia-cap1"),
+            dev("nvidia0"),
+            dev("nvidia1"),
+        ],
+        "gpus": ["/dev/nvidia0", "/dev/nvidia1"],
+        "links": {
+            "libcuda.so.1": f"libcuda.so.{V}",
+            "libcudadebugger.so.1": f"libcudadebugger.so.{V}",
+            "libnvidia-ml.so.1": f"libnvidia-ml.so.{V}",
+            "libnvidia-nvvm.so.4": f"libnvidia-nvvm.so.{V}",
+            "libnvidia-ptxjitcompiler.so.1": f"libnvidia-ptxjitcompiler.so.{V}",
+        },
+        "ignored": [f"{lib}/libcuda.so.{OLD}", f"{lib}/libnvidia-ml.so.{OLD}"],
+    }
+
+
+def test_cdi_spec_validates_against_the_cdi_schema(host: Path) -> None:
+    driver = gpu.discover(host)
+    assert driver is not None
+    spec = driver.cdi()
+    schema = json.loads((SCHEMA_DIR / "schema.json").read_text())
+    defs = json.loads((SCHEMA_DIR / "defs.json").read_text())
+    registry = referencing.Registry().with_resource(
+        "defs.json", referencing.Resource.from_contents(defs, referencing.jsonschema.DRAFT7)
+    )
+    jsonschema.Draft7Validator(schema, registry=registry).validate(spec)
+    assert spec["kind"] == "nvidia.com/gpu"
+    assert [d["name"] for d in spec["devices"]] == ["0", "1", "all"]
+    mounts = spec["containerEdits"]["mounts"]
+    assert mounts and all("ro" in m["options"] for m in mounts)
+    # the schema itself is strict enough to catch a broken spec
+    broken = json.loads(json.dumps(spec))
+    del broken["devices"][0]["containerEdits"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(schema, registry=registry).validate(broken)
+
+
+def test_version_from_sys_module_and_open_module_wording(tmp_path: Path) -> None:
+    (tmp_path / "sys/module/nvidia").mkdir(parents=True)
+    (tmp_path / "sys/module/nvidia/version").write_text(f"{V}\n")
+    assert gpu.running_version(tmp_path) == V
+    proc = tmp_path / "proc/driver/nvidia"
+    proc.mkdir(parents=True)
+    (proc / "version").write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build\n"
+    )
+    assert gpu.running_version(tmp_path) == "550.54.15"
+
+
+def test_soname_is_read_from_the_elf_file(host: Path) -> None:
+    lib = host / driver_root.LIB_DIR
+    assert gpu.soname(lib / f"libnvidia-nvvm.so.{V}") == "libnvidia-nvvm.so.4"
+    assert gpu.soname(host / "proc/driver/nvidia/version") is None  # not ELF
+
+
+def test_no_driver_is_cpu_mode(tmp_path: Path) -> None:
+    assert gpu.discover(tmp_path) is None
+    proc = _invoke("gpu-detect", "--driver-root", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "CPU mode" in proc.stderr and "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["mounts"] == []
+
+
+def test_cli_prints_plan_and_cdi_and_warns_about_other_versions(host: Path) -> None:
+    proc = _invoke("gpu-detect", "--driver-root", str(host))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["version"] == V
+    warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: ")]
+    assert len(warnings) == 2 and all(OLD in w and V in w for w in warnings)
+    cdi = _invoke("gpu-detect", "--driver-root", str(host), "--format", "cdi")
+    assert json.loads(cdi.stdout)["cdiVersion"] == gpu.CDI_VERSION
+
+
+def test_missing_device_nodes_are_refused(tmp_path: Path) -> None:
+    root = driver_root.make(tmp_path / "host", devices=False)
+    with pytest.raises(ConfigError, match="/dev/nvidiactl is missing"):
+        gpu.discover(root)
+    _assert_clean_failure(
+        _invoke("gpu-detect", "--driver-root", str(root)), "/dev/nvidiactl is missing"
+    )
+
+
+def test_missing_gpu_device_is_refused(tmp_path: Path) -> None:
+    root = driver_root.make(tmp_path / "host")
+    for rel in ("nvidia0", "nvidia1"):
+        os.unlink(root / "dev" / rel)
+    with pytest.raises(ConfigError, match=r"/dev/nvidia\[0-9\]\* is missing"):
+        gpu.discover(root)
+
+
+def test_only_other_versions_libraries_is_refused(tmp_path: Path) -> None:
+    """The module says 535 but only 530's libcuda is installed: that must not be mounted."""
+    root = driver_root.make(tmp_path / "host")
+    lib = root / driver_root.LIB_DIR
+    os.unlink(lib / f"libcuda.so.{V}")
+    with pytest.raises(ConfigError, match=f"libcuda.so.{V} was not found"):
+        gpu.discover(root)
+
+
+def test_a_directory_of_another_driver_layout_is_found(tmp_path: Path) -> None:
+    """Debian's own driver packages keep the libraries under nvidia/current."""
+    root = driver_root.make(tmp_path / "host", leftovers=False)
+    lib = root / driver_root.LIB_DIR
+    current = lib / "nvidia/current"
+    current.mkdir(parents=True)
+    for path in list(lib.glob(f"*.so.{V}")):
+        shutil.move(path, current / path.name)
+    driver = gpu.discover(root)
+    assert driver is not None
+    assert {Path(m.host).parent for m in driver.mounts if m.kind == "lib"} == {current}
