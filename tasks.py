@@ -342,6 +342,28 @@ def jail_populate(c, into, set="default", cell=None, keep=None, config=None):
 
 @task(
     help={
+        **DEPLOY_HELP,
+        "min_busbw": "drain nodes below this bus bandwidth, GB/s (default: gpu.min_busbw)",
+        "command": "run this instead of all_reduce_perf on each node (wrappers, tests)",
+    }
+)
+@_fails_cleanly
+def gpu_check(c, cluster=None, config=None, out=None, min_busbw=None, command=None):
+    """Run the GPU health check once on every GPU node: drain slow ones, resume recovered ones."""
+    from slurmforge.deploy import healthcheck
+
+    local = _local(cluster, config, out)
+    threshold = float(min_busbw) if min_busbw is not None else local.cluster.spec.gpu.min_busbw
+    results = healthcheck.run(local, threshold, command)
+    print(_table([[r.node, r.verdict, r.detail] for r in results], ["node", "verdict", "detail"]))
+    if any(r.verdict == "error" for r in results):
+        from slurmforge.errors import DeployError
+
+        raise DeployError("the check could not run on some nodes (see 'error' above)")
+
+
+@task(
+    help={
         "driver_root": "where the host's driver is (default /); a directory for a staged root",
         "format": "json (the mount plan) or cdi (a CDI spec, kind nvidia.com/gpu)",
     }

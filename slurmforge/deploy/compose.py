@@ -10,6 +10,9 @@ Capabilities are granted per service, never --privileged:
 - login gets SYS_ADMIN: sshd chroots sessions into the jail, which needs /proc, /dev, the munge
   socket and the client config mounted inside it (jail-mounts.sh);
 - slurmctld and jail-populate get Docker's defaults only.
+GPU nodes also get the host driver's files, each mounted read-only (Compose cannot add nosuid or
+nodev to a bind mount; the projection into the jail does), and their own GPU device nodes plus
+the shared control devices.
 Where SYS_ADMIN is granted, AppArmor's default Docker profile (which denies mount) is lifted; the
 default seccomp profile stays, as it allows mount(2) to holders of SYS_ADMIN.
 """
@@ -22,6 +25,7 @@ from typing import Any
 import yaml
 
 from slurmforge.deploy import slurmconf
+from slurmforge.deploy.gpus import Assignment
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
 
 POPULATE = "jail-populate"
@@ -39,7 +43,21 @@ def _mount_caps(caps: list[str]) -> dict[str, Any]:
     return out
 
 
-def render(cluster: Cluster, key_file: Path, jail_id: str) -> dict[str, Any]:
+def _gpu(assignment: Assignment, node: str) -> dict[str, Any]:
+    """A GPU node's driver files (read-only) and device nodes: its own GPUs and the shared ones."""
+    if assignment.driver is None or node not in assignment.nodes:
+        return {}
+    devices = (*assignment.shared_devices(), *assignment.nodes[node])
+    return {
+        "volumes": [f"{m.host}:{m.container}:ro" for m in assignment.driver.mounts],
+        "devices": [f"{d.host}:{d.container}:rwm" for d in devices],
+    }
+
+
+def render(
+    cluster: Cluster, key_file: Path, jail_id: str, gpus: Assignment | None = None
+) -> dict[str, Any]:
+    gpus = gpus or Assignment()
     key = f"{key_file}:/run/secrets/munge.key:ro"
     node_conf = f"./{NODE_CONF}:/etc/slurm:ro"
     jail_conf = f"./{JAIL_CONF}:{slurmconf.JAIL_CONF}:ro"
@@ -75,6 +93,7 @@ def render(cluster: Cluster, key_file: Path, jail_id: str) -> dict[str, Any]:
         },
     }
     for ns, node in cluster.nodes:
+        driver = _gpu(gpus, node)
         service: dict[str, Any] = {
             "image": cluster.images[ns.image],
             "hostname": node,
@@ -82,7 +101,8 @@ def render(cluster: Cluster, key_file: Path, jail_id: str) -> dict[str, Any]:
             "init": True,
             "command": ["slurmd", "-D", "-N", node],
             **_mount_caps(list(ns.capabilities)),
-            "volumes": [node_conf, jail_conf, key, jail],
+            "volumes": [node_conf, jail_conf, key, jail, *driver.get("volumes", [])],
+            **({"devices": driver["devices"]} if driver else {}),
             "labels": labels("node", **{"io.slurmforge.nodeset": ns.name}),
             "restart": "unless-stopped",
         }

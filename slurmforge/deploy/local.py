@@ -3,6 +3,7 @@ and operate the result (status, scale, down, login)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -16,6 +17,7 @@ from typing import IO, Any
 
 from slurmforge import jail, proc
 from slurmforge.deploy import compose, slurmconf
+from slurmforge.deploy import gpus as gpus_mod
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster, as_dict, state_dir
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable
@@ -145,8 +147,9 @@ class Local:
         """Write the reviewable directory; True when the nodes' slurm.conf changed."""
         conf = self.dir / compose.NODE_CONF
         before = (conf / "slurm.conf").read_text() if (conf / "slurm.conf").exists() else None
-        slurmconf.write(self.cluster, conf, self.dir / compose.JAIL_CONF)
-        data = compose.render(self.cluster, key, jail_id)
+        assignment = self.gpus
+        slurmconf.write(self.cluster, conf, self.dir / compose.JAIL_CONF, assignment.gres_files())
+        data = compose.render(self.cluster, key, jail_id, assignment)
         self.file.write_text(compose.dump(data, str(self.cluster.path)))
         (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")
         return before is not None and before != (conf / "slurm.conf").read_text()
@@ -156,12 +159,17 @@ class Local:
     def deploy(self, timeout: float) -> float:
         """Render, populate the jail, start everything, wait for every node; seconds taken."""
         start = time.monotonic()
+        _ = self.gpus  # GPU node sets without GPUs are refused before anything happens
         ids = self.image_ids()
         self.check_port()
         key = self.munge_key()
         self._apply(ids[JAIL], key, populate=True)
         self.wait_ready(timeout)
         return time.monotonic() - start
+
+    @functools.cached_property
+    def gpus(self) -> gpus_mod.Assignment:
+        return gpus_mod.assign(self.cluster)
 
     def _apply(self, jail_id: str, key: Path, populate: bool) -> None:
         running = self.running(CONTROLLER) is not None
@@ -176,6 +184,13 @@ class Local:
                 self.cluster.spec.jail.keep,
                 out=self.log,
             )
+            # A populate replaced the jail's ld cache with the image's: running GPU workers
+            # put their driver's entries back (a no-op when nothing changed).
+            for node in self.gpus.nodes:
+                if running and self.running(node) is not None:
+                    code, out = self.sh(node, "slurmforge-project-driver /jail")
+                    if code:
+                        raise DeployError(f"{node}: projecting the GPU driver failed: {out}")
         self.compose("up", "-d", "--remove-orphans")
         if changed and running:
             code, out = self.sh(CONTROLLER, "scontrol reconfigure")

@@ -60,6 +60,11 @@ class NodeSet(Model):
     def nodes(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(self.replicas)]
 
+    @property
+    def gpus(self) -> int:
+        """GPUs each node asks for: the sum of its ``gpu[:type]:count`` GRES."""
+        return sum(int(g.rsplit(":", 1)[1]) for g in self.gres if g.split(":")[0] == "gpu")
+
 
 class Partition(Model):
     name: DNSName
@@ -80,6 +85,13 @@ class JailSpec(Model):
     keep: tuple[AbsPath, ...] = ()
 
 
+class GpuSpec(Model):
+    # where the host's NVIDIA driver is found (its files are mounted read-only into GPU nodes)
+    driver_root: AbsPath = "/"
+    # the GPU health check drains a node whose all_reduce_perf bus bandwidth is below this (GB/s)
+    min_busbw: Annotated[float, Field(strict=True, gt=0)] = 100.0
+
+
 class ImagesSpec(Model):
     set: Annotated[str, StringConstraints(strict=True)] = "default"
     cell: Annotated[str, StringConstraints(strict=True)] | None = None
@@ -90,6 +102,7 @@ class ClusterSpec(Model):
     images: ImagesSpec = ImagesSpec()
     login: LoginSpec = LoginSpec()
     jail: JailSpec = JailSpec()
+    gpu: GpuSpec = GpuSpec()
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
     nodesets: tuple[NodeSet, ...] = Field(min_length=1)
     partitions: tuple[Partition, ...] = Field(min_length=1)
@@ -178,6 +191,13 @@ def _check_references(path: Path, spec: ClusterSpec) -> None:
                 raise ConfigError(
                     f"{path}: {format_path(('partitions', i, 'nodesets', j))}: unknown node set "
                     f"{ns!r}; expected one of {', '.join(names)}"
+                )
+    for i, ns in enumerate(spec.nodesets):
+        for gres in ns.gres:
+            name, *_, count = gres.split(":")
+            if name == "gpu" and not (gres.count(":") in (1, 2) and count.isdigit()):
+                raise ConfigError(
+                    f"{path}: nodesets[{i}].gres: {gres!r}: expected gpu[:type]:count"
                 )
     if sum(p.default for p in spec.partitions) > 1:
         raise ConfigError(f"{path}: partitions: more than one partition has default: true")

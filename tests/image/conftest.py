@@ -9,7 +9,7 @@ import docker
 import pytest
 import testinfra
 
-ROLES = ("slurmctld", "slurmd", "login", "jail")
+ROLES = ("slurmctld", "slurmd", "worker", "login", "jail")
 
 
 @pytest.fixture(scope="session")

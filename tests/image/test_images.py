@@ -18,12 +18,19 @@ STUB_CONF = (
 DAEMON_VERSION_CMD = {
     "slurmctld": "slurmctld -V",
     "slurmd": "slurmd -V",
+    "worker": "slurmd -V",
     "login": "sinfo -V",
     "jail": "sinfo -V",
 }
 OWN_PACKAGES = {
     "slurmctld": {"slurm-smd-slurmctld"},
     "slurmd": {
+        "slurm-smd-slurmd",
+        "slurm-smd-libpmi0",
+        "slurm-smd-libpmi2-0",
+        "slurmforge-spank-jail",
+    },
+    "worker": {
         "slurm-smd-slurmd",
         "slurm-smd-libpmi0",
         "slurm-smd-libpmi2-0",

@@ -4,3 +4,8 @@ export SINFO_FORMAT="%.10P %.5a %.10l %.6D %.6t %N"
 if [ -n "${BASH_VERSION:-}" ] && [ -n "${PS1:-}" ]; then
   PS1='\u@\h(jail):\w\$ '
 fi
+# The host GPU driver's tools (projected read-only by GPU nodes) and the CUDA user space.
+for dir in /usr/local/cuda/bin /usr/local/nvidia/bin; do
+  case ":$PATH:" in *":$dir:"*) ;; *) [ -d "$dir" ] && PATH="$dir:$PATH" ;; esac
+done
+export PATH

@@ -1,0 +1,66 @@
+"""Which GPUs of the host each GPU node gets, and the driver whose files they all mount.
+
+A node set asks for GPUs through its GRES (``gpu[:type]:count``). On one host every node would
+otherwise see every GPU, so each node is given its own device nodes, in order, and a request for
+more GPUs than the host has is refused before anything starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmforge import gpu
+from slurmforge.deploy.model import Cluster
+from slurmforge.errors import ConfigError
+
+GPU_IMAGE = "worker"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    driver: gpu.Driver | None = None
+    nodes: dict[str, tuple[gpu.Device, ...]] = field(default_factory=dict)  # node → its GPUs
+
+    def shared_devices(self) -> tuple[gpu.Device, ...]:
+        """Control devices every GPU node needs (nvidiactl, nvidia-uvm, …)."""
+        if self.driver is None:
+            return ()
+        return tuple(d for d in self.driver.devices if d not in self.driver.gpus)
+
+    def gres_files(self) -> dict[str, list[str]]:
+        return {node: [d.container for d in devs] for node, devs in self.nodes.items()}
+
+
+def assign(cluster: Cluster) -> Assignment:
+    wanted = [(i, ns) for i, ns in enumerate(cluster.spec.nodesets) if ns.gpus and ns.replicas]
+    if not wanted:
+        return Assignment()
+    for i, ns in wanted:
+        if ns.image != GPU_IMAGE:
+            raise ConfigError(
+                f"{cluster.path}: nodesets[{i}].image: node set {ns.name!r} requests GPUs "
+                f"({', '.join(ns.gres)}) but uses the {ns.image!r} image; GPU node sets need "
+                f"image: {GPU_IMAGE}"
+            )
+    root = cluster.spec.gpu.driver_root
+    driver = gpu.discover(Path(root))
+    if driver is None:
+        i, ns = wanted[0]
+        raise ConfigError(
+            f"{cluster.path}: nodesets[{i}]: node set {ns.name!r} requests GPUs "
+            f"({', '.join(ns.gres)}) but there is no NVIDIA driver under {root} (CPU mode)",
+            hint="deploy it on a GPU host, point gpu.driver_root at the driver, or scale it to 0",
+        )
+    need = sum(ns.gpus * ns.replicas for _, ns in wanted)
+    if need > len(driver.gpus):
+        names = ", ".join(f"{ns.name} ({ns.replicas} nodes x {ns.gpus})" for _, ns in wanted)
+        raise ConfigError(
+            f"{cluster.path}: nodesets: {names} need {need} GPUs but the host under {root} has "
+            f"{len(driver.gpus)} ({', '.join(d.container for d in driver.gpus)})"
+        )
+    free = iter(driver.gpus)
+    nodes = {
+        node: tuple(next(free) for _ in range(ns.gpus)) for _, ns in wanted for node in ns.nodes
+    }
+    return Assignment(driver, nodes)

@@ -1,0 +1,95 @@
+"""`invoke gpu-check`: run the jail's GPU health check once on every GPU node of a local cluster.
+
+The check itself is a job step (``/opt/slurmforge/gpu-check`` in the jail, from rootfs/): it runs
+all_reduce_perf, drains its node when the bus bandwidth is below the threshold, and resumes a node
+it drained once it passes. A drained node takes no jobs, so to re-check one this side first puts
+it in a maintenance reservation for root, resumes it (nothing else can start there), runs the
+check inside the reservation, and deletes the reservation: a node that fails again is drained
+again by the check.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from slurmforge.deploy.local import Local
+from slurmforge.deploy.model import CONTROLLER, LOGIN
+from slurmforge.errors import ConfigError, DeployError
+
+SCRIPT = "/opt/slurmforge/gpu-check"
+REASON = "slurmforge-gpu-check"  # the drain reason prefix the script sets
+RESERVATION = "slurmforge-gpu-check"
+_RC = re.compile(r"^__rc__ (\S+) (\d+)$")
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    node: str
+    verdict: str  # pass, drained, error, skipped
+    detail: str
+
+
+def gpu_nodes(local: Local) -> list[str]:
+    return [node for ns, node in local.cluster.nodes if ns.gpus]
+
+
+def node_info(local: Local, nodes: list[str]) -> dict[str, tuple[str, str]]:
+    """node → (state, reason)."""
+    code, out = local.sh(CONTROLLER, f"sinfo -h -N -n {','.join(nodes)} -o '%N|%T|%E'")
+    if code:
+        raise DeployError(f"slurmctld is not answering: {out}")
+    info = {}
+    for line in out.splitlines():
+        node, state, reason = [*line.split("|", 2), "", ""][:3]
+        info[node] = (state, "" if reason == "none" else reason)
+    return info
+
+
+def run(
+    local: Local, min_busbw: float, command: str | None, timeout_min: int = 15
+) -> list[NodeCheck]:
+    nodes = gpu_nodes(local)
+    if not nodes:
+        raise ConfigError(f"{local.cluster.path}: no node set requests GPUs; nothing to check")
+    info = node_info(local, nodes)
+    ours = [n for n in nodes if "drain" in info[n][0] and info[n][1].startswith(REASON)]
+    others = [n for n in nodes if "drain" in info[n][0] and n not in ours]
+    checked = [n for n in nodes if n not in others]
+    results = [NodeCheck(n, "skipped", f"drained by someone else: {info[n][1]}") for n in others]
+    if ours:
+        _sh(
+            local,
+            f"scontrol create reservation ReservationName={RESERVATION} Nodes={','.join(ours)} "
+            "Users=root StartTime=now Duration=60 Flags=MAINT,IGNORE_JOBS",
+        )
+        _sh(local, f"scontrol update NodeName={','.join(ours)} State=RESUME")
+    try:
+        args = f"--min-busbw {min_busbw:g}" + (
+            f" --command {shlex.quote(command)}" if command else ""
+        )
+        script = []
+        for node in checked:
+            where = f"--reservation={RESERVATION} " if node in ours else ""
+            step = f"srun -N1 -n1 -w {node} {where}-t {timeout_min} {SCRIPT} {args}"
+            rc = f'echo "__rc__ {node} ${{PIPESTATUS[0]}}"'
+            script.append(f"( {step} 2>&1 | sed 's/^/{node}: /'; {rc} ) &")
+        _, out = local.sh(LOGIN, "\n".join([*script, "wait"]))
+    finally:
+        if ours:
+            local.sh(CONTROLLER, f"scontrol delete ReservationName={RESERVATION}")
+    codes = {m.group(1): int(m.group(2)) for ln in out.splitlines() if (m := _RC.match(ln))}
+    for node in checked:
+        lines = [ln[len(node) + 2 :] for ln in out.splitlines() if ln.startswith(f"{node}: ")]
+        verdict = {0: "pass", 1: "drained"}.get(codes.get(node, -1), "error")
+        summary = [ln for ln in lines if ln.startswith("gpu-check:")] or lines[-3:]
+        results.append(NodeCheck(node, verdict, " / ".join(summary) or "no output"))
+    return sorted(results, key=lambda r: r.node)
+
+
+def _sh(local: Local, command: str) -> str:
+    code, out = local.sh(CONTROLLER, command)
+    if code:
+        raise DeployError(f"{command.split()[0]} failed: {out}")
+    return out

@@ -1,0 +1,90 @@
+"""GPU user space in the worker and the jail: CUDA and NCCL at the versions versions.yaml pins,
+the optional features either present and working or labelled as skipped, no driver baked in.
+(No GPU here: the libraries are loaded and asked their version, which needs no device.)"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from slurmforge.app import Project
+
+GPU_ROLES = ("worker", "jail")
+PREFIX = "/usr/local/cuda-12.2"
+PYXIS = "/usr/lib/slurmforge/spank/pyxis.so"
+
+
+def _pins(project: Project) -> dict[str, str]:
+    """Wheel name → version, as versions.yaml pins them for the cell."""
+    v = project.config.versions
+    cuda = v.cuda[project.cells[0].cuda]
+    wheels = [*cuda.runtime.wheels, *v.tools["nccl"].userspace.wheels]
+    return dict(w.requirement.split("==") for w in wheels)
+
+
+@pytest.mark.parametrize("role", GPU_ROLES)
+def test_cuda_and_nccl_at_the_pinned_versions(hosts, project: Project, role: str) -> None:
+    host = hosts[role]
+    cache = host.check_output("ldconfig -p")
+    for soname in ("libcudart.so.12", "libnccl.so.2"):
+        assert re.search(rf"\s{re.escape(soname)} \(.*\) => {PREFIX}/lib64/{soname}$", cache, re.M)
+    installed = dict(
+        line.split()
+        for line in host.file(f"{PREFIX}/slurmforge-versions.txt").content_string.splitlines()
+    )
+    assert installed == _pins(project)
+
+
+def test_the_libraries_report_those_versions(hosts, project: Project) -> None:
+    """The jail (which has python3) asks the libraries themselves: CUDA 12.2 → 12020, NCCL a.b.c
+    → a*10000+b*100+c (NCCL's own encoding since 2.9)."""
+    cuda = project.cells[0].cuda.split(".")
+    nccl = [int(x) for x in project.config.versions.tools["nccl"].version.split(".")]
+    out = hosts["jail"].check_output(
+        "python3 -c 'import ctypes; v=ctypes.c_int();"
+        'ctypes.CDLL("libcudart.so.12").cudaRuntimeGetVersion(ctypes.byref(v)); print(v.value);'
+        'ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(v)); print(v.value)\''
+    )
+    assert out.split() == [
+        str(int(cuda[0]) * 1000 + int(cuda[1]) * 10),
+        str(nccl[0] * 10000 + nccl[1] * 100 + nccl[2]),
+    ]
+
+
+def test_worker_and_jail_carry_the_same_nccl_bytes(hosts) -> None:
+    digests = {
+        r: hosts[r].check_output(f"sha256sum {PREFIX}/lib64/libnccl.so.2").split()[0]
+        for r in GPU_ROLES
+    }
+    assert len(set(digests.values())) == 1
+
+
+@pytest.mark.parametrize("role", GPU_ROLES)
+def test_skipped_features_are_labelled_and_absent(client, images, hosts, project: Project, role):
+    labels = client.images.get(images[role]).labels
+    skipped = set(filter(None, labels["io.slurmforge.skipped"].split(",")))
+    target = next(t for t in project.targets if t.component == role)
+    # what the build found it could (not) have, in this run's cache
+    assert skipped == set(project.lacking()[target.id])
+    features = set(labels["io.slurmforge.features"].split(","))
+    assert features == {"cuda", "nccl"} | ({"enroot", "nccl-tests", "pyxis"} - skipped)
+    host = hosts[role]
+    assert host.exists("enroot") == ("enroot" not in skipped)
+    assert host.exists("all_reduce_perf") == ("nccl-tests" not in skipped)
+    if "pyxis" in skipped:
+        assert not host.file(PYXIS).exists
+        assert not host.package("slurmforge-pyxis").is_installed
+    else:  # built against this cell's Slurm: it must at least link against this libslurm
+        assert host.package("slurmforge-pyxis").is_installed
+        assert "not found" not in host.check_output(f"ldd {PYXIS}")
+
+
+def test_worker_has_no_driver_baked_in(hosts) -> None:
+    host = hosts["worker"]
+    assert host.file("/usr/local/nvidia/lib64").is_directory
+    assert host.check_output("ls -A /usr/local/nvidia/lib64 /usr/local/nvidia/bin") == (
+        "/usr/local/nvidia/bin:\n\n/usr/local/nvidia/lib64:"
+    )
+    assert "libcuda.so" not in host.check_output("ldconfig -p").replace("libcudart.so", "")
+    assert host.file("/etc/slurmforge/entrypoint.d/30-gpu-driver.sh").exists
