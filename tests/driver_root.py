@@ -72,7 +72,7 @@ def _library(directory: Path, name: str, version: str) -> Path:
     return path
 
 
-def make(root: Path, *, devices: bool = True, leftovers: bool = True) -> Path:
+def make(root: Path, *, devices: bool = True, leftovers: bool = True, gpus: int = 2) -> Path:
     """Build a driver root under ``root`` (libraries, nvidia-smi, firmware, /proc, /dev)."""
     libdir = root / LIB_DIR
     for name, soname in LIBRARIES.items():
@@ -96,7 +96,8 @@ def make(root: Path, *, devices: bool = True, leftovers: bool = True) -> Path:
         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
     )
     if devices:
-        for rel, (major, minor) in DEVICES.items():
+        extra = {f"nvidia{i}": (195, i) for i in range(gpus)}
+        for rel, (major, minor) in {**DEVICES, **extra}.items():
             path = root / "dev" / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))

@@ -31,8 +31,14 @@ class NodeCheck:
     detail: str
 
 
-def gpu_nodes(local: Local) -> list[str]:
-    return [node for ns, node in local.cluster.nodes if ns.gpus]
+def gpu_nodes(local: Local) -> dict[str, str]:
+    """GPU node → a partition it is in (srun needs one that holds the node)."""
+    parts = local.cluster.spec.partitions
+    return {
+        node: next(p.name for p in parts if ns.name in p.nodesets)
+        for ns, node in local.cluster.nodes
+        if ns.gpus and any(ns.name in p.nodesets for p in parts)
+    }
 
 
 def node_info(local: Local, nodes: list[str]) -> dict[str, tuple[str, str]]:
@@ -72,18 +78,40 @@ def run(
         script = []
         for node in checked:
             where = f"--reservation={RESERVATION} " if node in ours else ""
-            step = f"srun -N1 -n1 -w {node} {where}-t {timeout_min} {SCRIPT} {args}"
+            step = (
+                f"srun -p {nodes[node]} -N1 -n1 -w {node} {where}-t {timeout_min} {SCRIPT} {args}"
+            )
             rc = f'echo "__rc__ {node} ${{PIPESTATUS[0]}}"'
             script.append(f"( {step} 2>&1 | sed 's/^/{node}: /'; {rc} ) &")
-        _, out = local.sh(LOGIN, "\n".join([*script, "wait"]))
+        # srun runs where users run it: in the jail on the login node
+        _, out = local.sh(
+            LOGIN, f"chroot /jail bash -c {shlex.quote(chr(10).join([*script, 'wait']))}"
+        )
     finally:
         if ours:
             local.sh(CONTROLLER, f"scontrol delete ReservationName={RESERVATION}")
     codes = {m.group(1): int(m.group(2)) for ln in out.splitlines() if (m := _RC.match(ln))}
     for node in checked:
         lines = [ln[len(node) + 2 :] for ln in out.splitlines() if ln.startswith(f"{node}: ")]
+        said = {"pass", "drained"} & {
+            ln.split()[2].rstrip(":") for ln in lines if ln.count(" ") > 2
+        }
         verdict = {0: "pass", 1: "drained"}.get(codes.get(node, -1), "error")
+        if verdict not in said:  # an exit status without the script's own verdict line
+            verdict = "error"
         summary = [ln for ln in lines if ln.startswith("gpu-check:")] or lines[-3:]
+        if node in ours:  # it was resumed for the check; a failure drained it again
+            summary.insert(
+                0,
+                "resumed: passed after its drain"
+                if verdict == "pass"
+                else "drained again"
+                if verdict == "drained"
+                else "was drained by the check",
+            )
+        if node in ours and verdict == "error":  # not checked: back to the drain it was in
+            reason = shlex.quote(info[node][1])
+            local.sh(CONTROLLER, f"scontrol update NodeName={node} State=DRAIN Reason={reason}")
         results.append(NodeCheck(node, verdict, " / ".join(summary) or "no output"))
     return sorted(results, key=lambda r: r.node)
 

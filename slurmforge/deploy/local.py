@@ -148,7 +148,9 @@ class Local:
         conf = self.dir / compose.NODE_CONF
         before = (conf / "slurm.conf").read_text() if (conf / "slurm.conf").exists() else None
         assignment = self.gpus
-        slurmconf.write(self.cluster, conf, self.dir / compose.JAIL_CONF, assignment.gres_files())
+        slurmconf.write(
+            self.cluster, conf, self.dir / compose.JAIL_CONF, assignment.gres_files(), self.pyxis()
+        )
         data = compose.render(self.cluster, key, jail_id, assignment)
         self.file.write_text(compose.dump(data, str(self.cluster.path)))
         (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")
@@ -166,6 +168,11 @@ class Local:
         self._apply(ids[JAIL], key, populate=True)
         self.wait_ready(timeout)
         return time.monotonic() - start
+
+    def pyxis(self) -> bool:
+        """Whether the jail image (where srun runs) was built with pyxis (see its labels)."""
+        labels = self.engine.client.images.get(self.cluster.images[JAIL]).labels or {}
+        return "pyxis" in labels.get("io.slurmforge.features", "").split(",")
 
     @functools.cached_property
     def gpus(self) -> gpus_mod.Assignment:

@@ -57,10 +57,13 @@ def cgroup_disabled(slurm: str) -> bool:
     return (major, minor) >= (24, 5)
 
 
-def render(cluster: Cluster, gres_files: dict[str, list[str]] | None = None) -> dict[str, str]:
+def render(
+    cluster: Cluster, gres_files: dict[str, list[str]] | None = None, pyxis: bool = False
+) -> dict[str, str]:
     """File name → content for the nodes' /etc/slurm (and gres.conf when needed).
 
     ``gres_files``: node → the GPU device nodes it was given (gres.conf names them as File=).
+    ``pyxis``: the images carry pyxis, so plugstack.conf loads it.
     """
     spec = cluster.spec
     nodesets = [
@@ -96,6 +99,7 @@ def render(cluster: Cluster, gres_files: dict[str, list[str]] | None = None) -> 
         "jail_conf": JAIL_CONF,
         "spank_plugin": SPANK_PLUGIN,
         "pyxis_plugin": PYXIS_PLUGIN,
+        "pyxis": pyxis,
         "nodesets": nodesets,
         "partitions": partitions,
         "gres_types": gres_types,
@@ -129,9 +133,13 @@ def _gres_conf(cluster: Cluster, gres_files: dict[str, list[str]]) -> str:
 
 
 def write(
-    cluster: Cluster, node_dir: Path, jail_dir: Path, gres_files: dict[str, list[str]] | None = None
+    cluster: Cluster,
+    node_dir: Path,
+    jail_dir: Path,
+    gres_files: dict[str, list[str]] | None = None,
+    pyxis: bool = False,
 ) -> None:
-    files = render(cluster, gres_files)
+    files = render(cluster, gres_files, pyxis)
     for directory, names in ((node_dir, list(files)), (jail_dir, JAIL_FILES)):
         directory.mkdir(parents=True, exist_ok=True)
         for stale in directory.iterdir():

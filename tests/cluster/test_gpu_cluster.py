@@ -1,0 +1,213 @@
+"""GPU nodes on the local target, with a synthetic driver root as the "host" (this machine has no
+GPU; tests/driver_root.py says what is real in it): driver files read-only in the workers and in
+the jail, the jail's shared ld cache under concurrent workers, CPU nodes untouched, and the GPU
+health check draining and resuming nodes through the real Slurm."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests import driver_root
+from tests.cluster.conftest import Deployed, free_port, write_cluster
+from tests.conftest import ROOT
+
+V = driver_root.VERSION
+LIB = "/usr/local/nvidia/lib64"
+GPU_NODES = ("trainer-0", "trainer-1", "trainer-2")
+NCCL = "/jail/opt/user/nccl"  # fixtures, as the login node sees the jail
+SONAMES = (*driver_root.LIBRARIES.values(), "libcudart.so.12", "libnccl.so.2")
+
+
+@pytest.fixture(scope="module")
+def gpu(
+    images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployed]:
+    root = tmp_path_factory.mktemp("gpucluster")
+    host = driver_root.make(root / "host", gpus=4)
+    name = f"sfgpu{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "SLURMFORGE_STATE_DIR": str(root / "state"), "SLURMFORGE_DEBUG": ""}
+    write_cluster(
+        root,
+        name,
+        free_port(),
+        gpu={"driver_root": str(host), "min_busbw": 100.0},
+        nodesets=[
+            {"name": "cpu", "definitions": ["cpu-small"], "replicas": 1},
+            # three workers start at once against one jail; small enough for this machine
+            {
+                "name": "trainer",
+                "definitions": ["gpu"],
+                "replicas": 3,
+                "cpus": 1,
+                "memory_mb": 1024,
+            },
+        ],
+        partitions=[
+            {"name": "main", "nodesets": ["cpu"], "default": True},
+            {"name": "gpu", "nodesets": ["trainer"]},
+        ],
+    )
+    cluster = Deployed(name, root, env, client)
+    proc = cluster.invoke("deploy")
+    try:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        yield cluster
+    finally:
+        cluster.invoke("down", "--volumes")
+
+
+def _job(gpu: Deployed, node: str, command: str) -> tuple[int, str]:
+    """``command`` as a job step on ``node`` (inside the jail), submitted from the login node."""
+    part = "gpu" if node.startswith("trainer") else "main"
+    return gpu.sh("login", f"srun -p {part} -N1 -w {node} bash -c {_q(command)}", user="root")
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def test_nodes_come_up_with_their_own_gpus(gpu: Deployed) -> None:
+    assert gpu.states() == {"cpu-0": "idle", **{n: "idle" for n in GPU_NODES}}
+    gres = gpu.ok("slurmctld", "cat /etc/slurm/gres.conf")
+    for i, node in enumerate(GPU_NODES):
+        assert f"NodeName={node} Name=gpu File=/dev/nvidia{i}" in gres
+        devices = gpu.ok(node, "ls /dev | grep -E '^nvidia[0-9]+$'").split()
+        assert devices == [f"nvidia{i}"]  # its own GPU only
+        assert gpu.ok(node, "test -c /dev/nvidiactl && echo yes") == "yes"
+
+
+def test_driver_files_are_read_only_in_the_worker(gpu: Deployed) -> None:
+    listing = gpu.ok("trainer-0", f"ls {LIB}").split()
+    assert f"libcuda.so.{V}" in listing and "libcuda.so.1" in listing  # + the SONAME link
+    assert not any(driver_root.OLD_VERSION in f for f in listing)  # leftovers never mounted
+    code, out = gpu.sh("trainer-0", f"echo x >> {LIB}/libcuda.so.{V}")
+    assert code != 0 and "Read-only file system" in out
+    assert gpu.ok("trainer-0", "nvidia-smi").startswith("GPU 0: Stand-in GPU")
+
+
+def test_a_job_in_the_jail_sees_the_driver_read_only(gpu: Deployed) -> None:
+    probe = (
+        "test -r /etc/slurmforge-jail-release && echo in-jail; "
+        f"ls {LIB}/libcuda.so.{V}; "
+        "ldconfig -p | grep -F 'libcuda.so.1 ('; "
+        f"echo x >> {LIB}/libcuda.so.{V} 2>&1 || true; "
+        f"touch {LIB}/new 2>&1 || true; "
+        "python3 -c 'import ctypes; v=ctypes.c_int(); "
+        'ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)); print("api", v.value)\'; '
+        "mount | grep -F ' /usr/local/nvidia/lib64/libcuda.so' | head -1"
+    )
+    code, out = _job(gpu, "trainer-1", probe)
+    assert code == 0, out
+    assert "in-jail" in out
+    assert f"libcuda.so.1 (libc6,x86-64) => {LIB}/libcuda.so.1" in out
+    assert out.count("Read-only file system") == 2, out
+    assert f"api {driver_root.CUDA_DRIVER_API}" in out
+    mount = out.splitlines()[-1]
+    assert "ro," in mount and "nosuid" in mount and "nodev" in mount, mount
+
+
+def _cache_is_whole(gpu: Deployed) -> None:
+    # as every node's jobs see it: every library resolves, through a non-empty file
+    for node in GPU_NODES:
+        code, out = _job(gpu, node, "ldconfig -p")
+        assert code == 0, out
+        for soname in SONAMES:
+            assert f"\t{soname} (" in out, (node, soname)
+        sizes = _job(gpu, node, f"stat -L -c '%s %n' {LIB}/*")[1].splitlines()
+        assert sizes and all(int(line.split()[0]) > 0 for line in sizes), sizes
+    # on the shared volume itself (the login node has no projection): nothing was created for the
+    # driver, no candidate cache was left behind, and the cache is not empty
+    assert gpu.ok("login", "find /jail/usr/local/nvidia -mindepth 1 ! -type d | wc -l") == "0"
+    assert gpu.ok("login", "ls -A /jail/etc | grep -c '^.ld.so.cache.' || true") == "0"
+    assert int(gpu.ok("login", "stat -c %s /jail/etc/ld.so.cache")) > 0
+
+
+def test_three_workers_started_at_once_leave_a_whole_ld_cache(gpu: Deployed) -> None:
+    _cache_is_whole(gpu)
+
+
+def test_restarting_workers_together_does_not_rewrite_the_cache(gpu: Deployed) -> None:
+    before = gpu.ok("login", "stat -c '%i %Y' /jail/etc/ld.so.cache")
+    since = int(time.time()) - 1
+    containers = [gpu.container(n) for n in GPU_NODES]
+    threads = [threading.Thread(target=c.restart, kwargs={"timeout": 5}) for c in containers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # each worker's entrypoint says what it did with the cache before slurmd starts
+    deadline = time.monotonic() + 60
+    while True:
+        logs = [c.logs(since=since).decode() for c in containers]
+        ours = [
+            [ln for ln in log.splitlines() if ln.startswith("project-driver: jail")] for log in logs
+        ]
+        if all(ours) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert all(o == ["project-driver: jail ld cache already up to date"] for o in ours), ours
+    gpu.wait_states({n: "idle" for n in GPU_NODES})
+    assert gpu.ok("login", "stat -c '%i %Y' /jail/etc/ld.so.cache") == before
+    _cache_is_whole(gpu)
+
+
+def test_cpu_nodes_get_no_driver(gpu: Deployed) -> None:
+    assert gpu.ok("cpu-0", "ls /dev | grep -c nvidia || true") == "0"
+    assert gpu.ok("cpu-0", "test -e /usr/local/nvidia && echo has || echo none") == "none"
+    code, out = _job(gpu, "cpu-0", f"ls -A {LIB} | wc -l")
+    assert code == 0 and out.strip() == "0", out
+
+
+def test_gpu_check_drains_slow_nodes_and_resumes_them_when_they_pass(gpu: Deployed) -> None:
+    fixtures = ROOT / "tests" / "fixtures" / "nccl"
+    for name in ("all_reduce_v2.txt", "all_reduce_old_error_column.txt"):
+        text = (fixtures / name).read_text()
+        gpu.ok("login", f"mkdir -p {NCCL} && cat > {NCCL}/{name} << 'EOF'\n{text}EOF")
+    # someone else's drain is left alone
+    gpu.ok("slurmctld", "scontrol update NodeName=trainer-2 State=DRAIN Reason='disk check'")
+    slow = gpu.invoke(
+        "gpu-check", "--command", "cat /opt/user/nccl/all_reduce_old_error_column.txt"
+    )
+    assert slow.returncode == 0, slow.stdout + slow.stderr
+    rows = {ln.split()[0]: ln.split()[1] for ln in slow.stdout.splitlines()[2:]}
+    assert rows == {"trainer-0": "drained", "trainer-1": "drained", "trainer-2": "skipped"}
+    reasons = gpu.ok("slurmctld", "sinfo -h -N -n trainer-0,trainer-1 -o '%N %t %E'")
+    assert reasons.count("slurmforge-gpu-check: busbw 22.77 GB/s < 100") == 2, slow.stdout
+    fast = gpu.invoke("gpu-check", "--command", "cat /opt/user/nccl/all_reduce_v2.txt")
+    assert fast.returncode == 0, fast.stdout + fast.stderr
+    assert "resumed" in fast.stdout
+    gpu.wait_states({"trainer-0": "idle", "trainer-1": "idle", "trainer-2": "drain"}, timeout=30)
+    assert "slurmforge-gpu-check" not in gpu.ok("slurmctld", "scontrol show res 2>&1 || true")
+    gpu.ok("slurmctld", "scontrol update NodeName=trainer-2 State=RESUME")
+
+
+def test_gpu_node_set_without_a_driver_is_refused(gpu: Deployed, tmp_path: Path) -> None:
+    name = f"sfnogpu{uuid.uuid4().hex[:4]}"
+    write_cluster(
+        tmp_path,
+        name,
+        free_port(),
+        gpu={"driver_root": str(tmp_path)},  # no driver here: CPU mode
+        nodesets=[{"name": "trainers", "definitions": ["gpu"], "replicas": 1}],
+        partitions=[{"name": "p", "nodesets": ["trainers"]}],
+    )
+    refused = Deployed(name, tmp_path, gpu.env, gpu.client)
+    proc = refused.invoke("deploy")
+    assert proc.returncode == 2, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert "'trainers' requests GPUs" in first and "no NVIDIA driver" in first, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (
+        gpu.client.containers.list(
+            all=True, filters={"label": f"com.docker.compose.project={name}"}
+        )
+        == []
+    )
