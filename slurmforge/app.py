@@ -122,8 +122,11 @@ class Project:
                     continue
                 try:
                     fetched.append(self._fetch(need, options, mirror))
-                except (ConfigError, SourceError) as exc:
-                    skipped[need.feature] = exc.message
+                except ConfigError:  # refused: unpinned, neither allowed nor trusted
+                    url = need.candidates[0].url
+                    skipped[need.feature] = f"its sha256 is '{UNPINNED}' ({url}), so not fetched"
+                except SourceError as exc:
+                    skipped[need.feature] = f"could not be fetched: {exc.message}"
         return fetched, skipped
 
     def lock(self, options: FetchOptions) -> tuple[list[Fetched], dict[str, str], Path]:

@@ -107,6 +107,12 @@ def record(
     tmp.replace(path)
 
 
+def _unchanged(note: str) -> str:
+    """The no-op note, keeping what the image goes without (optional features skipped)."""
+    lack = next((part for part in note.split("; ") if part.startswith("without ")), "")
+    return "unchanged since last build" + (f"; {lack}" if lack else "")
+
+
 def check(config_path: Path, selection: list[str]) -> list[dict[str, Any]] | None:
     """The summary rows (all cached) if nothing changed since the recorded build, else None."""
     try:
@@ -119,7 +125,7 @@ def check(config_path: Path, selection: list[str]) -> list[dict[str, Any]] | Non
     if not images or _image_ids(sorted(images)) != images:
         return None
     rows = [
-        {**row, "status": "cached", "seconds": 0.0, "note": "unchanged since last build"}
+        {**row, "status": "cached", "seconds": 0.0, "note": _unchanged(row.get("note", ""))}
         for row in data["rows"]
     ]
     write_summary(new_log_dir(config_path.parent / ".cache" / "logs"), rows)

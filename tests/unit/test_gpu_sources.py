@@ -1,0 +1,224 @@
+"""GPU user-space sources without Docker: wheels fetched by the real pip from a PyPI-style index
+served on 127.0.0.1, the two source kinds in versions.yaml, and optional features (pyxis, enroot,
+nccl-tests) that render in when their source is cached and are skipped and labelled otherwise."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import io
+import subprocess
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmforge import config, matrix
+from slurmforge.config import Wheel
+from slurmforge.errors import ChecksumError, ConfigError, SourceError
+from slurmforge.plan import ContextSources
+from slurmforge.render import Renderer
+from slurmforge.sources import Cache
+from tests.conftest import ROOT
+from tests.unit.test_dockerfiles import HADOLINT
+
+NAME, VERSION = "nvidia-fake-cu12", "1.2.3"
+FILENAME = f"nvidia_fake_cu12-{VERSION}-py3-none-manylinux1_x86_64.whl"
+
+
+def _wheel() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("nvidia/fake/lib/libfake.so.1", b"\x7fELF not really")
+        z.writestr(f"nvidia_fake_cu12-{VERSION}.dist-info/METADATA",
+                   f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {VERSION}\n")  # fmt: skip
+        z.writestr(f"nvidia_fake_cu12-{VERSION}.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+        z.writestr(f"nvidia_fake_cu12-{VERSION}.dist-info/RECORD", "")
+    return buf.getvalue()
+
+
+WHEEL = _wheel()
+APT = {
+    "repository": "https://example.org/compute/cuda/repos/debian12/x86_64/",
+    "keyring": {"url": "https://example.org/3bf863cc.pub", "sha256": "e" * 64},
+    "packages": ["cuda-cudart-12-2=12.2.140-1"],
+}
+SHA = hashlib.sha256(WHEEL).hexdigest()
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A PEP 503 'simple' index holding one wheel; pip is pointed at it and at nothing else."""
+    root = tmp_path / "index"
+    (root / "simple" / NAME).mkdir(parents=True)
+    (root / "files").mkdir()
+    (root / "files" / FILENAME).write_bytes(WHEEL)
+    (root / "simple" / NAME / "index.html").write_text(
+        f'<a href="../../files/{FILENAME}#sha256={SHA}">{FILENAME}</a>\n'
+    )
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/simple/"
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_INDEX_URL", url)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    yield url
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def cfg(shipped: dict, write_config) -> config.Config:
+    return config.load(write_config(shipped))
+
+
+def test_wheel_is_fetched_by_pip_and_verified(index: str, tmp_path: Path, cfg) -> None:
+    cache = Cache(tmp_path / "cache")
+    got = cache.fetch(cfg, [Wheel(requirement=f"{NAME}=={VERSION}", sha256=SHA)])
+    assert got.sha256 == SHA
+    assert got.path == tmp_path / "cache" / SHA / f"nvidia_fake_cu12-{VERSION}.whl"
+    assert got.path.read_bytes() == WHEEL
+    assert cache.lookup(SHA, got.path.name) == got.path
+
+
+def test_wheel_with_the_wrong_hash_is_refused(index: str, tmp_path: Path, cfg) -> None:
+    cache = Cache(tmp_path / "cache")
+    with pytest.raises(ChecksumError, match="checksum mismatch"):
+        cache.fetch(cfg, [Wheel(requirement=f"{NAME}=={VERSION}", sha256="0" * 64)])
+    assert not list((tmp_path / "cache").glob("*/*.whl"))
+
+
+def test_missing_wheel_is_a_source_error(index: str, tmp_path: Path, cfg) -> None:
+    with pytest.raises(SourceError, match="pip download failed"):
+        Cache(tmp_path / "cache").fetch(cfg, [Wheel(requirement=f"{NAME}==9.9.9", sha256=SHA)])
+
+
+def test_unpacked_wheel_layout(tmp_path: Path) -> None:
+    """images/gpu/install-wheels (run here with the host's sh and unzip) lays a wheel out."""
+    whl = tmp_path / "w.whl"
+    whl.write_bytes(WHEEL)
+    prefix = tmp_path / "cuda"
+    subprocess.run(
+        ["sh", str(ROOT / "images/gpu/install-wheels"), str(prefix), str(whl)], check=True
+    )
+    assert (prefix / "lib64/libfake.so.1").read_bytes() == b"\x7fELF not really"
+    assert (prefix / "lib64/libfake.so").readlink() == Path("libfake.so.1")
+    assert (prefix / "slurmforge-versions.txt").read_text() == f"{NAME} {VERSION}\n"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["cuda"]["12.2.2"]["runtime"].update(apt=APT),
+         'cuda."12.2.2".runtime: expected exactly one of \'wheels\' or \'apt\''),
+        (lambda d: d["cuda"]["12.2.2"]["runtime"]["wheels"][0].update(requirement="nvidia-x>=1"),
+         'cuda."12.2.2".runtime.wheels[0].requirement: expected a value matching'),
+        (lambda d: d["tools"].pop("nccl"), "tools.nccl: required key is missing"),
+        (lambda d: d["tools"]["pyxis"].pop("sources"),
+         "tools.pyxis: expected 'sources' or 'userspace'"),
+    ],
+)  # fmt: skip
+def test_bad_gpu_config_names_the_key(shipped: dict, write_config, change, message) -> None:
+    change(shipped)
+    with pytest.raises(ConfigError) as exc:
+        config.load(write_config(shipped))
+    assert message in exc.value.message
+
+
+def _targets(cfg: config.Config) -> dict[str, matrix.Target]:
+    cells = matrix.cells_of(cfg, "default")
+    return {t.component: t for t in matrix.expand(cfg, "default", cells)}
+
+
+def _render(cfg: config.Config, cache: Cache, component: str) -> str:
+    targets = _targets(cfg)
+    target = targets[component]
+    parents = {p.split("/")[0]: "parent:" + p for p in target.parents}
+    upstream = ContextSources(cfg, cache)(target)
+    return Renderer(cfg, ROOT / "images").render(target, parents, upstream).dockerfile
+
+
+def _cache_all(cfg: config.Config, cache: Cache, features: tuple[str, ...]) -> None:
+    """Put stand-ins for the wanted sources in the cache under a recorded checksum (the rendered
+    Dockerfile only needs them to exist; no build happens here)."""
+    v = cfg.versions
+    wanted = [w for w in v.cuda["12.2.2"].runtime.wheels] + list(v.tools["nccl"].userspace.wheels)
+    if "nccl-tests" in features:
+        wanted += list(v.cuda["12.2.2"].build.wheels)
+    for artifact in wanted:
+        path = cache.root / artifact.sha256 / artifact.filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"stand-in")
+    for name in features:
+        source = v.tools[name].sources[0]
+        path = cache.root / ("f" * 63 + str(len(name))) / source.filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"stand-in")
+
+
+def _with_locked(cfg: config.Config, features: tuple[str, ...]) -> config.Config:
+    locked = {cfg.versions.tools[n].sources[0].url: "f" * 63 + str(len(n)) for n in features}
+    return cfg.model_copy(update={"locked": locked})
+
+
+def test_without_their_sources_the_features_are_skipped_and_labelled(cfg, tmp_path: Path) -> None:
+    cache = Cache(tmp_path / "cache")
+    _cache_all(cfg, cache, ())
+    worker = _render(cfg, cache, "worker")
+    assert 'io.slurmforge.skipped="enroot,nccl-tests,pyxis"' in worker
+    assert "slurmforge-pyxis_*.deb" not in worker and "AS nccl-tests" not in worker
+    assert "pyxis" not in _render(cfg, cache, "slurm-debs")
+
+
+def test_with_their_sources_the_features_are_built(cfg, tmp_path: Path) -> None:
+    features = ("pyxis", "enroot", "nccl-tests")
+    cfg = _with_locked(cfg, features)
+    cache = Cache(tmp_path / "cache")
+    _cache_all(cfg, cache, features)
+    worker = _render(cfg, cache, "worker")
+    assert 'io.slurmforge.skipped=""' in worker
+    assert "FROM cuda AS nccl-tests" in worker and "COPY --from=nccl-tests" in worker
+    assert "/debs/slurmforge-pyxis_*.deb" in worker and "COPY sources/enroot/" in worker
+    assert "make -C /build/spank pyxis-deb" in _render(cfg, cache, "slurm-debs")
+    jail = _render(cfg, cache, "jail")
+    assert "slurmforge-pyxis" in jail and "/etc/enroot/enroot.conf" in jail
+
+
+def test_nccl_tests_without_the_compiler_is_skipped(cfg, tmp_path: Path) -> None:
+    """nccl-tests cached but nvcc's wheel not: it cannot be built, so it is skipped too."""
+    cfg = _with_locked(cfg, ("nccl-tests",))
+    cache = Cache(tmp_path / "cache")
+    _cache_all(cfg, cache, ("nccl-tests",))
+    nvcc = cfg.versions.cuda["12.2.2"].build.wheels[0]
+    (cache.root / nvcc.sha256 / nvcc.filename).unlink()
+    assert 'io.slurmforge.skipped="enroot,nccl-tests,pyxis"' in _render(cfg, cache, "worker")
+
+
+def test_apt_kind_renders_one_recipe_and_passes_hadolint(shipped, write_config, tmp_path) -> None:
+    shipped["cuda"]["12.2.2"]["runtime"] = {"apt": APT}
+    cfg = config.load(write_config(shipped))
+    cache = Cache(tmp_path / "cache")
+    key = cache.root / ("e" * 64) / "3bf863cc.pub"
+    key.parent.mkdir(parents=True)
+    key.write_bytes(b"key")
+    _cache_all(
+        cfg.model_copy(update={"versions": config.load(ROOT / "versions.yaml").versions}), cache, ()
+    )
+    out = tmp_path / "Dockerfile"
+    for component in ("worker", "jail"):
+        text = _render(cfg, cache, component)
+        assert "signed-by=/usr/share/keyrings/slurmforge-cuda.asc" in text
+        assert "apt-get install -y --no-install-recommends cuda-cudart-12-2=12.2.140-1" in text
+        out.write_text(text)
+        lint = subprocess.run(
+            [HADOLINT, "--config", str(ROOT / ".hadolint.yaml"), str(out)],
+            capture_output=True,
+            text=True,
+        )
+        assert lint.returncode == 0, lint.stdout
