@@ -3,6 +3,7 @@ images, into its own Compose project, state directory and manifest directory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -117,14 +118,17 @@ def write_cluster(root: Path, name: str, port: int, **changes) -> Path:
 def deployed(
     images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployed]:
-    root = tmp_path_factory.mktemp("cluster")
-    name = f"sftest{uuid.uuid4().hex[:6]}"
-    env = {
-        **os.environ,
-        "SLURMFORGE_STATE_DIR": str(root / "state"),
-        "SLURMFORGE_DEBUG": "",
-    }
-    write_cluster(root, name, free_port())
+    with deploy(tmp_path_factory.mktemp("cluster"), "sftest", client) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def deploy(root: Path, prefix: str, client: docker.DockerClient, **changes) -> Iterator[Deployed]:
+    """A cluster (the default one, with ``changes``) deployed under a throwaway name, port and
+    state directory; removed with its volumes afterwards."""
+    name = f"{prefix}{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "SLURMFORGE_STATE_DIR": str(root / "state"), "SLURMFORGE_DEBUG": ""}
+    write_cluster(root, name, free_port(), **changes)
     cluster = Deployed(name, root, env, client)
     proc = cluster.invoke("deploy")
     try:

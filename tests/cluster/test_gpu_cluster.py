@@ -5,7 +5,6 @@ health check draining and resuming nodes through the real Slurm."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -16,7 +15,7 @@ import docker
 import pytest
 
 from tests import driver_root
-from tests.cluster.conftest import Deployed, free_port, write_cluster
+from tests.cluster.conftest import Deployed, deploy, free_port, write_cluster
 from tests.conftest import ROOT
 
 V = driver_root.VERSION
@@ -32,12 +31,10 @@ def gpu(
 ) -> Iterator[Deployed]:
     root = tmp_path_factory.mktemp("gpucluster")
     host = driver_root.make(root / "host", gpus=4)
-    name = f"sfgpu{uuid.uuid4().hex[:6]}"
-    env = {**os.environ, "SLURMFORGE_STATE_DIR": str(root / "state"), "SLURMFORGE_DEBUG": ""}
-    write_cluster(
+    with deploy(
         root,
-        name,
-        free_port(),
+        "sfgpu",
+        client,
         gpu={"driver_root": str(host), "min_busbw": 100.0},
         nodesets=[
             {"name": "cpu", "definitions": ["cpu-small"], "replicas": 1},
@@ -54,14 +51,8 @@ def gpu(
             {"name": "main", "nodesets": ["cpu"], "default": True},
             {"name": "gpu", "nodesets": ["trainer"]},
         ],
-    )
-    cluster = Deployed(name, root, env, client)
-    proc = cluster.invoke("deploy")
-    try:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+    ) as cluster:
         yield cluster
-    finally:
-        cluster.invoke("down", "--volumes")
 
 
 def _job(gpu: Deployed, node: str, command: str) -> tuple[int, str]:
