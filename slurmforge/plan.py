@@ -50,7 +50,6 @@ class Need:
     candidates: tuple[Artifact, ...]
     optional: bool = False  # a feature: skipped, and said so, when it cannot be had
     requires: str = ""  # wanted only when this optional need is present
-    group: str = ""  # wheels and keyrings of one userspace group ('cuda', 'nccl', 'cuda-build')
 
     @property
     def feature(self) -> str:
@@ -68,7 +67,8 @@ def _userspace_needs(group: str, space: Userspace | None, **kw: Any) -> list[Nee
     if space is None:
         return []
     artifacts: tuple[Artifact, ...] = space.wheels or ((space.apt.keyring,) if space.apt else ())
-    return [Need(f"{group}/{i}", (a,), group=group, **kw) for i, a in enumerate(artifacts)]
+    # one need per wheel (or the apt keyring), named '<group>/<index>'
+    return [Need(f"{group}/{i}", (a,), **kw) for i, a in enumerate(artifacts)]
 
 
 def needs(config: Config, target: Target) -> list[Need]:

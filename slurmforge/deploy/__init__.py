@@ -37,14 +37,19 @@ def parse_scale(arg: str) -> tuple[str, int]:
 def scale(local, arg: str, versions_file: Path, timeout: float) -> list[str]:
     """`invoke scale NODESET=N` on a running `local` cluster; returns the removed nodes."""
     from slurmforge import config
-    from slurmforge.deploy import model
+    from slurmforge.deploy import gpus, model
 
     nodeset, count = parse_scale(arg)
     names = [ns.name for ns in local.cluster.spec.nodesets]
     if nodeset not in names:
         known = ", ".join(names)
         raise ConfigError(f"scale: unknown node set {nodeset!r}; expected one of {known}")
-    replicas = {**model.read_scale(local.cluster.name), nodeset: count}
-    model.write_scale(local.cluster.name, replicas)
-    new = model.load(local.cluster.path, config.load(versions_file))
+    before = model.read_scale(local.cluster.name)
+    model.write_scale(local.cluster.name, {**before, nodeset: count})
+    try:
+        new = model.load(local.cluster.path, config.load(versions_file))
+        gpus.assign(new)  # more GPUs than the host has: refused before anything changes
+    except ConfigError:
+        model.write_scale(local.cluster.name, before)
+        raise
     return local.scale(new, timeout)

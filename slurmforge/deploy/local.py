@@ -267,6 +267,7 @@ class Local:
         if removed and self.running(CONTROLLER) is not None:
             self.drain(removed, timeout)
         self.cluster = new
+        self.__dict__.pop("gpus", None)  # the GPU assignment follows the new node counts
         self._apply(ids[JAIL], self.munge_key(), populate=False)
         self.wait_ready(timeout)
         return removed

@@ -202,3 +202,13 @@ def test_gpu_node_set_without_a_driver_is_refused(gpu: Deployed, tmp_path: Path)
         )
         == []
     )
+
+
+def test_scaling_past_the_hosts_gpus_is_refused_and_changes_nothing(gpu: Deployed) -> None:
+    proc = gpu.invoke("scale", "trainer=5")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert "need 5 GPUs" in first and "has 4" in first, proc.stderr
+    # the stored count and the running cluster are as before: a redeploy changes nothing
+    assert gpu.invoke("deploy").returncode == 0
+    assert sorted(n for n in gpu.states() if n.startswith("trainer")) == list(GPU_NODES)
