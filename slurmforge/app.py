@@ -118,6 +118,9 @@ class Project:
                 seen.add(key)
                 if need.requires and need.requires in skipped:
                     continue
+                if not need.candidates:
+                    skipped[need.requires] = f"no {need.feature} (compiler) configured for it"
+                    continue
                 if sources.cached(need):
                     continue
                 try:

@@ -83,7 +83,11 @@ def needs(config: Config, target: Target) -> list[Need]:
         elif name == "cuda" and cuda is not None:
             out += _userspace_needs("cuda", cuda.runtime)
         elif name == "cuda-build" and cuda is not None:
-            out += _userspace_needs("cuda-build", cuda.build, optional=True, requires="nccl-tests")
+            helper = {"optional": True, "requires": "nccl-tests"}
+            # without a compiler configured, a need that nothing satisfies skips nccl-tests
+            out += _userspace_needs("cuda-build", cuda.build, **helper) or [
+                Need("cuda-build/0", (), **helper)
+            ]
         elif name in v.tools and v.tools[name].userspace is not None:
             out += _userspace_needs(name, v.tools[name].userspace)
         elif name in v.tools:

@@ -149,7 +149,7 @@ def _cache_all(cfg: config.Config, cache: Cache, features: tuple[str, ...]) -> N
     Dockerfile only needs them to exist; no build happens here)."""
     v = cfg.versions
     wanted = [w for w in v.cuda["12.2.2"].runtime.wheels] + list(v.tools["nccl"].userspace.wheels)
-    if "nccl-tests" in features:
+    if "nccl-tests" in features and v.cuda["12.2.2"].build is not None:
         wanted += list(v.cuda["12.2.2"].build.wheels)
     for artifact in wanted:
         path = cache.root / artifact.sha256 / artifact.filename
@@ -222,3 +222,11 @@ def test_apt_kind_renders_one_recipe_and_passes_hadolint(shipped, write_config, 
             text=True,
         )
         assert lint.returncode == 0, lint.stdout
+
+
+def test_nccl_tests_without_a_configured_compiler_is_skipped(shipped, write_config, tmp_path):
+    del shipped["cuda"]["12.2.2"]["build"]
+    cfg = _with_locked(config.load(write_config(shipped)), ("nccl-tests",))
+    cache = Cache(tmp_path / "cache")
+    _cache_all(cfg, cache, ("nccl-tests",))
+    assert 'io.slurmforge.skipped="enroot,nccl-tests,pyxis"' in _render(cfg, cache, "worker")
