@@ -135,7 +135,8 @@ class ContextSources:
     def __call__(self, target: Target) -> ContextFiles:
         files: dict[str, ContextFile] = {}
         skipped: list[str] = []
-        for need in needs(self.config, target):
+        wanted = needs(self.config, target)
+        for need in wanted:
             hit = self.cached(need)
             if need.optional and (hit is None or (need.requires and need.requires in skipped)):
                 if need.feature not in skipped:
@@ -144,7 +145,7 @@ class ContextSources:
             source, sha = hit or (need.candidates[0], self._sha(need.candidates[0]))
             path = self.cache.root / sha / source.filename
             files[need.name] = ContextFile(need.arcname(source), path, sha, 0o644)
-        dependents = {n.requires: n.feature for n in needs(self.config, target) if n.requires}
+        dependents = {n.requires: n.feature for n in wanted if n.requires}
         for feature, helper in dependents.items():  # e.g. nccl-tests cannot build without nvcc
             if helper in skipped and feature not in skipped:
                 files = {k: f for k, f in files.items() if k.split("/", 1)[0] != feature}

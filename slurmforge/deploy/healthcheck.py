@@ -93,9 +93,7 @@ def run(
     codes = {m.group(1): int(m.group(2)) for ln in out.splitlines() if (m := _RC.match(ln))}
     for node in checked:
         lines = [ln[len(node) + 2 :] for ln in out.splitlines() if ln.startswith(f"{node}: ")]
-        said = {"pass", "drained"} & {
-            ln.split()[2].rstrip(":") for ln in lines if ln.count(" ") > 2
-        }
+        said = {m.group(1) for ln in lines if (m := re.match(rf"gpu-check: {node}: (\w+):", ln))}
         verdict = {0: "pass", 1: "drained"}.get(codes.get(node, -1), "error")
         if verdict not in said:  # an exit status without the script's own verdict line
             verdict = "error"

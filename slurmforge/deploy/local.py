@@ -171,7 +171,8 @@ class Local:
 
     def pyxis(self) -> bool:
         """Whether the jail image (where srun runs) was built with pyxis (see its labels)."""
-        labels = self.engine.client.images.get(self.cluster.images[JAIL]).labels or {}
+        info = self.engine.inspect(self.cluster.images[JAIL])
+        labels = info.labels if info is not None else {}
         return "pyxis" in labels.get("io.slurmforge.features", "").split(",")
 
     @functools.cached_property

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -60,7 +61,7 @@ class Deployed:
     def sh(self, service: str, command: str, user: str | None = None) -> tuple[int, str]:
         """``command`` in a service's container; with ``user``, inside the jail as that user."""
         if user is not None:
-            command = f"chroot /jail su - {user} -c {_quote(command)}"
+            command = f"chroot /jail su - {user} -c {shlex.quote(command)}"
         code, out = self.container(service).exec_run(["bash", "-c", command])
         return code, out.decode(errors="replace").strip()
 
@@ -83,10 +84,6 @@ class Deployed:
                 return
             time.sleep(2)
         pytest.fail(f"wanted {want}, Slurm says {states}")
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def invoke(

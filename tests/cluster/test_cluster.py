@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import signal
 import socket
 import time
@@ -33,7 +34,7 @@ def test_batch_job_runs_in_the_jail_and_writes_home(deployed: Deployed) -> None:
     script = (
         "#!/bin/bash\nhostname > where; id -u >> where; cat /etc/slurmforge-jail-release >> where\n"
     )
-    deployed.ok("login", f"cd ~ && printf '%s' {_q(script)} > job.sh", user="alice")
+    deployed.ok("login", f"cd ~ && printf '%s' {shlex.quote(script)} > job.sh", user="alice")
     deployed.ok("login", "cd ~ && sbatch --wait -o job.out job.sh", user="alice")
     # seen from the login node's own filesystem view of the shared volume
     where = deployed.ok("login", "cat /jail/home/alice/where").splitlines()
@@ -41,10 +42,6 @@ def test_batch_job_runs_in_the_jail_and_writes_home(deployed: Deployed) -> None:
     assert where[1] == uid != "0"
     assert where[2].startswith("slurm=")  # a file that exists only in the jail image
     assert deployed.ok("login", "/opt/quickcheck/hello.sh", user="alice").endswith("quickcheck: ok")
-
-
-def _q(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def test_invoke_login_lands_in_the_jail(deployed: Deployed) -> None:
@@ -82,7 +79,7 @@ def test_a_job_cannot_see_or_kill_slurmd(deployed: Deployed) -> None:
         f" kill -0 {pid} 2>/dev/null && echo slurmd-killable;"
         " ps -eo user= | sort -u | tr '\\n' ' '"
     )
-    out = deployed.ok("login", f"srun -N1 -w cpu-0 bash -c {_q(probe)}", user="alice")
+    out = deployed.ok("login", f"srun -N1 -w cpu-0 bash -c {shlex.quote(probe)}", user="alice")
     assert out.split() == ["alice"], out  # nothing of the node, only the user's own processes
     code, _ = deployed.sh("cpu-0", f"kill -0 {pid}")
     assert code == 0  # slurmd is alive and well, outside

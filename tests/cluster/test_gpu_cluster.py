@@ -5,6 +5,7 @@ health check draining and resuming nodes through the real Slurm."""
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 import uuid
@@ -58,11 +59,9 @@ def gpu(
 def _job(gpu: Deployed, node: str, command: str) -> tuple[int, str]:
     """``command`` as a job step on ``node`` (inside the jail), submitted from the login node."""
     part = "gpu" if node.startswith("trainer") else "main"
-    return gpu.sh("login", f"srun -p {part} -N1 -w {node} bash -c {_q(command)}", user="root")
-
-
-def _q(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
+    return gpu.sh(
+        "login", f"srun -p {part} -N1 -w {node} bash -c {shlex.quote(command)}", user="root"
+    )
 
 
 def test_nodes_come_up_with_their_own_gpus(gpu: Deployed) -> None:
