@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -238,6 +239,58 @@ def clean(c, set="default", cell=None, component=None, images=False, sources=Fal
     """Remove logs and temporary files; optionally images and cached sources."""
     for item in _project(set, cell, component, config).clean(images, sources):
         print(f"removed {item}")
+
+
+@task(
+    iterable=["cell", "component"],
+    help={
+        **SELECT_HELP,
+        "registry": "push to this registry prefix instead of the set's (HOST[:PORT][/PATH])",
+        "force": "push even images whose image tests have not passed",
+        "retries": "retries of a transient failure per tag, with backoff (default 4)",
+    },
+)
+@_fails_cleanly
+def push(
+    c,
+    set="default",
+    cell=None,
+    component=None,
+    registry=None,
+    force=False,
+    retries=4,
+    config=None,
+):
+    """Push every tag of the selected built, tested images; record their digests in build/."""
+    from slurmforge import push as push_mod
+
+    project = _project(set, cell, component, config)
+    pushed, lock = push_mod.push(project, registry, force, int(retries))
+    print(_table(push_mod.summary(pushed), ["image", "digest", "sent", "existed", "tries", "time"]))
+    print(f"digests recorded in {lock}", file=sys.stderr)
+
+
+@task(
+    iterable=["cell"],
+    help={
+        "set": SELECT_HELP["set"],
+        "cell": SELECT_HELP["cell"],
+        "config": SELECT_HELP["config"],
+    },
+)
+@_fails_cleanly
+def test_images(c, set="default", cell=None, config=None):
+    """Build (if needed) and run the image tests on a set's images; a pass is recorded for push."""
+    env = {"SLURMFORGE_TEST_SET": set, "SLURMFORGE_TEST_CELLS": ",".join(cell or ())}
+    if config:
+        env["SLURMFORGE_TEST_CONFIG"] = str(_config_path(config))
+    code = subprocess.call(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(HERE / "tests" / "image")],
+        cwd=HERE,
+        env={**os.environ, **env},
+    )
+    if code:
+        raise Exit("error: the image tests failed; nothing was recorded as tested", code=1)
 
 
 DEPLOY_HELP = {

@@ -191,6 +191,23 @@ class Project:
             fastpath.record(self.config.path, self.stamp_key, images, [r.row() for r in results])
         return results, skipped
 
+    def publishable(self) -> list[Target]:
+        """The selected public images (named components only, when components were given)."""
+        named = self.selection.components
+        return [
+            t
+            for t in self.targets
+            if matrix.COMPONENTS[t.component].public and (not named or t.component in named)
+        ]
+
+    def hint(self, task: str = "build") -> str:
+        """The `invoke <task>` command line for this selection."""
+        s = self.selection
+        words = ["invoke", task, "--set", s.set_name]
+        words += [w for c in s.cells for w in ("--cell", c)]
+        words += [w for c in s.components for w in ("--component", c)]
+        return " ".join(words)
+
     def lacking(self, fetched: Iterable[Fetched] = ()) -> dict[str, tuple[str, ...]]:
         """Target id → the optional features its image goes without."""
         sources = self.context_sources(fetched)

@@ -36,21 +36,29 @@ def write_config(tmp_path: Path):
 # The first run compiles Slurm (several minutes); later runs find every target cached.
 
 
+# The selection under test: the `default` set unless `invoke test-images` names another.
+TEST_SET = os.environ.get("SLURMFORGE_TEST_SET") or "default"
+TEST_CELLS = tuple(c for c in os.environ.get("SLURMFORGE_TEST_CELLS", "").split(",") if c)
+TEST_CONFIG = Path(os.environ.get("SLURMFORGE_TEST_CONFIG") or ROOT / "versions.yaml")
+
+
 @pytest.fixture(scope="session")
 def project() -> Project:
-    return Project(Selection(ROOT / "versions.yaml", "default"))
+    project = Project(Selection(TEST_CONFIG, TEST_SET, TEST_CELLS))
+    if len(project.cells) != 1:
+        names = ", ".join(c.name for c in project.cells)
+        pytest.exit(f"set {TEST_SET!r} has several cells ({names}); pick one", returncode=2)
+    return project
 
 
 @pytest.fixture(scope="session")
 def images(project: Project) -> dict[str, str]:
-    """component → image reference, after `invoke build --set default` succeeded."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "build", "--set", "default"],
-        cwd=ROOT,
-        env={**os.environ, "SLURMFORGE_DEBUG": ""},
-        timeout=3600,
-    )
-    assert proc.returncode == 0, "invoke build --set default failed (see .cache/logs/latest)"
+    """component → image reference, after `invoke build` of the selection succeeded."""
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "build"]
+    argv += ["--set", TEST_SET, "--config", str(TEST_CONFIG)]
+    argv += [w for c in TEST_CELLS for w in ("--cell", c)]
+    proc = subprocess.run(argv, cwd=ROOT, env={**os.environ, "SLURMFORGE_DEBUG": ""}, timeout=3600)
+    assert proc.returncode == 0, f"{' '.join(argv[3:])} failed (see .cache/logs/latest)"
     return {t.component: t.ref for t in project.targets}
 
 

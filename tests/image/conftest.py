@@ -9,6 +9,10 @@ import docker
 import pytest
 import testinfra
 
+from slurmforge import tested
+from slurmforge.app import Project
+from tests.conftest import ROOT
+
 ROLES = ("slurmctld", "slurmd", "worker", "login", "jail")
 
 
@@ -32,8 +36,47 @@ def hosts(images: dict[str, str], client: docker.DockerClient) -> Iterator[dict[
             c.remove(force=True)
 
 
+HERE = Path(__file__).parent
+# What `invoke push` trusts: recorded only when every image test was collected, ran and passed.
+_tier = {"collected": 0, "passed": 0, "failed": 0}
+_tested: dict[str, str] = {}  # image id → ref, of the images the tier ran against
+
+
+def _in_tier(path: str | Path) -> bool:
+    return HERE in Path(path).resolve().parents
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
     for item in items:
-        if here in Path(item.fspath).parents:
+        if _in_tier(item.fspath):
             item.add_marker(pytest.mark.image)
+            _tier["collected"] += 1
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remember_tested(request: pytest.FixtureRequest, project: Project) -> None:
+    """The IDs of the selection's public images, as the tests see them."""
+    if not any(_in_tier(item.fspath) for item in request.session.items):
+        return
+    request.getfixturevalue("images")  # built (or found) first
+    for target in project.publishable():
+        info = project.engine.inspect(target.ref)
+        if info is not None:
+            _tested[info.id] = target.ref
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not _in_tier(ROOT / report.fspath):
+        return
+    if report.failed:
+        _tier["failed"] += 1
+    elif report.when == "call" and report.passed:
+        _tier["passed"] += 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    opts = session.config.option
+    narrowed = opts.keyword or opts.markexpr or opts.deselect or getattr(opts, "lf", False)
+    complete = _tier["collected"] and _tier["passed"] == _tier["collected"]
+    if _tested and complete and not _tier["failed"] and not narrowed:
+        tested.record(ROOT, _tested.items(), "tests/image")

@@ -1,0 +1,305 @@
+"""`invoke push`: publish built, tested images to an OCI registry and record their digests.
+
+The Docker daemon does the transfer (it skips layers the registry already has, so a re-push of
+unchanged images only checks blobs and re-puts manifests); credentials are the daemon client's
+standard ones (docker config, credential helpers, `docker login`) and are never printed.
+Transient failures (connection reset, EOF, timeouts, 5xx) are retried with exponential backoff a
+bounded number of times. Every pushed tag lands in the lock file (image ref → digest), which the
+Kubernetes target uses to pin images by digest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import docker.auth
+import docker.errors
+import requests.exceptions
+from tqdm import tqdm
+
+from slurmforge import tested
+from slurmforge.engine import Engine
+from slurmforge.errors import ConfigError, SlurmforgeError
+from slurmforge.matrix import Target
+
+if TYPE_CHECKING:
+    from slurmforge.app import Project
+
+LOCK_FILE = Path("build") / "images.lock.json"
+# Daemon messages (of the registry's answers) that a later attempt may not see again.
+TRANSIENT = re.compile(
+    r"connection reset|connection refused|broken pipe|\bEOF\b|timeout|timed out|"
+    r"\b50[0-9]\b|internal server error|bad gateway|service unavailable|no such host",
+    re.IGNORECASE,
+)
+UNREACHABLE = re.compile(
+    r"connection reset|connection refused|\bEOF\b|timeout|timed out|no such host", re.IGNORECASE
+)
+AUTH = re.compile(
+    r"unauthorized|authentication required|no basic auth credentials|access.*denied|\b401\b",
+    re.IGNORECASE,
+)
+
+
+class PushError(SlurmforgeError):
+    """The registry kept failing, or refused the push for a reason other than credentials."""
+
+
+class _Transient(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Pushed:
+    ref: str  # where it was pushed (registry/component:tag)
+    digest: str  # sha256:… of the manifest
+    sent: int  # bytes uploaded
+    existed: int  # layers the registry already had
+    attempts: int
+    seconds: float
+
+
+def registry_of(ref: str) -> str:
+    """The registry host of an image reference (docker.io when it names none)."""
+    first = ref.split("/", 1)[0]
+    return (
+        first
+        if "/" in ref and ("." in first or ":" in first or first == "localhost")
+        else ("docker.io")
+    )
+
+
+def retarget(ref: str, old: str, new: str | None) -> str:
+    """``ref`` moved from registry prefix ``old`` to ``new`` (unchanged without ``new``)."""
+    if not new:
+        return ref
+    if not ref.startswith(old + "/"):
+        raise ConfigError(f"{ref} is not under {old}; cannot move it to --registry {new}")
+    return f"{new.rstrip('/')}/{ref[len(old) + 1 :]}"
+
+
+def check_registry(value: str) -> str:
+    if not re.fullmatch(r"[a-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9._-]+)*", value):
+        raise ConfigError(
+            f"--registry {value!r}: expected HOST[:PORT][/PATH] in lower case, "
+            "e.g. 127.0.0.1:5000/slurmforge or ghcr.io/acme"
+        )
+    return value.rstrip("/")
+
+
+# -- the lock file -------------------------------------------------------------------------------
+
+
+def read_lock(root: Path) -> dict[str, str]:
+    """Image ref → manifest digest of what was pushed from this checkout."""
+    file = root / LOCK_FILE
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{file}: unreadable lock file ({exc}); delete it and push again"
+        ) from None
+    if not isinstance(data, dict) or not all(
+        isinstance(v, str) and v.startswith("sha256:") for v in data.values()
+    ):
+        raise ConfigError(f"{file}: expected a mapping of image ref to sha256:… digests")
+    return data
+
+
+def write_lock(root: Path, pushed: Iterable[Pushed]) -> Path:
+    file = root / LOCK_FILE
+    data = read_lock(root)
+    data.update({p.ref: p.digest for p in pushed})
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(f".{file.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(dict(sorted(data.items())), indent=2) + "\n")
+    os.replace(tmp, file)
+    return file
+
+
+# -- preflight -----------------------------------------------------------------------------------
+
+
+def preflight(project: Project, targets: list[Target], force: bool) -> dict[str, str]:
+    """Target id → local image id, or the error that refuses the whole push before any byte."""
+    engine, root = project.engine, project.root
+    ids: dict[str, str] = {}
+    missing = []
+    for target in targets:
+        info = engine.inspect(target.ref)
+        if info is None:
+            missing.append(target.ref)
+        else:
+            ids[target.id] = info.id
+    if missing:
+        raise ConfigError(
+            f"not built: {', '.join(missing)}; nothing was pushed",
+            hint=f"run: {project.hint('build')}",
+        )
+    untested = [t.ref for t in targets if not tested.passed(root, ids[t.id])]
+    if untested and not force:
+        raise ConfigError(
+            f"the image tests have not passed for this build of {', '.join(untested)}; "
+            "nothing was pushed",
+            hint=f"run: {project.hint('test-images')}   (or push anyway with --force)",
+        )
+    return ids
+
+
+# -- pushing -------------------------------------------------------------------------------------
+
+
+class Pusher:
+    def __init__(
+        self,
+        engine: Engine,
+        retries: int = 4,
+        backoff: float = 0.5,
+        out: IO[str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.engine = engine
+        self.retries = retries
+        self.backoff = backoff
+        self.out = out or sys.stderr
+        self.sleep = sleep
+
+    def push(self, image_id: str, refs: list[str]) -> list[Pushed]:
+        """Tag ``image_id`` as each of ``refs`` and push them; one progress bar for the image."""
+        results = []
+        with tqdm(
+            desc=refs[0].rsplit("/", 1)[-1],
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            file=self.out,
+            leave=True,
+            disable=None,  # a bar on a terminal; CI logs get the summary lines only
+        ) as bar:
+            for ref in refs:
+                self.engine.tag(image_id, ref)
+                results.append(self._with_retries(ref, bar))
+        return results
+
+    def _with_retries(self, ref: str, bar: tqdm) -> Pushed:
+        start = time.monotonic()
+        registry = registry_of(ref)
+        for attempt in range(1, self.retries + 2):
+            try:
+                digest, sent, existed = self._once(ref, bar)
+                return Pushed(ref, digest, sent, existed, attempt, time.monotonic() - start)
+            except _Transient as exc:
+                message = str(exc)
+                if attempt > self.retries:
+                    if UNREACHABLE.search(message):
+                        raise ConfigError(
+                            f"registry {registry} is unreachable ({attempt} attempts): {message}",
+                            hint="check --registry / the set's registry, and that it is running",
+                        ) from None
+                    raise PushError(f"pushing {ref} failed {attempt} times: {message}") from None
+                delay = self.backoff * 2 ** (attempt - 1)
+                bar.write(
+                    f"push {ref}: {message}; retry {attempt}/{self.retries} in {delay:.1f} s",
+                    file=self.out,
+                )
+                self.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _once(self, ref: str, bar: tqdm) -> tuple[str, int, int]:
+        repo, _, tag = ref.rpartition(":")
+        layers: dict[str, list[int]] = {}  # layer id → [sent, total]
+        existed = 0
+        digest = None
+        base = bar.n
+        try:
+            for event in self.engine.api.push(repo, tag=tag, stream=True, decode=True):
+                if "error" in event:
+                    self._fail(ref, str(event.get("error")))
+                status = event.get("status", "")
+                layer = event.get("id", "")
+                detail = event.get("progressDetail") or {}
+                if status == "Pushing" and detail.get("total"):
+                    layers[layer] = [int(detail.get("current", 0)), int(detail["total"])]
+                elif status == "Pushed" and layer in layers:
+                    layers[layer][0] = layers[layer][1]
+                elif status == "Layer already exists":
+                    existed += 1
+                aux = event.get("aux") or {}
+                if aux.get("Digest"):
+                    digest = aux["Digest"]
+                sent = sum(s for s, _ in layers.values())
+                total = sum(t for _, t in layers.values())
+                if total and (bar.total or 0) < base + total:
+                    bar.total = base + total
+                bar.update(base + sent - bar.n)
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            raise _Transient(f"the Docker daemon connection failed: {exc}") from None
+        except docker.errors.APIError as exc:
+            self._fail(ref, str(exc.explanation or exc))
+        if digest is None:
+            raise _Transient("the push ended without a digest")
+        return digest, sum(s for s, _ in layers.values()), existed
+
+    def _fail(self, ref: str, message: str) -> None:
+        registry = registry_of(ref)
+        if AUTH.search(message):
+            has = docker.auth.resolve_authconfig(self.engine.api._auth_configs, registry)
+            why = (
+                "the credentials for it in the docker config were rejected"
+                if has
+                else "the docker config has no credentials for it"
+            )
+            raise ConfigError(
+                f"registry {registry} refused the push of {ref}: authentication failed ({why})",
+                hint=f"run: docker login {registry}",
+            )
+        if TRANSIENT.search(message):
+            raise _Transient(message)
+        raise PushError(f"pushing {ref} failed: {message}")
+
+
+def push(
+    project: Project,
+    registry: str | None = None,
+    force: bool = False,
+    retries: int = 4,
+    out: IO[str] | None = None,
+) -> tuple[list[Pushed], Path]:
+    """Push every tag of the selected public images; the lock file is updated as images land."""
+    new = check_registry(registry) if registry else None
+    old = project.config.versions.sets[project.selection.set_name].registry
+    targets = project.publishable()
+    ids = preflight(project, targets, force)
+    root = project.root
+    pusher = Pusher(project.engine, retries=retries, out=out)
+    done: list[Pushed] = []
+    for target in targets:
+        refs = [retarget(t, old, new) for t in target.tags]
+        pushed = pusher.push(ids[target.id], refs)
+        write_lock(root, pushed)
+        done += pushed
+    return done, root / LOCK_FILE
+
+
+def summary(pushed: list[Pushed]) -> list[list[Any]]:
+    return [
+        [
+            p.ref,
+            p.digest[:19] + "…",
+            f"{p.sent / 1e6:.1f} MB",
+            p.existed,
+            p.attempts,
+            f"{p.seconds:.1f}s",
+        ]
+        for p in pushed
+    ]

@@ -1,0 +1,207 @@
+"""Push tier: `invoke push` of the default cell's images to a real registry (Debian's
+docker-registry, distribution v2, on 127.0.0.1 with storage in a temporary directory).
+
+Each test works in a project directory of its own (a copy of versions.yaml), so the record of
+tested images and the lock file it writes are its own; the images are the real, built ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import docker
+import pytest
+
+from slurmforge import push, tested
+from slurmforge.app import Project, Selection
+from tests.conftest import ROOT
+from tests.local_registry import DroppingProxy, free_port, registry
+
+COMPONENT = "slurmctld"
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+    ]
+)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, images: dict[str, str]) -> Path:
+    """A project dir whose versions.yaml is the shipped one, with the component recorded tested."""
+    work = tmp_path / "project"
+    work.mkdir()
+    shutil.copy(ROOT / "versions.yaml", work / "versions.yaml")
+    return work
+
+
+def record_tested(work: Path, client: docker.DockerClient, refs: list[str]) -> None:
+    """What the image tier does after all its tests passed (tests/image/conftest.py)."""
+    tested.record(work, [(client.images.get(r).id, r) for r in refs], "tests/image")
+
+
+def invoke(work: Path, *args: str, env: dict[str, str] | None = None):
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "push"]
+    argv += ["--config", str(work / "versions.yaml"), *args]
+    return subprocess.run(
+        argv,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURMFORGE_DEBUG": "", **(env or {})},
+        timeout=900,
+    )
+
+
+def manifest(host: str, repo: str, reference: str, auth: str | None = None) -> tuple[str, dict]:
+    req = urllib.request.Request(f"http://{host}/v2/{repo}/manifests/{reference}")
+    req.add_header("Accept", MANIFEST_TYPES)
+    if auth:
+        req.add_header("Authorization", f"Basic {auth}")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.headers["Docker-Content-Digest"], json.loads(resp.read())
+
+
+def catalog(host: str) -> list[str]:
+    with urllib.request.urlopen(f"http://{host}/v2/_catalog", timeout=10) as resp:
+        return json.loads(resp.read())["repositories"]
+
+
+def test_push_records_digests_that_pull_back_as_the_same_image(
+    workdir, images, client, tmp_path
+) -> None:
+    local = client.images.get(images[COMPONENT])
+    record_tested(workdir, client, [images[COMPONENT]])
+    with registry(tmp_path / "registry") as host:
+        proc = invoke(workdir, "--component", COMPONENT, "--registry", f"{host}/sf")
+        assert proc.returncode == 0, proc.stderr
+        lock = json.loads((workdir / push.LOCK_FILE).read_text())
+        project = Project(Selection(workdir / "versions.yaml", "default", (), (COMPONENT,)))
+        (target,) = project.publishable()
+        old = project.config.versions.sets["default"].registry
+        expected = [push.retarget(t, old, f"{host}/sf") for t in target.tags]
+        # every tag (versioned and floating) is in the lock, and nothing else
+        assert sorted(lock) == sorted(expected) and len(expected) == 2
+        for ref in expected:
+            repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+            served, body = manifest(host, repo, tag)
+            assert lock[ref] == served  # the digest the registry serves for the tag
+            assert body["config"]["digest"] == local.id  # and it is this image
+        pulled = client.images.pull(f"{expected[0].rsplit(':', 1)[0]}@{lock[expected[0]]}")
+        assert pulled.id == local.id
+
+
+def test_re_push_of_unchanged_images_sends_nothing(workdir, images, client, tmp_path) -> None:
+    record_tested(workdir, client, [images[COMPONENT]])
+    with registry(tmp_path / "registry") as host:
+        first = invoke(workdir, "--component", COMPONENT, "--registry", host)
+        assert first.returncode == 0, first.stderr
+        lock = (workdir / push.LOCK_FILE).read_text()
+        again = invoke(workdir, "--component", COMPONENT, "--registry", host)
+        assert again.returncode == 0, again.stderr
+        rows = [line.split() for line in again.stdout.splitlines()[2:]]
+        assert rows and all(r[2] == "0.0" and int(r[4]) > 0 for r in rows), again.stdout
+        assert (workdir / push.LOCK_FILE).read_text() == lock
+
+
+def test_push_survives_a_proxy_that_drops_the_first_connections(
+    workdir, images, client, tmp_path
+) -> None:
+    record_tested(workdir, client, [images[COMPONENT]])
+    with registry(tmp_path / "registry") as host:
+        proxy = DroppingProxy(host, drop=3)
+        try:
+            proc = invoke(workdir, "--component", COMPONENT, "--registry", proxy.host)
+        finally:
+            proxy.close()
+        assert proc.returncode == 0, proc.stderr
+        assert proxy.dropped == 3 and proxy.served > 0
+        assert "retry 1/4" in proc.stderr
+        tries = [int(line.split()[5]) for line in proc.stdout.splitlines()[2:]]
+        assert tries[0] > 1, proc.stdout
+        lock = json.loads((workdir / push.LOCK_FILE).read_text())
+        ref = next(iter(lock))
+        repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+        assert manifest(host, repo, tag)[0] == lock[ref]
+
+
+def test_registry_with_basic_auth(workdir, images, client, tmp_path) -> None:
+    import base64
+
+    record_tested(workdir, client, [images[COMPONENT]])
+    secret = "s3cret-not-for-logs"
+    with registry(tmp_path / "registry", users={"forge": secret}) as host:
+        empty = tmp_path / "no-creds"
+        empty.mkdir()
+        refused = invoke(
+            workdir, "--component", COMPONENT, "--registry", host, env={"DOCKER_CONFIG": str(empty)}
+        )
+        assert refused.returncode == 2, refused.stderr
+        errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "authentication failed" in errors[0] and host in errors[0]
+        assert "no credentials" in errors[0] and f"docker login {host}" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert not (workdir / push.LOCK_FILE).exists()
+
+        creds = tmp_path / "creds"
+        creds.mkdir()
+        auth = base64.b64encode(f"forge:{secret}".encode()).decode()
+        (creds / "config.json").write_text(json.dumps({"auths": {host: {"auth": auth}}}))
+        ok = invoke(
+            workdir, "--component", COMPONENT, "--registry", host, env={"DOCKER_CONFIG": str(creds)}
+        )
+        assert ok.returncode == 0, ok.stderr
+        assert secret not in ok.stdout + ok.stderr and auth not in ok.stdout + ok.stderr
+        lock = json.loads((workdir / push.LOCK_FILE).read_text())
+        ref = next(iter(lock))
+        repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+        assert manifest(host, repo, tag, auth)[0] == lock[ref]
+
+
+def test_untested_images_are_refused_unless_forced(workdir, images, tmp_path) -> None:
+    with registry(tmp_path / "registry") as host:
+        refused = invoke(workdir, "--component", COMPONENT, "--registry", host)
+        assert refused.returncode == 2
+        assert "image tests have not passed" in refused.stderr
+        assert "invoke test-images --set default" in refused.stderr
+        assert catalog(host) == [] and not (workdir / push.LOCK_FILE).exists()
+        forced = invoke(workdir, "--component", COMPONENT, "--registry", host, "--force")
+        assert forced.returncode == 0, forced.stderr
+        assert catalog(host) == [f"{COMPONENT}"]
+
+
+def test_unreachable_registry(workdir, images, client) -> None:
+    record_tested(workdir, client, [images[COMPONENT]])
+    host = f"127.0.0.1:{free_port()}"
+    proc = invoke(workdir, "--component", COMPONENT, "--registry", host, "--retries", "1")
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"registry {host} is unreachable (2 attempts)" in errors[0]
+    assert "Traceback" not in proc.stderr and not (workdir / push.LOCK_FILE).exists()
+
+
+def test_pushing_a_cell_that_was_not_built(workdir, images, tmp_path, shipped) -> None:
+    import yaml
+
+    shipped["sets"]["default"]["matrix"]["slurm"] = ["24.11.5", "24.05.3"]
+    (workdir / "versions.yaml").write_text(yaml.safe_dump(shipped, sort_keys=False))
+    cell = "24.05.3-cuda12.2.2-debian12"
+    with registry(tmp_path / "registry") as host:
+        proc = invoke(workdir, "--registry", host, "--cell", cell)
+        assert proc.returncode == 2
+        assert "error: not built: " in proc.stderr
+        assert f"127.0.0.1:5000/slurmforge/slurmctld:{cell}" in proc.stderr
+        assert f"run: invoke build --set default --cell {cell}" in proc.stderr
+        assert catalog(host) == []
+
+
+def test_bad_registry_value(workdir, images) -> None:
+    proc = invoke(workdir, "--registry", "Not A Registry")
+    assert proc.returncode == 2
+    assert "--registry 'Not A Registry': expected HOST[:PORT][/PATH]" in proc.stderr
