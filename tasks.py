@@ -311,21 +311,61 @@ def _local(cluster: str | None, config: str | None, out: str | None, target: str
 @task(
     help={
         **DEPLOY_HELP,
-        "target": "local (Docker Compose on this host)",
-        "timeout": "seconds to wait for every node to be idle (default 180)",
+        "target": "local (Docker Compose on this host) or k8s (kubectl apply of a kustomize dir)",
+        "timeout": "seconds to wait for every node (default 180; k8s: per wait, default 600)",
+        "context": "k8s: the kubeconfig context (default: kubectl's current one)",
+        "namespace": "k8s: the namespace (default: kubernetes.namespace, else the cluster name)",
+        "dry_run": "k8s: write and validate the manifests, apply nothing",
     }
 )
 @_fails_cleanly
-def deploy(c, target="local", cluster=None, config=None, out=None, timeout=180):
+def deploy(
+    c,
+    target="local",
+    cluster=None,
+    config=None,
+    out=None,
+    timeout=None,
+    context=None,
+    namespace=None,
+    dry_run=False,
+):
     """Generate the manifests, populate the jail, start the cluster and wait for its nodes."""
+    from slurmforge.deploy import check_target
+
+    check_target(target)
+    if target == "k8s":
+        _deploy_k8s(cluster, config, out, context, namespace, dry_run, timeout or 600)
+        return
+    if context or namespace or dry_run:
+        from slurmforge.errors import ConfigError
+
+        raise ConfigError("--context, --namespace and --dry-run apply to --target k8s only")
     local = _local(cluster, config, out, target)
-    seconds = local.deploy(float(timeout))
+    seconds = local.deploy(float(timeout or 180))
     spec = local.cluster.spec
     nodes = len(local.cluster.nodes)
     print(f"cluster {spec.name}: {nodes} nodes idle after {seconds:.1f} s (manifests: {local.dir})")
     print("log in:  invoke login            (root shell in the jail on the login node)")
     print("         invoke login --user NAME")
     print(f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from createuser)")
+
+
+def _deploy_k8s(cluster, config, out, context, namespace, dry_run, timeout) -> None:
+    from slurmforge.deploy import open_k8s
+
+    cluster_file = Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
+    out_root = Path(out).resolve() if out else HERE / "deploy" / "out"
+    kube = open_k8s(cluster_file, _config_path(config), out_root, namespace, context)
+    directory = kube.render()
+    versions = kube.validate()
+    print(
+        f"wrote {len(kube.objects)} objects to {directory} "
+        f"(valid for Kubernetes {', '.join(versions)}; `kubectl kustomize` renders it)"
+    )
+    if dry_run:
+        return
+    print(kube.apply(float(timeout)))
 
 
 @task(help=DEPLOY_HELP)

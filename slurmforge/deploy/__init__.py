@@ -7,7 +7,7 @@ from pathlib import Path
 
 from slurmforge.errors import ConfigError
 
-TARGETS = ("local",)
+TARGETS = ("local", "k8s")
 
 
 def open_local(cluster_file: Path, versions_file: Path, out_root: Path, target: str = "local"):
@@ -17,10 +17,39 @@ def open_local(cluster_file: Path, versions_file: Path, out_root: Path, target: 
     from slurmforge.deploy.local import Local
     from slurmforge.engine import Engine
 
-    if target not in TARGETS:
-        raise ConfigError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
+    check_target(target)
     cluster = model.load(cluster_file, config.load(versions_file))
     return Local(cluster, Engine.connect(), out_root)
+
+
+def check_target(target: str) -> None:
+    if target not in TARGETS:
+        raise ConfigError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
+
+
+def open_k8s(
+    cluster_file: Path,
+    versions_file: Path,
+    out_root: Path,
+    namespace: str | None = None,
+    context: str | None = None,
+):
+    """The `k8s` target: images are found in the push lock, else in the local engine."""
+    from slurmforge import config
+    from slurmforge.deploy import model
+    from slurmforge.deploy.kube import Kube
+    from slurmforge.engine import Engine
+    from slurmforge.errors import EngineUnavailable
+
+    if namespace is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
+        raise ConfigError(f"--namespace {namespace!r}: expected a DNS label (a-z, 0-9, -)")
+    versions = config.load(versions_file)
+    cluster = model.load(cluster_file, versions)
+    try:
+        engine = Engine.connect()
+    except EngineUnavailable:
+        engine = None  # fine when build/images.lock.json pins every image
+    return Kube(cluster, out_root, versions.root, engine, namespace, context)
 
 
 def parse_scale(arg: str) -> tuple[str, int]:

@@ -14,8 +14,6 @@ from slurmforge import gpu
 from slurmforge.deploy.model import Cluster
 from slurmforge.errors import ConfigError
 
-GPU_IMAGE = "worker"
-
 
 @dataclass(frozen=True)
 class Assignment:
@@ -36,13 +34,6 @@ def assign(cluster: Cluster) -> Assignment:
     wanted = [(i, ns) for i, ns in enumerate(cluster.spec.nodesets) if ns.gpus and ns.replicas]
     if not wanted:
         return Assignment()
-    for i, ns in wanted:
-        if ns.image != GPU_IMAGE:
-            raise ConfigError(
-                f"{cluster.path}: nodesets[{i}].image: node set {ns.name!r} requests GPUs "
-                f"({', '.join(ns.gres)}) but uses the {ns.image!r} image; GPU node sets need "
-                f"image: {GPU_IMAGE}"
-            )
     root = cluster.spec.gpu.driver_root
     driver = gpu.discover(Path(root))
     if driver is None:

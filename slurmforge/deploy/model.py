@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictInt, StringConstraints
+from pydantic import AfterValidator, Field, StrictBool, StrictInt, StringConstraints
 
 from slurmforge import matrix
 from slurmforge.config import Config, Model, format_path, read_yaml, validate
@@ -92,6 +93,71 @@ class GpuSpec(Model):
     min_busbw: Annotated[float, Field(strict=True, gt=0)] = 100.0
 
 
+def _quantity(value: str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]*(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?", value):
+        raise ValueError(f"expected a Kubernetes quantity such as 100Gi or 500M, got {value!r}")
+    return value
+
+
+def _subdomain(value: str) -> str:
+    label = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+    if len(value) > 253 or not re.fullmatch(rf"{label}(\.{label})*", value):
+        raise ValueError(
+            "expected a storage class name (lower-case DNS subdomain, e.g. 'nfs-client'), "
+            f"got {value!r}"
+        )
+    return value
+
+
+def _kube_version(value: str) -> str:
+    if not re.fullmatch(r"1\.[0-9]{2}", value):
+        raise ValueError(f"expected a Kubernetes minor version such as '1.31', got {value!r}")
+    return value
+
+
+def _cron(value: str) -> str:
+    if len(value.split()) != 5 and not value.startswith("@"):
+        raise ValueError(f"expected a cron schedule of 5 fields, e.g. '0 */6 * * *', got {value!r}")
+    return value
+
+
+Quantity = Annotated[str, StringConstraints(strict=True), AfterValidator(_quantity)]
+StorageClass = Annotated[str, StringConstraints(strict=True), AfterValidator(_subdomain)]
+KubeVersion = Annotated[str, StringConstraints(strict=True), AfterValidator(_kube_version)]
+Cron = Annotated[str, StringConstraints(strict=True), AfterValidator(_cron)]
+
+
+class VolumeSpec(Model):
+    # None: the cluster's default storage class
+    storage_class: StorageClass | None = None
+    size: Quantity
+
+
+class HealthCheckSpec(Model):
+    schedule: Cron = "0 */6 * * *"
+    enabled: StrictBool = True
+
+
+class KubernetesSpec(Model):
+    """How the `k8s` target renders this cluster (ignored by `local`)."""
+
+    namespace: DNSName | None = None  # default: the cluster's name
+    # the API versions the rendered manifests are validated against (strict schemas)
+    versions: tuple[KubeVersion, ...] = Field(("1.29", "1.30", "1.31", "1.32"), min_length=1)
+    # the shared root every node and login mounts: ReadWriteMany
+    jail: VolumeSpec = VolumeSpec(size="50Gi")
+    # slurmctld's StateSaveLocation: ReadWriteOnce
+    state: VolumeSpec = VolumeSpec(size="1Gi")
+    login_service: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"
+    # pull the images from this registry prefix instead of the set's (where `push --registry`
+    # put them); images are pinned by digest when build/images.lock.json has them
+    registry: Annotated[str, StringConstraints(strict=True, pattern=r"^[a-z0-9.:/_-]+$")] | None = (
+        None
+    )
+    image_pull_secrets: tuple[DNSName, ...] = ()
+    health_check: HealthCheckSpec = HealthCheckSpec()
+
+
 class ImagesSpec(Model):
     set: Annotated[str, StringConstraints(strict=True)] = "default"
     cell: Annotated[str, StringConstraints(strict=True)] | None = None
@@ -103,6 +169,7 @@ class ClusterSpec(Model):
     login: LoginSpec = LoginSpec()
     jail: JailSpec = JailSpec()
     gpu: GpuSpec = GpuSpec()
+    kubernetes: KubernetesSpec = KubernetesSpec()
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
     nodesets: tuple[NodeSet, ...] = Field(min_length=1)
     partitions: tuple[Partition, ...] = Field(min_length=1)
@@ -230,15 +297,29 @@ def _bind_images(
     targets = matrix.expand(config, set_name, [cell])
     refs = {t.component: t.ref for t in targets if matrix.COMPONENTS[t.component].public}
     for i, ns in enumerate(spec.nodesets):
-        if ns.image not in refs or ns.image in (CONTROLLER, LOGIN, JAIL):
-            usable = sorted(set(refs) - {CONTROLLER, LOGIN, JAIL})
+        if ns.image not in usable_nodes(refs):
+            usable = usable_nodes(refs)
             raise ConfigError(
                 f"{path}: nodesets[{i}].image: no {ns.image!r} node image for cell {cell.name} "
                 f"of set {set_name!r}; expected one of {', '.join(usable)}"
             )
+        if ns.gpus and "cuda" not in matrix.COMPONENTS[ns.image].sources:
+            gpu_images = sorted(
+                c for c in usable_nodes(refs) if "cuda" in matrix.COMPONENTS[c].sources
+            )
+            raise ConfigError(
+                f"{path}: nodesets[{i}].image: node set {ns.name!r} requests GPUs "
+                f"({', '.join(ns.gres)}) but {ns.image!r} has no GPU user space; expected "
+                f"{' or '.join(gpu_images)}"
+            )
     wanted = {CONTROLLER, LOGIN, JAIL, *(ns.image for ns in spec.nodesets)}
     hint = f"invoke build --set {set_name} --cell {cell.name}"
     return cell, {c: refs[c] for c in sorted(wanted)}, hint
+
+
+def usable_nodes(refs: dict[str, str]) -> list[str]:
+    """The public components a node set may run (not the controller, login or jail)."""
+    return sorted(set(refs) - {CONTROLLER, LOGIN, JAIL})
 
 
 def as_dict(cluster: Cluster) -> dict[str, Any]:

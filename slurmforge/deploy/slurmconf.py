@@ -7,6 +7,7 @@ node set has GRES) mounted at /etc/slurm in the daemons' containers, and the jai
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -57,19 +58,35 @@ def cgroup_disabled(slurm: str) -> bool:
     return (major, minor) >= (24, 5)
 
 
+@dataclass(frozen=True)
+class Network:
+    """How daemons find each other where a host name alone does not resolve (Kubernetes pods)."""
+
+    controller: str  # slurmctld's host name (what `hostname -s` says in its pod)
+    controller_addr: str  # a resolvable name for it
+    node_domain: str  # node N is reached at N.<node_domain>
+
+
 def render(
-    cluster: Cluster, gres_files: dict[str, list[str]] | None = None, pyxis: bool = False
+    cluster: Cluster,
+    gres_files: dict[str, list[str]] | None = None,
+    pyxis: bool = False,
+    network: Network | None = None,
 ) -> dict[str, str]:
     """File name → content for the nodes' /etc/slurm (and gres.conf when needed).
 
     ``gres_files``: node → the GPU device nodes it was given (gres.conf names them as File=).
     ``pyxis``: the images carry pyxis, so plugstack.conf loads it.
+    ``network``: name the controller's and every node's address (else host names resolve).
     """
     spec = cluster.spec
     nodesets = [
         {
             "name": ns.name,
-            "hostlist": hostlist(ns.nodes),
+            # one line per node when each needs its own NodeAddr
+            "lines": [f"{n} NodeAddr={n}.{network.node_domain}" for n in ns.nodes]
+            if network
+            else [hostlist(ns.nodes)],
             "cpus": ns.cpus,
             "memory_mb": ns.memory_mb,
             "features": ns.features,
@@ -92,7 +109,8 @@ def render(
         "name": cluster.name,
         "source": cluster.path.name,
         "slurm": cluster.cell.slurm,
-        "controller": CONTROLLER,
+        "controller": network.controller if network else CONTROLLER,
+        "controller_addr": network.controller_addr if network else None,
         "state_dir": STATE_DIR,
         "spool_dir": SPOOL_DIR,
         "jail_root": JAIL_ROOT,

@@ -128,7 +128,7 @@ def _two_sets(write_cluster, versions, slurm_cell: str | None = None):
     data = _with(
         nodesets=[
             {"name": "cpu", "definitions": ["cpu-small"], "replicas": 3},
-            {"name": "big", "definitions": ["cpu"], "cpus": 4, "gres": ["gpu:a100:2"]},
+            {"name": "big", "definitions": ["cpu"], "cpus": 4, "gres": ["gpu:a100:2"], "image": "worker"},
             {"name": "off", "definitions": ["cpu"], "replicas": 0},
         ],
         partitions=[

@@ -1,0 +1,561 @@
+"""Renderer `k8s`: the same cluster model as `local`, as a kustomize directory.
+
+One file per object plus ``kustomization.yaml``, under ``deploy/out/k8s/<cluster>/``:
+
+- Namespace; ConfigMaps with the nodes' and the jail's Slurm configuration;
+- the jail: a ReadWriteMany PVC and a populate Job named after the jail image's digest, so it
+  runs once per digest (every pod that mounts the jail waits in an init container until the
+  jail records that digest);
+- slurmctld: StatefulSet + headless Service + a state PVC (volumeClaimTemplate);
+- one StatefulSet per node set behind one headless Service (``slurm-nodes``): pod ``cpu-0`` is
+  Slurm node ``cpu-0`` at ``cpu-0.slurm-nodes``; GPU node sets request ``nvidia.com/gpu`` and mount
+  the node's driver directories through hostPath, read-only;
+- login: StatefulSet + Service (LoadBalancer, NodePort or ClusterIP);
+- the GPU health check as a CronJob, when a node set has GPUs.
+
+The munge key is not rendered: `invoke deploy --target k8s` creates the Secret in the cluster
+(generated there once, never written to the repository, the directory or an image) and every
+pod mounts it by name. Images are pinned by digest when build/images.lock.json (written by
+`invoke push`) has them. Every container drops all capabilities and adds back only what its role
+needs (see CAPABILITIES).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurmforge.deploy import slurmconf
+from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster, NodeSet
+from slurmforge.errors import ConfigError
+
+PART_OF = "slurmforge"
+NODES_SERVICE = "slurm-nodes"
+MUNGE_SECRET = "munge-key"
+NODE_CONFIG, JAIL_CONFIG = "slurm-config", "slurm-jail-config"
+JAIL_CLAIM = "jail"
+POPULATE = "jail-populate"
+HEALTH_CHECK = "gpu-health-check"
+SLURMCTLD_PORT, SLURMD_PORT = 6817, 6818
+DRIVER_ROOT = "/run/nvidia/driver"  # where GPU pods see the node's driver directories
+# the node's driver directories a GPU pod mounts, relative to gpu.driver_root
+DRIVER_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/bin")
+# What each role's processes do that needs a capability (all others are dropped):
+# the entrypoint installs the munge key for the munge user (CHOWN, FOWNER, DAC_OVERRIDE) and
+# starts munged as that user (SETUID, SETGID); Slurm daemons start processes as users and
+# signal them (SETUID, SETGID, KILL); the jail plugin and sshd chroot (SYS_CHROOT); populate
+# copies a root filesystem with its owners, modes and file capabilities.
+DAEMON = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID")
+CAPABILITIES: dict[str, tuple[str, ...]] = {
+    CONTROLLER: DAEMON,
+    "node": (*DAEMON, "SYS_CHROOT"),  # + the node set's own (the base layer adds SYS_ADMIN)
+    LOGIN: (*DAEMON, "AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_ADMIN", "SYS_CHROOT"),
+    POPULATE: ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD", "SETFCAP"),
+    HEALTH_CHECK: (*DAEMON, "SYS_ADMIN", "SYS_CHROOT"),  # the login's jail mounts, chroot
+}
+
+
+@dataclass(frozen=True)
+class Images:
+    """component → the reference pods pull (by digest when the lock has it), and the jail's id."""
+
+    refs: dict[str, str]
+    jail_digest: str
+
+
+def resolve_images(
+    cluster: Cluster, lock: dict[str, str], local_ids: dict[str, str] | None = None
+) -> Images:
+    """Image references moved to ``kubernetes.registry`` and pinned by digest from ``lock``.
+
+    The jail digest names the populate Job: the pushed digest when locked, else the local image
+    id (``local_ids``); neither is an error that says which command makes one.
+    """
+    spec = cluster.spec
+    registry = spec.kubernetes.registry
+    old = cluster.images[CONTROLLER].rsplit("/", 1)[0]  # the set's registry prefix
+    refs = {}
+    for component, ref in cluster.images.items():
+        moved = f"{registry.rstrip('/')}/{ref[len(old) + 1 :]}" if registry else ref
+        digest = lock.get(moved)
+        refs[component] = f"{moved.rsplit(':', 1)[0]}@{digest}" if digest else moved
+    jail_ref = cluster.images[JAIL]
+    moved_jail = f"{registry.rstrip('/')}/{jail_ref[len(old) + 1 :]}" if registry else jail_ref
+    jail = lock.get(moved_jail) or (local_ids or {}).get(JAIL)
+    if not jail:
+        raise ConfigError(
+            f"image {cluster.images[JAIL]} (jail) is neither pushed nor built",
+            hint=f"run: {cluster.build_hint}, then invoke push",
+        )
+    return Images(refs, jail)
+
+
+class Renderer:
+    def __init__(self, cluster: Cluster, images: Images, namespace: str | None = None) -> None:
+        self.cluster = cluster
+        self.spec = cluster.spec
+        self.k8s = cluster.spec.kubernetes
+        self.images = images
+        self.namespace = namespace or self.k8s.namespace or cluster.name
+        self.version = cluster.cell.slurm
+        self.gpu_node_sets = [ns for ns in self.spec.nodesets if ns.gpus]
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def labels(self, component: str, **extra: str) -> dict[str, str]:
+        return {
+            **self.selector(component),
+            "app.kubernetes.io/version": self.version,
+            "app.kubernetes.io/part-of": PART_OF,
+            "app.kubernetes.io/managed-by": "slurmforge",
+            **extra,
+        }
+
+    def selector(self, component: str, **extra: str) -> dict[str, str]:
+        return {
+            "app.kubernetes.io/name": "slurm",
+            "app.kubernetes.io/instance": self.cluster.name,
+            "app.kubernetes.io/component": component,
+            **extra,
+        }
+
+    def meta(self, name: str, component: str, **extra: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": self.labels(component, **extra),
+        }
+
+    @staticmethod
+    def security(caps: tuple[str, ...], runs_users: bool = False) -> dict[str, Any]:
+        """Only ``caps``. ``runs_users``: the container runs users' sessions or jobs, whose
+        setuid programs (su, sudo, ping in the jail) need privilege escalation; the API server
+        also refuses allowPrivilegeEscalation: false next to SYS_ADMIN."""
+        capabilities: dict[str, list[str]] = {"drop": ["ALL"]}
+        if caps:
+            capabilities["add"] = sorted(set(caps))
+        return {
+            "allowPrivilegeEscalation": runs_users or "SYS_ADMIN" in caps,
+            "privileged": False,
+            "capabilities": capabilities,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+
+    def pod_annotations(self, containers: list[dict[str, Any]], config_hash: str) -> dict[str, str]:
+        # AppArmor's default profile denies mount(2), which SYS_ADMIN holders here need; the
+        # annotation works from Kubernetes 1.4 on (the securityContext field only from 1.30).
+        out = {"slurmforge.io/config-hash": config_hash}
+        for c in containers:
+            if "SYS_ADMIN" in c["securityContext"]["capabilities"].get("add", ()):
+                out[f"container.apparmor.security.beta.kubernetes.io/{c['name']}"] = "unconfined"
+        return out
+
+    def config_volumes(self, jail_conf: bool = True) -> tuple[list[dict], list[dict]]:
+        volumes = [
+            {"name": "slurm-config", "configMap": {"name": NODE_CONFIG}},
+            {
+                "name": "munge-key",
+                "secret": {
+                    "secretName": MUNGE_SECRET,
+                    "defaultMode": 0o400,
+                    "items": [{"key": "munge.key", "path": "munge.key"}],
+                },
+            },
+        ]
+        mounts = [
+            {"name": "slurm-config", "mountPath": "/etc/slurm", "readOnly": True},
+            {"name": "munge-key", "mountPath": "/run/secrets", "readOnly": True},
+        ]
+        if jail_conf:
+            volumes.append({"name": "slurm-jail-config", "configMap": {"name": JAIL_CONFIG}})
+            mounts.append(
+                {"name": "slurm-jail-config", "mountPath": slurmconf.JAIL_CONF, "readOnly": True}
+            )
+        return volumes, mounts
+
+    def jail_volume(self) -> dict[str, Any]:
+        return {"name": "jail", "persistentVolumeClaim": {"claimName": JAIL_CLAIM}}
+
+    def wait_for_jail(self) -> dict[str, Any]:
+        """An init container that holds the pod until the jail holds this digest's populate."""
+        marker = f"{slurmconf.JAIL_ROOT}/.slurmforge/populated"
+        digest = shlex.quote(self.images.jail_digest)
+        script = (
+            f"until grep -qxF {digest} {marker} 2>/dev/null; do "
+            f"echo 'waiting for the jail populate of {self.images.jail_digest[:19]}'; sleep 5; done"
+        )
+        return {
+            "name": "wait-for-jail",
+            "image": self.images.refs[JAIL],
+            "command": ["/bin/sh", "-c", script],
+            "volumeMounts": [{"name": "jail", "mountPath": slurmconf.JAIL_ROOT, "readOnly": True}],
+            "securityContext": self.security(()),
+            "resources": small_resources(),
+        }
+
+    def pod_spec(self, containers: list[dict], volumes: list[dict], **extra: Any) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "initContainers": [self.wait_for_jail()],  # every pod here mounts the jail
+            "containers": containers,
+            "volumes": volumes,
+            "enableServiceLinks": False,
+            **extra,
+        }
+        if self.k8s.image_pull_secrets:
+            spec["imagePullSecrets"] = [{"name": n} for n in self.k8s.image_pull_secrets]
+        return spec
+
+    def claim(self, name: str, mode: str, volume) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "accessModes": [mode],
+            "resources": {"requests": {"storage": volume.size}},
+        }
+        if volume.storage_class:
+            spec["storageClassName"] = volume.storage_class
+        return {"metadata": {"name": name}, "spec": spec}
+
+    # -- objects -----------------------------------------------------------------------------
+
+    def render(self, pyxis: bool) -> dict[str, dict[str, Any]]:
+        """File name → object, in apply order (kustomize sorts by kind anyway)."""
+        network = slurmconf.Network(
+            controller=f"{CONTROLLER}-0",
+            controller_addr=f"{CONTROLLER}-0.{CONTROLLER}",
+            node_domain=NODES_SERVICE,
+        )
+        files = slurmconf.render(self.cluster, None, pyxis, network)
+        config_hash = hashlib.sha256(
+            "".join(f"{k}\0{v}\0" for k, v in sorted(files.items())).encode()
+        ).hexdigest()[:16]
+        objects: dict[str, dict[str, Any]] = {
+            "namespace.yaml": {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": self.namespace, "labels": self.labels("namespace")},
+            },
+            "configmap-slurm-config.yaml": self.config_map(NODE_CONFIG, files),
+            "configmap-slurm-jail-config.yaml": self.config_map(
+                JAIL_CONFIG, {k: files[k] for k in slurmconf.JAIL_FILES}
+            ),
+            "pvc-jail.yaml": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                **_merge_meta(
+                    self.claim(JAIL_CLAIM, "ReadWriteMany", self.k8s.jail),
+                    self.meta(JAIL_CLAIM, JAIL),
+                ),
+            },
+            f"job-{self.populate_name()}.yaml": self.populate_job(),
+            "service-slurmctld.yaml": self.headless(CONTROLLER, CONTROLLER, SLURMCTLD_PORT),
+            "statefulset-slurmctld.yaml": self.controller(config_hash),
+            f"service-{NODES_SERVICE}.yaml": self.headless(NODES_SERVICE, "node", SLURMD_PORT),
+        }
+        for ns in self.spec.nodesets:
+            objects[f"statefulset-{ns.name}.yaml"] = self.node_set(ns, config_hash)
+        objects["service-login.yaml"] = self.login_service()
+        objects["statefulset-login.yaml"] = self.login(config_hash)
+        if self.gpu_node_sets and self.k8s.health_check.enabled:
+            objects[f"cronjob-{HEALTH_CHECK}.yaml"] = self.health_check()
+        return objects
+
+    def config_map(self, name: str, files: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": self.meta(name, "config"),
+            "data": dict(sorted(files.items())),
+        }
+
+    def populate_name(self) -> str:
+        return f"{POPULATE}-{self.images.jail_digest.split(':')[-1][:12]}"
+
+    def populate_job(self) -> dict[str, Any]:
+        container = {
+            "name": POPULATE,
+            "image": self.images.refs[JAIL],
+            "args": [slurmconf.JAIL_ROOT],
+            "env": [
+                {"name": "SLURMFORGE_JAIL_DIGEST", "value": self.images.jail_digest},
+                {"name": "SLURMFORGE_JAIL_KEEP", "value": " ".join(self.spec.jail.keep)},
+            ],
+            "volumeMounts": [{"name": "jail", "mountPath": slurmconf.JAIL_ROOT}],
+            "securityContext": self.security(CAPABILITIES[POPULATE]),
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "512Mi"},
+                "limits": {"cpu": "2", "memory": "2Gi"},
+            },
+        }
+        pod = {
+            "restartPolicy": "OnFailure",
+            "containers": [container],
+            "volumes": [self.jail_volume()],
+            "enableServiceLinks": False,
+        }
+        if self.k8s.image_pull_secrets:
+            pod["imagePullSecrets"] = [{"name": n} for n in self.k8s.image_pull_secrets]
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": self.meta(self.populate_name(), POPULATE),
+            "spec": {
+                "backoffLimit": 4,
+                "template": {"metadata": {"labels": self.labels(POPULATE)}, "spec": pod},
+            },
+        }
+
+    def headless(self, name: str, component: str, port: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": self.meta(name, component),
+            "spec": {
+                "clusterIP": "None",
+                # slurmctld resolves every node when it starts, ready or not
+                "publishNotReadyAddresses": True,
+                "selector": self.selector(component),
+                "ports": [{"name": "slurm", "port": port, "targetPort": port}],
+            },
+        }
+
+    def controller(self, config_hash: str) -> dict[str, Any]:
+        volumes, mounts = self.config_volumes(jail_conf=False)
+        container = {
+            "name": CONTROLLER,
+            "image": self.images.refs[CONTROLLER],
+            "args": ["slurmctld", "-D"],
+            "ports": [{"name": "slurmctld", "containerPort": SLURMCTLD_PORT}],
+            "volumeMounts": [
+                *mounts,
+                {"name": "state", "mountPath": slurmconf.STATE_DIR},
+                # read-only: users and groups come from the jail's /etc (libnss-extrausers)
+                {"name": "jail", "mountPath": slurmconf.JAIL_ROOT, "readOnly": True},
+            ],
+            "readinessProbe": {"tcpSocket": {"port": SLURMCTLD_PORT}, "periodSeconds": 10},
+            "securityContext": self.security(CAPABILITIES[CONTROLLER]),
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "512Mi"},
+                "limits": {"cpu": "2", "memory": "2Gi"},
+            },
+        }
+        pod = self.pod_spec([container], [*volumes, self.jail_volume()])
+        claim = self.claim("state", "ReadWriteOnce", self.k8s.state)
+        claim["metadata"]["labels"] = self.labels(CONTROLLER)
+        return self.stateful_set(CONTROLLER, CONTROLLER, 1, pod, config_hash, [claim])
+
+    def stateful_set(
+        self,
+        name: str,
+        component: str,
+        replicas: int,
+        pod: dict[str, Any],
+        config_hash: str,
+        claims: list[dict[str, Any]] | None = None,
+        service: str | None = None,
+        **extra: str,
+    ) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "serviceName": service or name,
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": self.selector(component, **extra)},
+            "template": {
+                "metadata": {
+                    "labels": self.labels(component, **extra),
+                    "annotations": self.pod_annotations(pod["containers"], config_hash),
+                },
+                "spec": pod,
+            },
+        }
+        if claims:
+            spec["volumeClaimTemplates"] = claims
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": self.meta(name, component, **extra),
+            "spec": spec,
+        }
+
+    def node_set(self, ns: NodeSet, config_hash: str) -> dict[str, Any]:
+        volumes, mounts = self.config_volumes()
+        volumes.append(self.jail_volume())
+        mounts.append({"name": "jail", "mountPath": slurmconf.JAIL_ROOT})
+        env = [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            *({"name": k, "value": v} for k, v in sorted(ns.env.items())),
+        ]
+        resources = {
+            "cpu": str(ns.cpus),
+            "memory": f"{ns.memory_mb}Mi",
+            **({"nvidia.com/gpu": str(ns.gpus)} if ns.gpus else {}),
+        }
+        if ns.gpus:
+            root = self.spec.gpu.driver_root.rstrip("/")
+            for i, sub in enumerate(DRIVER_DIRS):
+                volumes.append(
+                    {
+                        "name": f"driver-{i}",
+                        "hostPath": {"path": f"{root}/{sub}", "type": "Directory"},
+                    }
+                )
+                mounts.append(
+                    {"name": f"driver-{i}", "mountPath": f"{DRIVER_ROOT}/{sub}", "readOnly": True}
+                )
+            env.append({"name": "SLURMFORGE_DRIVER_ROOT", "value": DRIVER_ROOT})
+        container = {
+            "name": "slurmd",
+            "image": self.images.refs[ns.image],
+            "args": ["slurmd", "-D", "-N", "$(POD_NAME)"],
+            "env": env,
+            "ports": [{"name": "slurmd", "containerPort": SLURMD_PORT}],
+            "volumeMounts": mounts,
+            "readinessProbe": {"tcpSocket": {"port": SLURMD_PORT}, "periodSeconds": 10},
+            "securityContext": self.security(
+                (*CAPABILITIES["node"], *ns.capabilities), runs_users=True
+            ),
+            "resources": {"requests": dict(resources), "limits": dict(resources)},
+        }
+        extra: dict[str, Any] = {}
+        if ns.affinity.matchExpressions:
+            terms = [e.model_dump() for e in ns.affinity.matchExpressions]
+            for term in terms:
+                if not term["values"]:
+                    del term["values"]
+            extra["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": terms}]
+                    }
+                }
+            }
+        pod = self.pod_spec([container], volumes, **extra)
+        # a node's jobs finish (or are requeued) before its pod goes
+        pod["terminationGracePeriodSeconds"] = 60
+        return self.stateful_set(
+            ns.name,
+            "node",
+            ns.replicas,
+            pod,
+            config_hash,
+            service=NODES_SERVICE,
+            **{"slurmforge.io/nodeset": ns.name},
+        )
+
+    def login_service(self) -> dict[str, Any]:
+        port: dict[str, Any] = {"name": "ssh", "port": 22, "targetPort": 22}
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": self.meta(LOGIN, LOGIN),
+            "spec": {
+                "type": self.k8s.login_service,
+                "selector": self.selector(LOGIN),
+                "ports": [port],
+            },
+        }
+
+    def login(self, config_hash: str) -> dict[str, Any]:
+        volumes, mounts = self.config_volumes()
+        container = {
+            "name": LOGIN,
+            "image": self.images.refs[LOGIN],
+            "args": ["/usr/sbin/sshd", "-D", "-e"],
+            "ports": [{"name": "ssh", "containerPort": 22}],
+            "volumeMounts": [*mounts, {"name": "jail", "mountPath": slurmconf.JAIL_ROOT}],
+            "readinessProbe": {"tcpSocket": {"port": 22}, "periodSeconds": 10},
+            "securityContext": self.security(CAPABILITIES[LOGIN], runs_users=True),
+            "resources": {
+                "requests": {"cpu": "250m", "memory": "256Mi"},
+                "limits": {"cpu": "2", "memory": "2Gi"},
+            },
+        }
+        pod = self.pod_spec([container], [*volumes, self.jail_volume()])
+        return self.stateful_set(LOGIN, LOGIN, 1, pod, config_hash, service=f"{LOGIN}")
+
+    def health_check(self) -> dict[str, Any]:
+        """The jail's gpu-check as a job step on every GPU node in service, as `invoke gpu-check`
+        runs it: srun inside the jail, from a pod set up like the login node. A node below the
+        threshold drains itself; nodes it drained are resumed by `invoke gpu-check`, which
+        reserves them first."""
+        steps = []
+        for ns in self.gpu_node_sets:
+            part = next(p.name for p in self.spec.partitions if ns.name in p.nodesets)
+            steps.append(
+                f"srun -p {part} -N {ns.replicas} --ntasks-per-node=1 --exclusive -t 30 "
+                f"/opt/slurmforge/gpu-check --min-busbw {self.spec.gpu.min_busbw:g}"
+            )
+        volumes, mounts = self.config_volumes()
+        container = {
+            "name": HEALTH_CHECK,
+            "image": self.images.refs[LOGIN],
+            # the image's entrypoint starts munged and makes the jail's runtime mounts first
+            "args": ["chroot", slurmconf.JAIL_ROOT, "/bin/bash", "-c", "\n".join(steps)],
+            "volumeMounts": [*mounts, {"name": "jail", "mountPath": slurmconf.JAIL_ROOT}],
+            "securityContext": self.security(CAPABILITIES[HEALTH_CHECK]),
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "128Mi"},
+                "limits": {"cpu": "1", "memory": "512Mi"},
+            },
+        }
+        pod = self.pod_spec([container], [*volumes, self.jail_volume()], restartPolicy="Never")
+        template = {
+            "metadata": {
+                "labels": self.labels(HEALTH_CHECK),
+                "annotations": self.pod_annotations([container], ""),
+            },
+            "spec": pod,
+        }
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": self.meta(HEALTH_CHECK, HEALTH_CHECK),
+            "spec": {
+                "schedule": self.k8s.health_check.schedule,
+                "concurrencyPolicy": "Forbid",
+                "successfulJobsHistoryLimit": 3,
+                "failedJobsHistoryLimit": 3,
+                "jobTemplate": {"spec": {"backoffLimit": 0, "template": template}},
+            },
+        }
+
+
+def small_resources() -> dict[str, Any]:
+    return {
+        "requests": {"cpu": "10m", "memory": "16Mi"},
+        "limits": {"cpu": "100m", "memory": "64Mi"},
+    }
+
+
+def _merge_meta(obj: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": meta, "spec": obj["spec"]}
+
+
+def kustomization(files: list[str], namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": namespace,
+        "resources": files,
+    }
+
+
+def dump(obj: dict[str, Any], source: str) -> str:
+    header = f"# Generated by slurmforge from {source}; edit the cluster file, not this.\n"
+    return header + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=100)
+
+
+def write(out: Path, objects: dict[str, dict[str, Any]], namespace: str, source: str) -> Path:
+    """Replace ``out`` with the objects' files and their kustomization; returns ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    names = [*objects, "kustomization.yaml"]
+    for stale in out.iterdir():
+        if stale.is_file() and stale.name not in names:
+            stale.unlink()
+    for name, obj in objects.items():
+        (out / name).write_text(dump(obj, source))
+    (out / "kustomization.yaml").write_text(dump(kustomization(list(objects), namespace), source))
+    return out

