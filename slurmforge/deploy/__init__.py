@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -45,11 +46,11 @@ def open_k8s(
         raise ConfigError(f"--namespace {namespace!r}: expected a DNS label (a-z, 0-9, -)")
     versions = config.load(versions_file)
     cluster = model.load(cluster_file, versions)
-    try:
-        engine = Engine.connect()
-    except EngineUnavailable:
-        engine = None  # fine when build/images.lock.json pins every image
-    return Kube(cluster, out_root, versions.root, engine, namespace, context)
+    kube = Kube(cluster, out_root, versions.root, None, namespace, context)
+    kube.check_versions()  # refused before anything is contacted
+    with contextlib.suppress(EngineUnavailable):  # fine when the push lock pins every image
+        kube.engine = Engine.connect()
+    return kube
 
 
 def parse_scale(arg: str) -> tuple[str, int]:

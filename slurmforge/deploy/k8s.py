@@ -421,10 +421,14 @@ class Renderer:
         }
         extra: dict[str, Any] = {}
         if ns.affinity.matchExpressions:
-            terms = [e.model_dump() for e in ns.affinity.matchExpressions]
-            for term in terms:
-                if not term["values"]:
-                    del term["values"]
+            terms = [
+                {
+                    "key": e.key,
+                    "operator": e.operator,
+                    **({"values": list(e.values)} if e.values else {}),
+                }
+                for e in ns.affinity.matchExpressions
+            ]
             extra["affinity"] = {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
+
 from slurmforge import push
 from slurmforge.deploy import k8s
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
@@ -96,10 +98,8 @@ class Kube:
         self.populate_job = renderer.populate_name()
         return k8s.write(self.dir, self.objects, self.namespace, str(self.cluster.path))
 
-    def validate(self) -> list[str]:
-        """Each object against each configured version (strict), then `kubectl kustomize`."""
-        import kubernetes_validate
-
+    def check_versions(self) -> tuple[str, ...]:
+        """``kubernetes.versions``, each one kubernetes-validate has schemas for."""
         versions = self.cluster.spec.kubernetes.versions
         known = known_versions()
         for i, version in enumerate(versions):
@@ -108,7 +108,15 @@ class Kube:
                     f"{self.cluster.path}: kubernetes.versions[{i}]: no schemas for Kubernetes "
                     f"{version}; expected one of {', '.join(known)}"
                 )
-        for name, obj in self.objects.items():
+        return versions
+
+    def validate(self) -> list[str]:
+        """Each object against each configured version (strict), then `kubectl kustomize`."""
+        import kubernetes_validate
+
+        versions = self.check_versions()
+        for name in self.objects:
+            obj = yaml.safe_load((self.dir / name).read_text())  # what kubectl will send
             for version in versions:
                 try:
                     kubernetes_validate.validate(obj, f"{version}.0", strict=True)

@@ -26,20 +26,6 @@ def versions() -> config.Config:
     return config.load(ROOT / "versions.yaml")
 
 
-@pytest.fixture
-def write_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """Write a cluster file next to a copy of the shipped layers; state goes to tmp_path."""
-    shutil.copytree(ROOT / "deploy" / "layers", tmp_path / "layers")
-    monkeypatch.setenv("SLURMFORGE_STATE_DIR", str(tmp_path / "state"))
-
-    def write(data: dict) -> Path:
-        path = tmp_path / "cluster.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        return path
-
-    return write
-
-
 def _with(**changes) -> dict:
     data = yaml.safe_load(yaml.safe_dump(SHIPPED))
     data.update(changes)
@@ -104,7 +90,7 @@ def test_scale_argument_must_be_a_count(arg: str) -> None:
     [
         (["scale", "cpu=-1"], "node count must be an integer >= 0"),
         (["scale", "cpu=x"], "node count must be an integer >= 0"),
-        (["deploy", "--target", "k9s"], "--target 'k9s': expected one of local"),
+        (["deploy", "--target", "k9s"], "--target 'k9s': expected one of local, k8s"),
     ],
 )
 def test_cli_refuses_bad_deploy_input(args: list[str], expected: str) -> None:
@@ -128,7 +114,13 @@ def _two_sets(write_cluster, versions, slurm_cell: str | None = None):
     data = _with(
         nodesets=[
             {"name": "cpu", "definitions": ["cpu-small"], "replicas": 3},
-            {"name": "big", "definitions": ["cpu"], "cpus": 4, "gres": ["gpu:a100:2"], "image": "worker"},
+            {
+                "name": "big",
+                "definitions": ["cpu"],
+                "cpus": 4,
+                "gres": ["gpu:a100:2"],
+                "image": "worker",
+            },
             {"name": "off", "definitions": ["cpu"], "replicas": 0},
         ],
         partitions=[
