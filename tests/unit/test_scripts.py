@@ -1,4 +1,5 @@
-"""Every shell script that ships in an image, the jail or rootfs/ passes shellcheck."""
+"""Every shell script that ships in an image, the jail or rootfs/ (and our own scripts/, .ci/)
+passes shellcheck."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-TREES = ("images", "jail", "rootfs")
+TREES = ("images", "jail", "rootfs", "scripts", ".ci")
 
 
 def _shell_scripts() -> list[Path]:
