@@ -88,3 +88,49 @@ def test_worker_has_no_driver_baked_in(hosts) -> None:
     )
     assert "libcuda.so" not in host.check_output("ldconfig -p").replace("libcudart.so", "")
     assert host.file("/etc/slurmforge/entrypoint.d/30-gpu-driver.sh").exists
+
+
+def test_worker_mounts_a_kubernetes_driver_root(client, images, tmp_path) -> None:
+    """The k8s target's GPU pods: the node's driver directories arrive read-only under
+    /run/nvidia/driver (hostPath volumes) and the entrypoint binds the running driver's files
+    onto /usr/local/nvidia. Stand-ins: the synthetic driver root (tests/driver_root.py, with a
+    leftover older driver) for a GPU node, and its version file for /proc/driver/nvidia/version
+    (a container sees this host's /proc, which has no NVIDIA module)."""
+    from tests import driver_root
+
+    root = driver_root.make(tmp_path / "node", devices=False)
+    mounted = "/run/nvidia/driver"
+    volumes = {
+        str(root / sub): {"bind": f"{mounted}/{sub}", "mode": "ro"}
+        for sub in (driver_root.LIB_DIR, "usr/bin")
+    }
+    volumes[str(root / "proc/driver/nvidia/version")] = {"bind": "/run/version", "mode": "ro"}
+    lib = f"/usr/local/nvidia/lib64/libcuda.so.{driver_root.VERSION}"
+    script = "; ".join(
+        [
+            "ldconfig -p | grep -F 'libcuda.so.1 '",
+            "ls /usr/local/nvidia/lib64",
+            f"findmnt -no OPTIONS {lib}",
+            f"echo x >> {lib} 2>&1 || true",
+            "/usr/local/nvidia/bin/nvidia-smi -L",
+        ]
+    )
+    out = client.containers.run(
+        images["worker"],
+        ["bash", "-c", script],
+        environment={
+            "SLURMFORGE_DRIVER_ROOT": mounted,
+            "SLURMFORGE_DRIVER_VERSION_FILE": "/run/version",
+        },
+        volumes=volumes,
+        cap_add=["SYS_ADMIN"],
+        security_opt=["apparmor:unconfined"],
+        remove=True,
+        stderr=True,
+    ).decode()
+    assert "libcuda.so.1 (libc6,x86-64) => /usr/local/nvidia/lib64/libcuda.so.1" in out, out
+    assert f"libcuda.so.{driver_root.VERSION}" in out and driver_root.OLD_VERSION not in out, out
+    options = re.search(r"^(ro,\S+)$", out, re.M)
+    assert options and {"ro", "nosuid", "nodev"} <= set(options.group(1).split(",")), out
+    assert "Read-only file system" in out, out
+    assert "GPU 0" in out, out

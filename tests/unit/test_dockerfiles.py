@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT
 
@@ -16,7 +17,10 @@ HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or sh
 )
 
 
-@pytest.mark.parametrize("set_name", ["default", "ci"])
+SETS = sorted(yaml.safe_load((ROOT / "versions.yaml").read_text())["sets"])
+
+
+@pytest.mark.parametrize("set_name", SETS)
 def test_rendered_dockerfiles_pass_hadolint(tmp_path: Path, set_name: str) -> None:
     assert HADOLINT, "hadolint is a test dependency (pip install -e '.[test]')"
     proc = subprocess.run(
