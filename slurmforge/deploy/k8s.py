@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from slurmforge import push
 from slurmforge.deploy import slurmconf
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster, NodeSet
 from slurmforge.errors import ConfigError
@@ -76,17 +77,11 @@ def resolve_images(
     The jail digest names the populate Job: the pushed digest when locked, else the local image
     id (``local_ids``); neither is an error that says which command makes one.
     """
-    spec = cluster.spec
-    registry = spec.kubernetes.registry
     old = cluster.images[CONTROLLER].rsplit("/", 1)[0]  # the set's registry prefix
-    refs = {}
-    for component, ref in cluster.images.items():
-        moved = f"{registry.rstrip('/')}/{ref[len(old) + 1 :]}" if registry else ref
-        digest = lock.get(moved)
-        refs[component] = f"{moved.rsplit(':', 1)[0]}@{digest}" if digest else moved
-    jail_ref = cluster.images[JAIL]
-    moved_jail = f"{registry.rstrip('/')}/{jail_ref[len(old) + 1 :]}" if registry else jail_ref
-    jail = lock.get(moved_jail) or (local_ids or {}).get(JAIL)
+    registry = cluster.spec.kubernetes.registry
+    moved = {c: push.retarget(ref, old, registry) for c, ref in cluster.images.items()}
+    refs = {c: f"{m.rsplit(':', 1)[0]}@{lock[m]}" if m in lock else m for c, m in moved.items()}
+    jail = lock.get(moved[JAIL]) or (local_ids or {}).get(JAIL)
     if not jail:
         raise ConfigError(
             f"image {cluster.images[JAIL]} (jail) is neither pushed nor built",

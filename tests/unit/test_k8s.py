@@ -192,7 +192,9 @@ def test_node_sets_gpus_and_storage_follow_the_model(checkout) -> None:
     assert jail["resources"]["requests"]["storage"] == "200Gi"
     assert objects["service-login.yaml"]["spec"]["type"] == "NodePort"
     conf = objects["configmap-slurm-config.yaml"]["data"]
-    assert "SlurmctldHost=slurmctld-0(slurmctld-0.slurmctld)" in conf["slurm.conf"]
+    assert (
+        "SlurmctldHost=slurmctld-0(slurmctld-0.slurmctld)\nSlurmUser=slurm\n" in conf["slurm.conf"]
+    )
     assert "NodeName=a100-2 NodeAddr=a100-2.slurm-nodes CPUs=8" in conf["slurm.conf"]
     # the gpu layer's gpu:1 and the node set's gpu:a100:4 (string lists are united)
     assert "NodeName=a100-[0-2] Name=gpu Count=1" in conf["gres.conf"]
