@@ -174,8 +174,10 @@ class Pusher:
         self.out = out or sys.stderr
         self.sleep = sleep
 
-    def push(self, image_id: str, refs: list[str]) -> list[Pushed]:
-        """Tag ``image_id`` as each of ``refs`` and push them; one progress bar for the image."""
+    def push(self, image_id: str, refs: list[str], keep: tuple[str, ...] = ()) -> list[Pushed]:
+        """Tag ``image_id`` as each of ``refs`` and push them; one progress bar for the image.
+
+        Tags made only for the push (not in ``keep``) are removed again afterwards."""
         results = []
         with tqdm(
             desc=refs[0].rsplit("/", 1)[-1],
@@ -188,7 +190,11 @@ class Pusher:
         ) as bar:
             for ref in refs:
                 self.engine.tag(image_id, ref)
-                results.append(self._with_retries(ref, bar))
+                try:
+                    results.append(self._with_retries(ref, bar))
+                finally:
+                    if ref not in keep:
+                        self.engine.api.remove_image(ref, noprune=True)
         return results
 
     def _with_retries(self, ref: str, bar: tqdm) -> Pushed:
@@ -285,7 +291,7 @@ def push(
     done: list[Pushed] = []
     for target in targets:
         refs = [retarget(t, old, new) for t in target.tags]
-        pushed = pusher.push(ids[target.id], refs)
+        pushed = pusher.push(ids[target.id], refs, keep=target.tags)
         write_lock(root, pushed)
         done += pushed
     return done, root / LOCK_FILE

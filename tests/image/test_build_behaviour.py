@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from bench.common import copy_project
+from slurmforge.app import Project, Selection
 from tests.conftest import docker_images
 
 
@@ -120,8 +121,10 @@ def test_noop_fast_path_and_what_invalidates_it(tmp_path: Path, images, client) 
     assert _build(root).returncode == 0
     assert _notes(root) == fast
 
-    floating = client.images.get(images["login"]).tags
-    moved = next(t for t in floating if t != images["login"])
+    (login,) = [
+        t for t in Project(Selection(root / "versions.yaml")).targets if t.component == "login"
+    ]
+    moved = login.tags[1]  # the floating tag, e.g. login:24.11-cuda12.2.2-debian12
     client.images.get(images["slurmd"]).tag(moved)  # someone moved a tag behind our back
     assert _build(root).returncode == 0
     assert _notes(root) != fast

@@ -93,6 +93,9 @@ def test_push_records_digests_that_pull_back_as_the_same_image(
             served, body = manifest(host, repo, tag)
             assert lock[ref] == served  # the digest the registry serves for the tag
             assert body["config"]["digest"] == local.id  # and it is this image
+        # the tags made for the push are gone again; the set's own tags stay
+        tags = client.images.get(images[COMPONENT]).tags
+        assert images[COMPONENT] in tags and not [t for t in tags if t.startswith(host)]
         pulled = client.images.pull(f"{expected[0].rsplit(':', 1)[0]}@{lock[expected[0]]}")
         assert pulled.id == local.id
 
