@@ -265,6 +265,10 @@ def push(
     from slurmforge import push as push_mod
 
     project = _project(set, cell, component, config)
+    if not str(retries).isdigit():
+        from slurmforge.errors import ConfigError
+
+        raise ConfigError(f"--retries {retries!r}: expected a count >= 0")
     pushed, lock = push_mod.push(project, registry, force, int(retries))
     print(_table(push_mod.summary(pushed), ["image", "digest", "sent", "existed", "tries", "time"]))
     print(f"digests recorded in {lock}", file=sys.stderr)

@@ -282,6 +282,8 @@ def push(
     out: IO[str] | None = None,
 ) -> tuple[list[Pushed], Path]:
     """Push every tag of the selected public images; the lock file is updated as images land."""
+    if retries < 0:
+        raise ConfigError(f"--retries {retries}: expected a count >= 0")
     new = check_registry(registry) if registry else None
     old = project.config.versions.sets[project.selection.set_name].registry
     targets = project.publishable()

@@ -145,3 +145,7 @@ def test_lock_then_fetch_through_a_mirror_directory(tmp_path: Path, shipped: dic
     fetched = _invoke("fetch", "--config", str(config), env={"SLURMFORGE_MIRROR": str(mirror)})
     assert fetched.returncode == 0, fetched.stderr
     assert (tmp_path / f"project/.cache/sources/{sha}/slurm-24.11.5.tar.gz").read_bytes() == payload
+
+
+def test_push_refuses_a_negative_retry_count() -> None:
+    _assert_clean_failure(_invoke("push", "--retries", "-1"), "--retries '-1': expected a count")
