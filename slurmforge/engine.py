@@ -33,6 +33,11 @@ class ImageInfo:
         return self.labels.get(HASH_LABEL)
 
     @property
+    def features(self) -> tuple[str, ...]:
+        """The optional features the image was built with (label io.slurmforge.features)."""
+        return tuple(f for f in self.labels.get("io.slurmforge.features", "").split(",") if f)
+
+    @property
     def manifest(self) -> dict[str, Any]:
         try:
             return dict(json.loads(self.labels.get(MANIFEST_LABEL, "{}")))

@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from slurmforge import atomic
+
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -100,11 +102,8 @@ def record(
 ) -> None:
     """Remember a fully successful build (tag → image ID, and its summary rows)."""
     path = _stamp_path(config_path, selection)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = {"inputs": _snapshot(config_path), "images": images, "rows": rows}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+    atomic.write_text(path, json.dumps(data))
 
 
 def _unchanged(note: str) -> str:

@@ -11,7 +11,6 @@ Kubernetes target uses to pin images by digest.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -25,7 +24,7 @@ import docker.errors
 import requests.exceptions
 from tqdm import tqdm
 
-from slurmforge import tested
+from slurmforge import atomic, tested
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, SlurmforgeError
 from slurmforge.matrix import Target
@@ -120,10 +119,7 @@ def write_lock(root: Path, pushed: Iterable[Pushed]) -> Path:
     file = root / LOCK_FILE
     data = read_lock(root)
     data.update({p.ref: p.digest for p in pushed})
-    file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(f".{file.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(dict(sorted(data.items())), indent=2) + "\n")
-    os.replace(tmp, file)
+    atomic.write_text(file, json.dumps(dict(sorted(data.items())), indent=2) + "\n")
     return file
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from slurmforge import atomic
 from slurmforge.config import UNPINNED, Config, ConfigError, Source, Wheel
 from slurmforge.errors import ChecksumError, SourceError
 
@@ -71,9 +72,7 @@ def read_lock(config_path: Path) -> dict[str, str]:
 def write_lock(config_path: Path, recorded: dict[str, str]) -> Path:
     path = lock_path(config_path)
     merged = {**read_lock(config_path), **recorded}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"sources": dict(sorted(merged.items()))}, indent=2) + "\n")
-    tmp.replace(path)
+    atomic.write_text(path, json.dumps({"sources": dict(sorted(merged.items()))}, indent=2) + "\n")
     return path
 
 

@@ -7,10 +7,11 @@ passed (see its conftest); `invoke push` refuses images that are not in the reco
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+
+from slurmforge import atomic
 
 FILE = Path("build") / "tested.json"
 
@@ -34,11 +35,7 @@ def record(root: Path, images: Iterable[tuple[str, str]], suite: str) -> None:
     now = datetime.now(UTC).isoformat(timespec="seconds")
     for image_id, ref in images:
         data[image_id] = {"ref": ref, "tested": now, "suite": suite}
-    file = path(root)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(f".{file.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, file)
+    atomic.write_text(path(root), json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def passed(root: Path, image_id: str) -> bool:

@@ -193,9 +193,12 @@ class Renderer:
             "resources": small_resources(),
         }
 
-    def pod_spec(self, containers: list[dict], volumes: list[dict], **extra: Any) -> dict[str, Any]:
+    def pod_spec(
+        self, containers: list[dict], volumes: list[dict], wait: bool = True, **extra: Any
+    ) -> dict[str, Any]:
+        """``wait``: hold the pod until the jail is populated (all but populate mount it)."""
         spec: dict[str, Any] = {
-            "initContainers": [self.wait_for_jail()],  # every pod here mounts the jail
+            **({"initContainers": [self.wait_for_jail()]} if wait else {}),
             "containers": containers,
             "volumes": volumes,
             "enableServiceLinks": False,
@@ -205,14 +208,15 @@ class Renderer:
             spec["imagePullSecrets"] = [{"name": n} for n in self.k8s.image_pull_secrets]
         return spec
 
-    def claim(self, name: str, mode: str, volume) -> dict[str, Any]:
+    @staticmethod
+    def claim(metadata: dict[str, Any], mode: str, volume) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "accessModes": [mode],
             "resources": {"requests": {"storage": volume.size}},
         }
         if volume.storage_class:
             spec["storageClassName"] = volume.storage_class
-        return {"metadata": {"name": name}, "spec": spec}
+        return {"metadata": metadata, "spec": spec}
 
     # -- objects -----------------------------------------------------------------------------
 
@@ -240,10 +244,7 @@ class Renderer:
             "pvc-jail.yaml": {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                **_merge_meta(
-                    self.claim(JAIL_CLAIM, "ReadWriteMany", self.k8s.jail),
-                    self.meta(JAIL_CLAIM, JAIL),
-                ),
+                **self.claim(self.meta(JAIL_CLAIM, JAIL), "ReadWriteMany", self.k8s.jail),
             },
             f"job-{self.populate_name()}.yaml": self.populate_job(),
             "service-slurmctld.yaml": self.headless(CONTROLLER, CONTROLLER, SLURMCTLD_PORT),
@@ -255,7 +256,7 @@ class Renderer:
         objects["service-login.yaml"] = self.login_service()
         objects["statefulset-login.yaml"] = self.login(config_hash)
         if self.gpu_node_sets and self.k8s.health_check.enabled:
-            objects[f"cronjob-{HEALTH_CHECK}.yaml"] = self.health_check()
+            objects[f"cronjob-{HEALTH_CHECK}.yaml"] = self.health_check(config_hash)
         return objects
 
     def config_map(self, name: str, files: dict[str, str]) -> dict[str, Any]:
@@ -285,14 +286,9 @@ class Renderer:
                 "limits": {"cpu": "2", "memory": "2Gi"},
             },
         }
-        pod = {
-            "restartPolicy": "OnFailure",
-            "containers": [container],
-            "volumes": [self.jail_volume()],
-            "enableServiceLinks": False,
-        }
-        if self.k8s.image_pull_secrets:
-            pod["imagePullSecrets"] = [{"name": n} for n in self.k8s.image_pull_secrets]
+        pod = self.pod_spec(
+            [container], [self.jail_volume()], wait=False, restartPolicy="OnFailure"
+        )
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
@@ -338,8 +334,8 @@ class Renderer:
             },
         }
         pod = self.pod_spec([container], [*volumes, self.jail_volume()])
-        claim = self.claim("state", "ReadWriteOnce", self.k8s.state)
-        claim["metadata"]["labels"] = self.labels(CONTROLLER)
+        metadata = {"name": "state", "labels": self.labels(CONTROLLER)}
+        claim = self.claim(metadata, "ReadWriteOnce", self.k8s.state)
         return self.stateful_set(CONTROLLER, CONTROLLER, 1, pod, config_hash, [claim])
 
     def stateful_set(
@@ -475,7 +471,7 @@ class Renderer:
         pod = self.pod_spec([container], [*volumes, self.jail_volume()])
         return self.stateful_set(LOGIN, LOGIN, 1, pod, config_hash, service=f"{LOGIN}")
 
-    def health_check(self) -> dict[str, Any]:
+    def health_check(self, config_hash: str) -> dict[str, Any]:
         """The jail's gpu-check as a job step on every GPU node in service, as `invoke gpu-check`
         runs it: srun inside the jail, from a pod set up like the login node. A node below the
         threshold drains itself; nodes it drained are resumed by `invoke gpu-check`, which
@@ -504,7 +500,7 @@ class Renderer:
         template = {
             "metadata": {
                 "labels": self.labels(HEALTH_CHECK),
-                "annotations": self.pod_annotations([container], ""),
+                "annotations": self.pod_annotations([container], config_hash),
             },
             "spec": pod,
         }
@@ -527,10 +523,6 @@ def small_resources() -> dict[str, Any]:
         "requests": {"cpu": "10m", "memory": "16Mi"},
         "limits": {"cpu": "100m", "memory": "64Mi"},
     }
-
-
-def _merge_meta(obj: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    return {"metadata": meta, "spec": obj["spec"]}
 
 
 def kustomization(files: list[str], namespace: str) -> dict[str, Any]:

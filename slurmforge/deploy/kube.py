@@ -89,9 +89,7 @@ class Kube:
                 info = self.engine.inspect(ref)
                 if info is not None:
                     local_ids[component] = info.id
-                    if component == JAIL:
-                        features = info.labels.get("io.slurmforge.features", "")
-                        pyxis = "pyxis" in features.split(",")
+                    pyxis = pyxis or (component == JAIL and "pyxis" in info.features)
         images = k8s.resolve_images(self.cluster, push.read_lock(self.root), local_ids)
         renderer = k8s.Renderer(self.cluster, images, self.namespace)
         self.objects = renderer.render(pyxis)

@@ -172,8 +172,7 @@ class Local:
     def pyxis(self) -> bool:
         """Whether the jail image (where srun runs) was built with pyxis (see its labels)."""
         info = self.engine.inspect(self.cluster.images[JAIL])
-        labels = info.labels if info is not None else {}
-        return "pyxis" in labels.get("io.slurmforge.features", "").split(",")
+        return info is not None and "pyxis" in info.features
 
     @functools.cached_property
     def gpus(self) -> gpus_mod.Assignment:

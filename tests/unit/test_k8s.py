@@ -64,13 +64,11 @@ def checkout(tmp_path: Path, write_cluster) -> tuple[Path, Path]:
 def _kube(cluster_file: Path, root: Path, run=None, **kw: Any) -> Kube:
     versions = config.load(Path(__file__).resolve().parents[2] / "versions.yaml")
     cluster = model.load(cluster_file, versions)
-    kube = Kube(cluster, root / "out", root, None, run=run or _real, **kw)
+    if run is not None:
+        kw["run"] = run
+    kube = Kube(cluster, root / "out", root, None, **kw)
     kube.render()
     return kube
-
-
-def _real(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=False)
 
 
 def _containers(obj: dict) -> list[dict]:
