@@ -297,6 +297,34 @@ def test_images(c, set="default", cell=None, config=None):
         raise Exit("error: the image tests failed; nothing was recorded as tested", code=1)
 
 
+@task(
+    iterable=["cell"],
+    help={
+        "set": SELECT_HELP["set"],
+        "cell": "the cell whose images the cluster runs (needed when the set has several)",
+        "config": SELECT_HELP["config"],
+    },
+)
+@_fails_cleanly
+def test_cluster(c, set="default", cell=None, config=None):
+    """Build (if needed) and run the cluster tests (tests/cluster) on one cell's images."""
+    from slurmforge.errors import ConfigError
+
+    if cell and len(cell) > 1:
+        raise ConfigError("--cell: the cluster tests run on one cell at a time; give one --cell")
+    env = {"SLURMFORGE_TEST_SET": set, "SLURMFORGE_TEST_CELLS": ",".join(cell or ())}
+    if config:
+        env["SLURMFORGE_TEST_CONFIG"] = str(_config_path(config))
+    _project(set, cell, None, config)  # refuse an unknown set or cell before pytest starts
+    code = subprocess.call(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(HERE / "tests" / "cluster")],
+        cwd=HERE,
+        env={**os.environ, **env},
+    )
+    if code:
+        raise Exit("error: the cluster tests failed", code=1)
+
+
 DEPLOY_HELP = {
     "cluster": "cluster file (default deploy/cluster.yaml)",
     "config": SELECT_HELP["config"],

@@ -5,16 +5,18 @@ from __future__ import annotations
 import re
 import string
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     Strict,
     StringConstraints,
+    Tag,
     ValidationError,
     model_validator,
 )
@@ -24,6 +26,7 @@ from slurmforge.errors import ConfigError
 UNPINNED = "unpinned"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _VERSION3 = r"^\d+\.\d+\.\d+$"
+_COMMIT = r"^[0-9a-f]{40}$"
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
 _IMAGE_REF = re.compile(
     r"^(?P<name>[a-z0-9]+(?:[._/:-][a-z0-9]+)*)"  # [registry[:port]/]path
@@ -45,6 +48,19 @@ def _url(value: str) -> str:
     scheme = value.split("://", 1)[0] if "://" in value else ""
     if scheme not in ("http", "https", "file"):
         raise ValueError(f"expected an http://, https:// or file:// URL, got {value!r}")
+    return value
+
+
+_GIT_SCHEMES = ("https", "git", "file")
+
+
+def _git_url(value: str) -> str:
+    scheme = value.split("://", 1)[0] if "://" in value else ""
+    if scheme not in _GIT_SCHEMES:
+        raise ValueError(
+            f"expected a clone URL with scheme {', '.join(s + '://' for s in _GIT_SCHEMES)}, "
+            f"got {value!r}"
+        )
     return value
 
 
@@ -77,6 +93,9 @@ Sha256 = Annotated[str, Strict(), AfterValidator(_sha256)]
 Url = Annotated[str, Strict(), AfterValidator(_url)]
 Version3 = Annotated[str, Strict(), StringConstraints(pattern=_VERSION3)]
 Name = Annotated[str, Strict(), StringConstraints(pattern=_NAME)]
+GitUrl = Annotated[str, Strict(), AfterValidator(_git_url)]
+Commit = Annotated[str, Strict(), StringConstraints(pattern=_COMMIT)]
+GitTag = Annotated[str, Strict(), StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")]
 
 
 class Model(BaseModel):
@@ -94,6 +113,54 @@ class Source(Model):
     @property
     def filename(self) -> str:
         return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+
+class GitSource(Model):
+    """An upstream git repository pinned by commit: the tag is for people, the commit is trusted.
+
+    Fetched with git (shallow, by commit, submodules by their gitlinks) and turned into a
+    deterministic tar keyed by the commit, so the commit plays the part a sha256 plays for a file.
+    """
+
+    git: GitUrl
+    tag: GitTag
+    commit: Commit
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_checksum(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "sha256" in data:
+            raise ValueError("a git source is pinned by 'commit'; remove 'sha256'")
+        return data
+
+    pinned: ClassVar[bool] = True
+
+    @property
+    def url(self) -> str:  # the key under which fetches are recorded
+        return self.git
+
+    @property
+    def repo(self) -> str:
+        return self.git.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+
+    @property
+    def filename(self) -> str:
+        return f"{self.repo}-{self.tag}.tar"
+
+
+# Union branch names; pydantic puts them in error locations, format_path leaves them out.
+ARCHIVE_KIND, GIT_KIND = "<archive source>", "<git source>"
+
+
+def _source_kind(value: Any) -> str:
+    return GIT_KIND if isinstance(value, dict) and "git" in value else ARCHIVE_KIND
+
+
+# A source is an archive (url + sha256) or a git repository (git + tag + commit).
+AnySource = Annotated[
+    Annotated[Source, Tag(ARCHIVE_KIND)] | Annotated[GitSource, Tag(GIT_KIND)],
+    Discriminator(_source_kind),
+]
 
 
 class Bootstrap(Model):
@@ -119,7 +186,9 @@ class Distro(Model):
 
 
 class Slurm(Model):
-    sources: tuple[Source, ...] = Field(min_length=1)
+    sources: tuple[AnySource, ...] = Field(min_length=1)
+    # tool → the release of it built against this Slurm (for tools with several 'releases')
+    tools: dict[Name, Version3] = {}
 
 
 _REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!-]*$"
@@ -175,17 +244,34 @@ class Userspace(Model):
 
 class Cuda(Model):
     runtime: Userspace  # CUDA user space that jobs link against
-    build: Userspace | None = None  # the compiler, needed only to build nccl-tests
+    build: Userspace  # the compiler nccl-tests is built with (not installed in any image)
+    # GPU generations device code is compiled for (each one more is another nvcc pass per file)
+    arches: tuple[Annotated[str, Strict(), StringConstraints(pattern=r"^sm_\d{2,3}$")], ...] = (
+        Field(default=("sm_80", "sm_90"), min_length=1)
+    )
+
+
+class Release(Model):
+    sources: tuple[AnySource, ...] = Field(min_length=1)
 
 
 class Tool(Model):
-    version: Str
-    sources: tuple[Source, ...] = ()
+    """One version ('version' + 'sources' or 'userspace'), or several 'releases' of which each
+    Slurm version picks one under slurm.<version>.tools (a plugin built against Slurm's headers)."""
+
+    version: Str | None = None
+    sources: tuple[AnySource, ...] = ()
     userspace: Userspace | None = None
+    releases: dict[Version3, Release] = {}
 
     @model_validator(mode="after")
     def _has_origin(self) -> Tool:
-        if not self.sources and self.userspace is None:
+        if self.releases:
+            if self.version is not None or self.sources or self.userspace is not None:
+                raise ValueError("expected either 'releases' or 'version' with its sources")
+        elif self.version is None:
+            raise ValueError("expected 'version' (or 'releases')")
+        elif not self.sources and self.userspace is None:
             raise ValueError("expected 'sources' or 'userspace'")
         return self
 
@@ -235,6 +321,15 @@ class Versions(Model):
     tools: dict[Name, Tool] = {}
     sets: dict[Name, MatrixSet] = Field(min_length=1)
 
+    def tool(self, name: str, slurm: str | None) -> tuple[str, tuple[Source | GitSource, ...]]:
+        """The version and sources of tool ``name`` as built for Slurm ``slurm``."""
+        tool = self.tools[name]
+        if not tool.releases:
+            assert tool.version is not None
+            return tool.version, tool.sources
+        version = self.slurm[slurm or ""].tools[name]  # checked at load time
+        return version, tool.releases[version].sources
+
 
 class Config(BaseModel):
     """The loaded configuration: the validated document plus where it came from."""
@@ -249,8 +344,11 @@ class Config(BaseModel):
     def root(self) -> Path:
         return self.path.parent
 
-    def sha256_of(self, source: Source | Wheel) -> str:
-        """The pinned checksum, or the one recorded in the lock file, or ``unpinned``."""
+    def sha256_of(self, source: Source | GitSource | Wheel) -> str:
+        """The content key: the pinned checksum (a git source's commit), the locked one, or
+        ``unpinned``."""
+        if isinstance(source, GitSource):
+            return source.commit
         return source.sha256 if source.pinned else self.locked.get(source.url, UNPINNED)
 
 
@@ -277,7 +375,8 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def format_path(loc: tuple[str | int, ...]) -> str:
     out = ""
     for part in loc:
-        if part == "[key]":  # pydantic's marker for "the key itself was invalid"
+        if part in ("[key]", ARCHIVE_KIND, GIT_KIND):
+            # pydantic's markers: the key itself was invalid; the branch of a source union
             continue
         if isinstance(part, int):
             out += f"[{part}]"
@@ -296,9 +395,10 @@ def _describe(err: dict[str, Any]) -> str:
         return "required key is missing"
     if kind == "string_pattern_mismatch":
         pattern = err["ctx"]["pattern"]
-        wanted = (
-            "a version like '24.11.5'" if pattern == _VERSION3 else f"a value matching {pattern}"
-        )
+        wanted = {
+            _VERSION3: "a version like '24.11.5'",
+            _COMMIT: "a full commit ID (40 lowercase hex digits)",
+        }.get(pattern, f"a value matching {pattern}")
         return f"expected {wanted}, got {value!r}"
     if kind.endswith("_type") or kind in ("model_type", "dict_type", "tuple_type"):
         return f"{msg.lower()}, got {type(value).__name__} {value!r}"
@@ -393,8 +493,30 @@ def _check_references(path: Path, v: Versions) -> None:
             )
         if kind == "userspace" and tool.userspace is None:
             raise ConfigError(f"{path}: tools.{name}: expected 'userspace' (wheels or apt)")
-        if kind == "sources" and not tool.sources:
-            raise ConfigError(f"{path}: tools.{name}: expected 'sources' (a URL with sha256)")
+        if kind == "sources" and not (tool.sources or tool.releases):
+            raise ConfigError(
+                f"{path}: tools.{name}: expected 'sources' (a URL with sha256, or git with commit)"
+            )
+    for name, tool in v.tools.items():
+        for version, slurm in v.slurm.items():
+            picked = slurm.tools.get(name)
+            where = format_path(("slurm", version, "tools", name))
+            if tool.releases and picked is None:
+                raise ConfigError(
+                    f"{path}: {where}: required key is missing (tools.{name} has several "
+                    f"releases; pick one of {', '.join(tool.releases)} for Slurm {version})"
+                )
+            if picked is not None and picked not in tool.releases:
+                raise ConfigError(
+                    f"{path}: {where}: unknown release {picked!r}; expected one of "
+                    f"{', '.join(tool.releases) or '(none: the tool has no releases)'}"
+                )
+    for version, slurm in v.slurm.items():
+        for name in slurm.tools:
+            if name not in v.tools:
+                raise ConfigError(
+                    f"{path}: {format_path(('slurm', version, 'tools', name))}: unknown tool"
+                )
     for name, distro in v.distros.items():
         if distro.bootstrap and not distro.bootstrap.mirror.startswith(("http://", "https://")):
             raise ConfigError(

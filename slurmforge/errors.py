@@ -30,6 +30,13 @@ class ChecksumError(SourceError):
     exit_code = 2
 
 
+class PinError(SourceError):
+    """The origin does not serve what a pin names (a tag that moved, a commit it lacks): the
+    pin or the mirror is wrong, and retrying will not help."""
+
+    exit_code = 2
+
+
 class EngineUnavailable(SlurmforgeError):
     """No Docker daemon answers; the user has to start one before anything can be built."""
 

@@ -37,9 +37,9 @@ class Component:
     context: tuple[str, ...] = ()
 
 
-# What the GPU images take from upstream; '?' marks an optional feature (GitHub-only sources),
-# skipped and labelled when it cannot be had. cuda-build (the compiler) serves nccl-tests only.
-GPU_SOURCES = ("cuda", "nccl", "pyxis?", "enroot?", "nccl-tests?", "cuda-build?")
+# What the GPU images take from upstream ('name?' would mark an optional feature: skipped and
+# labelled when it cannot be had). cuda-build (the compiler) serves nccl-tests only.
+GPU_SOURCES = ("cuda", "nccl", "pyxis", "enroot", "nccl-tests", "cuda-build")
 
 COMPONENTS: dict[str, Component] = {
     c.name: c
@@ -51,7 +51,7 @@ COMPONENTS: dict[str, Component] = {
             ("base",),
             False,
             "Slurm and the jail SPANK plugin compiled into .debs (internal builder)",
-            sources=("slurm", "pyxis?"),
+            sources=("slurm", "pyxis"),
             context=("jail/spank",),
         ),
         Component(
@@ -67,9 +67,11 @@ COMPONENTS: dict[str, Component] = {
         Component(
             "slurmd",
             (Axis.DISTRO, Axis.SLURM),
-            ("runtime", "slurm-debs"),
+            ("runtime", "slurm-debs", "base"),
             True,
-            "compute node daemon",
+            "compute node daemon, with pyxis and enroot for containers in jobs",
+            sources=("enroot",),
+            context=("images/gpu",),
         ),
         Component(
             "login",
@@ -83,7 +85,7 @@ COMPONENTS: dict[str, Component] = {
             (Axis.DISTRO, Axis.SLURM, Axis.CUDA),
             ("slurmd", "slurm-debs", "base"),
             True,
-            "GPU compute node: slurmd + CUDA user space, NCCL, nccl-tests, enroot, pyxis",
+            "GPU compute node: slurmd (with enroot, pyxis) + CUDA user space, NCCL, nccl-tests",
             sources=GPU_SOURCES,
             context=("images/gpu", "jail/gpu"),
         ),

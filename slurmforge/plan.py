@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from slurmforge import bootstrap
-from slurmforge.config import UNPINNED, Config, Source, Userspace, Wheel
+from slurmforge.config import UNPINNED, Config, GitSource, Source, Userspace, Wheel
 from slurmforge.engine import HASH_LABEL, MANIFEST_LABEL, Engine, ImageInfo
 from slurmforge.matrix import COMPONENTS, Axis, Target
 from slurmforge.render import ContextFile, ContextFiles, Rendered, Renderer, inputs_hash
@@ -39,7 +39,7 @@ class Decision:
         }
 
 
-Artifact = Source | Wheel
+Artifact = Source | GitSource | Wheel
 
 
 @dataclass(frozen=True)
@@ -83,15 +83,12 @@ def needs(config: Config, target: Target) -> list[Need]:
         elif name == "cuda" and cuda is not None:
             out += _userspace_needs("cuda", cuda.runtime)
         elif name == "cuda-build" and cuda is not None:
-            helper = {"optional": True, "requires": "nccl-tests"}
-            # without a compiler configured, a need that nothing satisfies skips nccl-tests
-            out += _userspace_needs("cuda-build", cuda.build, **helper) or [
-                Need("cuda-build/0", (), **helper)
-            ]
+            out += _userspace_needs("cuda-build", cuda.build)
         elif name in v.tools and v.tools[name].userspace is not None:
             out += _userspace_needs(name, v.tools[name].userspace)
         elif name in v.tools:
-            out.append(Need(name, v.tools[name].sources, optional=spec.endswith("?")))
+            _, sources = v.tool(name, target.coord(Axis.SLURM))
+            out.append(Need(name, sources, optional=spec.endswith("?")))
     return out
 
 

@@ -12,7 +12,7 @@ from typing import IO
 
 import jinja2
 
-from slurmforge.config import Config
+from slurmforge.config import Config, Cuda
 from slurmforge.errors import ConfigError
 from slurmforge.matrix import COMPONENTS, Axis, Target
 
@@ -92,6 +92,15 @@ def _tree(root: Path, prefix: str) -> list[ContextFile]:
     return files
 
 
+def _gencode(cuda: Cuda | None) -> str:
+    """nvcc flags: SASS for each configured generation, plus PTX of the newest for later GPUs."""
+    if cuda is None:
+        return ""
+    numbers = sorted((a.removeprefix("sm_") for a in cuda.arches), key=int)
+    flags = [f"-gencode=arch=compute_{n},code=sm_{n}" for n in numbers]
+    return " ".join([*flags, f"-gencode=arch=compute_{numbers[-1]},code=compute_{numbers[-1]}"])
+
+
 class Renderer:
     def __init__(self, config: Config, images_dir: Path | None = None) -> None:
         self.config = config
@@ -137,9 +146,16 @@ class Renderer:
             "parents": {k.replace("-", "_"): ref for k, ref in parent_refs.items()},
             "cuda_spec": v.cuda.get(target.coord(Axis.CUDA) or ""),
             "tools": v.tools,
+            # tool → the version built for this target (its Slurm's pick, for multi-release tools)
+            "tool_versions": {
+                name: v.tool(name, target.coord(Axis.SLURM))[0]
+                for name, tool in v.tools.items()
+                if not tool.releases or target.coord(Axis.SLURM)
+            },
             "sources": singles,  # feature → arcname, only the features that are present
             "wheels": wheels,  # userspace group → arcnames of its wheels (or apt keyring)
             "skipped": upstream.skipped,
+            "nvcc_gencode": _gencode(v.cuda.get(target.coord(Axis.CUDA) or "")),
             "slurm_tarball": singles.get("slurm"),
         }
         name = f"{target.component}/{TEMPLATE}"

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from slurmforge import atomic
-from slurmforge.config import UNPINNED, Config, ConfigError, Source, Wheel
-from slurmforge.errors import ChecksumError, SourceError
+from slurmforge import atomic, gitsource
+from slurmforge.config import UNPINNED, Config, ConfigError, GitSource, Source, Wheel
+from slurmforge.errors import ChecksumError, PinError, SourceError
 
 MIRROR_ENV = "SLURMFORGE_MIRROR"
 LOCK_NAME = "versions.lock"
@@ -43,7 +43,7 @@ def _file_sha256(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Fetched:
-    source: Source | Wheel
+    source: Source | GitSource | Wheel
     path: Path
     sha256: str
 
@@ -90,7 +90,15 @@ def mirror_url(url: str, mirror: str | None) -> str:
 
 
 def resolve_mirror(mirror: str | None) -> str | None:
-    return mirror or os.environ.get(MIRROR_ENV) or None
+    """``--mirror``, else ``$SLURMFORGE_MIRROR``; a directory that does not exist is refused."""
+    where = "--mirror" if mirror else f"${MIRROR_ENV}"
+    mirror = mirror or os.environ.get(MIRROR_ENV) or None
+    if mirror and "://" not in mirror and not Path(mirror).is_dir():
+        raise ConfigError(
+            f"{where}: mirror directory {mirror} does not exist",
+            hint="give a directory laid out as <host>/<path> (or a URL), or unset it",
+        )
+    return mirror
 
 
 class Cache:
@@ -104,7 +112,7 @@ class Cache:
     def fetch(
         self,
         config: Config,
-        candidates: Iterable[Source | Wheel],
+        candidates: Iterable[Source | GitSource | Wheel],
         *,
         mirror: str | None = None,
         allow_unpinned: bool = False,
@@ -126,8 +134,10 @@ class Cache:
             try:
                 if isinstance(source, Wheel):
                     return self._pip_download(source, sha)
+                if isinstance(source, GitSource):
+                    return self._git(source, mirror)
                 return self._download(source, sha, mirror_url(source.url, mirror))
-            except ChecksumError:
+            except (ChecksumError, PinError):
                 raise
             except SourceError as exc:
                 failures.append(exc.message)
@@ -136,7 +146,17 @@ class Cache:
                 f"{config.path}: {refused[0].url}: sha256 is '{UNPINNED}'; refusing to use it",
                 hint="pass --allow-unpinned, or record it with `invoke lock --trust <origin>`",
             )
-        raise SourceError("; ".join(failures), hint=f"set --mirror or ${MIRROR_ENV} if offline")
+        raise SourceError(
+            "; ".join(failures),
+            hint=f"without access to the origin, set {MIRROR_ENV}=DIR|URL (or --mirror) to a "
+            "mirror laid out as <host>/<path> of each source URL",
+        )
+
+    def _git(self, source: GitSource, mirror: str | None) -> Fetched:
+        """The commit's deterministic tar, cached under the commit ID."""
+        final = self.root / source.commit / source.filename
+        gitsource.fetch(source, final, self.root, lambda url: mirror_url(url, mirror))
+        return Fetched(source, final, source.commit)
 
     def _pip_download(self, wheel: Wheel, expected: str) -> Fetched:
         """``pip download`` one wheel (no dependencies, Linux x86_64), then verify it like a file.

@@ -36,30 +36,65 @@ def write_config(tmp_path: Path):
 # The first run compiles Slurm (several minutes); later runs find every target cached.
 
 
-# The selection under test: the `default` set unless `invoke test-images` names another.
+# The selection under test: the `default` set unless `invoke test-images`/`test-cluster` name
+# another (the image tier runs on every cell of the `ci` set unless told otherwise).
 TEST_SET = os.environ.get("SLURMFORGE_TEST_SET") or "default"
 TEST_CELLS = tuple(c for c in os.environ.get("SLURMFORGE_TEST_CELLS", "").split(",") if c)
 TEST_CONFIG = Path(os.environ.get("SLURMFORGE_TEST_CONFIG") or ROOT / "versions.yaml")
 
+# The GitHub-only sources (Slurm 23.11/24.05, pyxis, enroot, nccl-tests) come from a mirror laid
+# out as <host>/<path> where GitHub is out of reach: $SLURMFORGE_MIRROR, else the machine's shared
+# copy next to the checkout. The Docker tiers build with it; subprocesses inherit it.
+SHARED_MIRROR = ROOT.parent / "shared" / "mirror"
+if not os.environ.get("SLURMFORGE_MIRROR") and SHARED_MIRROR.is_dir():
+    os.environ["SLURMFORGE_MIRROR"] = str(SHARED_MIRROR)
+
+
+def _github_reachable() -> bool:
+    probe = ["git", "ls-remote", "--exit-code", "https://github.com/NVIDIA/pyxis.git", "HEAD"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=15).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def need_sources() -> None:
+    """Skip, naming the mirror, when neither a mirror nor GitHub can supply the sources."""
+    if not os.environ.get("SLURMFORGE_MIRROR") and not _github_reachable():
+        pytest.skip(
+            f"needs the upstream git sources: no mirror at {SHARED_MIRROR}, "
+            "$SLURMFORGE_MIRROR is unset and github.com is unreachable"
+        )
+
+
+def select(set_name: str, cells: tuple[str, ...]) -> Project:
+    return Project(Selection(TEST_CONFIG, set_name, cells))
+
 
 @pytest.fixture(scope="session")
 def project() -> Project:
-    project = Project(Selection(TEST_CONFIG, TEST_SET, TEST_CELLS))
+    project = select(TEST_SET, TEST_CELLS)
     if len(project.cells) != 1:
         names = ", ".join(c.name for c in project.cells)
         pytest.exit(f"set {TEST_SET!r} has several cells ({names}); pick one", returncode=2)
     return project
 
 
-@pytest.fixture(scope="session")
-def images(project: Project) -> dict[str, str]:
-    """component → image reference, after `invoke build` of the selection succeeded."""
+def build(project: Project) -> dict[str, str]:
+    """component → image reference, after `invoke build` of the project's selection succeeded."""
+    need_sources()
+    sel = project.selection
     argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "build"]
-    argv += ["--set", TEST_SET, "--config", str(TEST_CONFIG)]
-    argv += [w for c in TEST_CELLS for w in ("--cell", c)]
+    argv += ["--set", sel.set_name, "--config", str(sel.config_path)]
+    argv += [w for c in sel.cells for w in ("--cell", c)]
     proc = subprocess.run(argv, cwd=ROOT, env={**os.environ, "SLURMFORGE_DEBUG": ""}, timeout=3600)
     assert proc.returncode == 0, f"{' '.join(argv[3:])} failed (see .cache/logs/latest)"
     return {t.component: t.ref for t in project.targets}
+
+
+@pytest.fixture(scope="session")
+def images(project: Project) -> dict[str, str]:
+    return build(project)
 
 
 @pytest.fixture(scope="session")

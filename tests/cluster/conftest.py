@@ -20,7 +20,7 @@ import docker
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TEST_CELLS, TEST_SET
 
 
 def free_port() -> int:
@@ -105,6 +105,9 @@ def write_cluster(root: Path, name: str, port: int, **changes) -> Path:
     if not (root / "layers").exists():
         shutil.copytree(ROOT / "deploy" / "layers", root / "layers")
     data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    # The cell under test (`invoke test-cluster --set S --cell C`), else the file's own choice.
+    if TEST_CELLS or TEST_SET != "default":
+        data["images"] = {"set": TEST_SET, **({"cell": TEST_CELLS[0]} if TEST_CELLS else {})}
     data.update(name=name, login={"address": "127.0.0.1", "port": port}, **changes)
     path = root / "cluster.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

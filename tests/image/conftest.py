@@ -1,7 +1,9 @@
-"""Image tier: testinfra on containers of the `default` set's images (built on demand)."""
+"""Image tier: testinfra on containers of each mission cell's images (built on demand): every cell
+of the `ci` set (Slurm 23.11 and 24.05), or the set and cells `invoke test-images` names."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,9 +11,25 @@ import docker
 import pytest
 import testinfra
 
-from slurmforge import tested
+from slurmforge import matrix, tested
 from slurmforge.app import Project
-from tests.conftest import ROOT
+from slurmforge.config import load
+from tests.conftest import ROOT, TEST_CELLS, TEST_CONFIG, build, select
+
+IMAGE_SET = os.environ.get("SLURMFORGE_TEST_SET") or "ci"
+IMAGE_CELLS = TEST_CELLS or tuple(c.name for c in matrix.cells_of(load(TEST_CONFIG), IMAGE_SET))
+
+
+@pytest.fixture(scope="session", params=IMAGE_CELLS)
+def project(request: pytest.FixtureRequest) -> Project:
+    """One cell at a time: the whole tier runs against one cell's images, then the next."""
+    return select(IMAGE_SET, (request.param,))
+
+
+@pytest.fixture(scope="session")
+def images(project: Project) -> dict[str, str]:
+    return build(project)
+
 
 ROLES = ("slurmctld", "slurmd", "worker", "login", "jail")
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.gitrepos import make_repo
 
 INVOKE = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
 NO_DAEMON = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
@@ -63,6 +64,16 @@ def test_unknown_key_in_config(tmp_path: Path, shipped: dict) -> None:
     )
 
 
+def _slurm_only(shipped: dict, tmp_path: Path) -> None:
+    """Make the default set build Slurm 24.11.5 with a pyxis from a local git repository, so that
+    `fetch --component slurm-debs` needs no network and no mirror."""
+    pyxis = make_repo(tmp_path / "pyxis", {"Makefile": "all:\n"}, tag="v0.24.0")
+    shipped["sets"]["default"]["matrix"]["slurm"] = ["24.11.5"]
+    shipped["tools"]["pyxis"]["releases"]["0.24.0"]["sources"] = [
+        {"git": pyxis.url, "tag": pyxis.tag, "commit": pyxis.commit}
+    ]
+
+
 def test_docker_unreachable_says_how_to_start_it() -> None:
     proc = _invoke("build")
     _assert_clean_failure(proc, "Docker daemon is not reachable at unix:///nonexistent")
@@ -73,13 +84,14 @@ def test_checksum_mismatch_at_fetch_keeps_nothing(tmp_path: Path, shipped: dict)
     tarball = tmp_path / "slurm-24.11.5.tar.gz"
     tarball.write_bytes(b"not what was pinned")
     shipped["slurm"]["24.11.5"]["sources"] = [{"url": tarball.as_uri(), "sha256": "a" * 64}]
+    _slurm_only(shipped, tmp_path)
     path = tmp_path / "versions.yaml"
     path.write_text(yaml.safe_dump(shipped))
     actual = hashlib.sha256(tarball.read_bytes()).hexdigest()
     before = (
         sorted((ROOT / ".cache/sources").rglob("*")) if (ROOT / ".cache/sources").exists() else []
     )
-    proc = _invoke("fetch", "--config", str(path))
+    proc = _invoke("fetch", "--config", str(path), "--component", "slurm-debs")
     _assert_clean_failure(proc, f"checksum mismatch: expected sha256 {'a' * 64}, got {actual}")
     after = (
         sorted((ROOT / ".cache/sources").rglob("*")) if (ROOT / ".cache/sources").exists() else []
@@ -91,8 +103,8 @@ def test_checksum_mismatch_at_fetch_keeps_nothing(tmp_path: Path, shipped: dict)
 def test_matrix_formats(fmt: str) -> None:
     proc = _invoke("matrix", "--set", "ci", "--format", fmt)
     assert proc.returncode == 0, proc.stderr
-    assert "24.05.3-cuda12.2.2-ubuntu22.04" in proc.stdout
-    assert "23.11.6-cuda12.2.2-ubuntu22.04" in proc.stdout
+    assert "24.05.8-cuda12.2.2-debian12" in proc.stdout
+    assert "23.11.11-cuda12.2.2-debian12" in proc.stdout
 
 
 def test_matrix_bad_format() -> None:
@@ -102,10 +114,10 @@ def test_matrix_bad_format() -> None:
 def test_render_writes_dockerfiles(tmp_path: Path) -> None:
     proc = _invoke("render", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    login = (tmp_path / "login/debian12-24.11.5/Dockerfile").read_text()
-    assert "FROM slurmforge/runtime:debian12-24.11.5" in login
+    login = (tmp_path / "login/debian12-24.05.8/Dockerfile").read_text()
+    assert "FROM slurmforge/runtime:debian12-24.05.8" in login
     assert (
-        "COPY --from=slurmforge/slurm-debs:debian12-24.11.5 /debs/slurm-smd-libnss-slurm_*.deb"
+        "COPY --from=slurmforge/slurm-debs:debian12-24.05.8 /debs/slurm-smd-libnss-slurm_*.deb"
         in login
     )
     assert "mmdebstrap" in (tmp_path / "base/debian12/mmdebstrap.cmd").read_text()
@@ -118,18 +130,24 @@ def test_lock_then_fetch_through_a_mirror_directory(tmp_path: Path, shipped: dic
     origin.parent.mkdir()
     origin.write_bytes(payload)
     shipped["slurm"]["24.11.5"]["sources"] = [{"url": origin.as_uri(), "sha256": "unpinned"}]
+    _slurm_only(shipped, tmp_path)
     config = tmp_path / "project" / "versions.yaml"
     config.parent.mkdir()
     config.write_text(yaml.safe_dump(shipped))
 
-    refused = _invoke("fetch", "--config", str(config))
+    refused = _invoke("fetch", "--config", str(config), "--component", "slurm-debs")
     _assert_clean_failure(refused, "sha256 is 'unpinned'; refusing to use it")
 
-    untrusted = _invoke("lock", "--config", str(config), "--trust", "https://elsewhere/")
+    untrusted = _invoke(
+        "lock", "--config", str(config), "--component", "slurm-debs", "--trust", "https://x/"
+    )
     _assert_clean_failure(untrusted, "sha256 is 'unpinned'")
     assert not (tmp_path / "project/versions.lock").exists()
 
-    locked = _invoke("lock", "--config", str(config), "--trust", (tmp_path / "origin").as_uri())
+    origin_uri = (tmp_path / "origin").as_uri()
+    locked = _invoke(
+        "lock", "--config", str(config), "--component", "slurm-debs", "--trust", origin_uri
+    )
     assert locked.returncode == 0, locked.stderr
     sha = hashlib.sha256(payload).hexdigest()
     assert (tmp_path / "project/versions.lock").read_text().count(sha) == 1
@@ -142,7 +160,10 @@ def test_lock_then_fetch_through_a_mirror_directory(tmp_path: Path, shipped: dic
     mirror = tmp_path / "mirror"
     (mirror / "download.example/slurm").mkdir(parents=True)
     (mirror / "download.example/slurm/slurm-24.11.5.tar.gz").write_bytes(payload)
-    fetched = _invoke("fetch", "--config", str(config), env={"SLURMFORGE_MIRROR": str(mirror)})
+    fetched = _invoke(
+        "fetch", "--config", str(config), "--component", "slurm-debs",
+        env={"SLURMFORGE_MIRROR": str(mirror)},
+    )  # fmt: skip
     assert fetched.returncode == 0, fetched.stderr
     assert (tmp_path / f"project/.cache/sources/{sha}/slurm-24.11.5.tar.gz").read_bytes() == payload
 

@@ -18,12 +18,21 @@ def test_shipped_file_loads() -> None:
     v = cfg.versions
     assert v.distros["debian12"].bootstrap is not None
     assert v.distros["ubuntu22.04"].image == "ubuntu:22.04"
-    assert set(v.slurm) == {"23.11.6", "24.05.3", "24.11.5"}
-    assert v.slurm["24.11.5"].sources[0].pinned
-    assert not v.slurm["23.11.6"].sources[0].pinned
+    assert set(v.slurm) == {"23.11.11", "24.05.8", "24.11.5"}
+    assert all(s.pinned for slurm in v.slurm.values() for s in slurm.sources)
     assert set(v.tools) >= {"pyxis", "enroot", "nccl", "nccl-tests"}
-    assert [c.name for c in matrix.cells_of(cfg, "default")] == ["24.11.5-cuda12.2.2-debian12"]
-    assert {c.slurm for c in matrix.cells_of(cfg, "ci")} == {"23.11.6", "24.05.3"}
+    assert [c.name for c in matrix.cells_of(cfg, "default")] == ["24.05.8-cuda12.2.2-debian12"]
+    assert {(c.distro, c.slurm) for c in matrix.cells_of(cfg, "ci")} == {
+        ("debian12", "23.11.11"),
+        ("debian12", "24.05.8"),
+    }
+    # Every shipped source is pinned: no set needs --allow-unpinned anywhere.
+    for tool in v.tools.values():
+        for source in (*tool.sources, *(s for r in tool.releases.values() for s in r.sources)):
+            assert source.pinned
+    # pyxis is picked per Slurm series, from the releases declared under tools.pyxis.
+    assert v.tool("pyxis", "23.11.11")[0] == "0.20.0"
+    assert v.tool("pyxis", "24.05.8")[0] == "0.24.0"
 
 
 def _set(path: str, value: object) -> Callable[[dict], None]:
@@ -79,7 +88,7 @@ MALFORMED = {
         "sets.default.matrix.distro[0]: unknown distro 'debian13'",
     ),
     "unknown slurm version in set": (
-        _set("sets/ci/matrix/slurm", ["23.11.6", "25.05.0"]),
+        _set("sets/ci/matrix/slurm", ["23.11.11", "25.05.0"]),
         "sets.ci.matrix.slurm[1]: unknown Slurm version '25.05.0'",
     ),
     "missing slurm axis in set": (
@@ -117,6 +126,31 @@ MALFORMED = {
     "set without cells": (
         _set("sets/default/matrix", _DELETE),
         "sets.default: expected 'matrix' or 'include'",
+    ),
+    "git commit not 40 hex digits": (
+        _set("slurm/24.05.8/sources/0/commit", "46879dc2d"),
+        'slurm."24.05.8".sources[0].commit: expected a full commit ID (40 lowercase hex',
+    ),
+    "git clone url over ssh": (
+        _set("slurm/24.05.8/sources/0/git", "ssh://git@github.com/SchedMD/slurm.git"),
+        'slurm."24.05.8".sources[0].git: expected a clone URL with scheme https://, git://, '
+        "file://",
+    ),
+    "git source with a sha256": (
+        _set("slurm/24.05.8/sources/0/sha256", GOOD_SHA),
+        "slurm.\"24.05.8\".sources[0]: a git source is pinned by 'commit'; remove 'sha256'",
+    ),
+    "git source without a tag": (
+        _set("tools/enroot/sources/0/tag", _DELETE),
+        "tools.enroot.sources[0].tag: required key is missing",
+    ),
+    "slurm without its pyxis pick": (
+        _set("slurm/23.11.11/tools", _DELETE),
+        'slurm."23.11.11".tools.pyxis: required key is missing',
+    ),
+    "slurm picks an undeclared pyxis": (
+        _set("slurm/23.11.11/tools/pyxis", "0.19.0"),
+        "slurm.\"23.11.11\".tools.pyxis: unknown release '0.19.0'; expected one of 0.20.0, 0.24.0",
     ),
     "non-list components": (
         _set("distros/debian12/bootstrap/components", "main"),
@@ -161,13 +195,13 @@ def test_top_level_must_be_mapping(write_config) -> None:
 
 def test_duplicate_cell_in_include(shipped: dict, write_config) -> None:
     shipped["sets"]["default"]["include"] = [
-        {"distro": "debian12", "slurm": "24.11.5", "cuda": "12.2.2"}
+        {"distro": "debian12", "slurm": "24.05.8", "cuda": "12.2.2"}
     ]
     cfg = config.load(write_config(shipped))
     with pytest.raises(
         ConfigError,
         match=r"sets\.default\.include\[0\]: duplicate cell "
-        r"24\.11\.5-cuda12\.2\.2-debian12",
+        r"24\.05\.8-cuda12\.2\.2-debian12",
     ):
         matrix.cells_of(cfg, "default")
 
@@ -181,11 +215,12 @@ def test_unknown_set(tmp_path: Path) -> None:
 
 
 def test_lock_file_supplies_unpinned_checksums(shipped: dict, write_config) -> None:
+    url = "https://download.schedmd.com/slurm/slurm-24.11.5.tar.bz2"
+    shipped["slurm"]["24.11.5"]["sources"] = [{"url": url, "sha256": "unpinned"}]
     path = write_config(shipped)
-    url = shipped["slurm"]["23.11.6"]["sources"][0]["url"]
     path.with_name("versions.lock").write_text(f'{{"sources": {{"{url}": "{GOOD_SHA}"}}}}')
     cfg = config.load(path)
-    assert cfg.sha256_of(cfg.versions.slurm["23.11.6"].sources[0]) == GOOD_SHA
+    assert cfg.sha256_of(cfg.versions.slurm["24.11.5"].sources[0]) == GOOD_SHA
     path.with_name("versions.lock").write_text("[1, 2]")
     with pytest.raises(ConfigError, match=r"versions\.lock: expected JSON"):
         config.load(path)

@@ -39,7 +39,7 @@ def test_shipped_cluster_resolves_its_layers(versions) -> None:
     assert cpu.capabilities == ("SYS_ADMIN",)  # from the built-in base layer
     assert [n for _, n in cluster.nodes] == ["cpu-0", "cpu-1"]
     assert set(cluster.images) == {"slurmctld", "login", "jail", "slurmd"}
-    assert cluster.images["slurmd"].endswith("/slurmd:24.11.5-cuda12.2.2-debian12")
+    assert cluster.images["slurmd"].endswith("/slurmd:24.05.8-cuda12.2.2-debian12")
 
 
 def test_scale_state_overrides_replicas(write_cluster, versions) -> None:

@@ -1,6 +1,6 @@
 """GPU user-space sources without Docker: wheels fetched by the real pip from a PyPI-style index
-served on 127.0.0.1, the two source kinds in versions.yaml, and optional features (pyxis, enroot,
-nccl-tests) that render in when their source is cached and are skipped and labelled otherwise."""
+served on 127.0.0.1, the two source kinds in versions.yaml, and the tools built from git (pyxis,
+enroot, nccl-tests) rendered into every image that carries them."""
 
 from __future__ import annotations
 
@@ -120,8 +120,12 @@ def test_unpacked_wheel_layout(tmp_path: Path) -> None:
         (lambda d: d["cuda"]["12.2.2"]["runtime"]["wheels"][0].update(requirement="nvidia-x>=1"),
          'cuda."12.2.2".runtime.wheels[0].requirement: expected a value matching'),
         (lambda d: d["tools"].pop("nccl"), "tools.nccl: required key is missing"),
-        (lambda d: d["tools"]["pyxis"].pop("sources"),
-         "tools.pyxis: expected 'sources' or 'userspace'"),
+        (lambda d: d["tools"]["enroot"].pop("sources"),
+         "tools.enroot: expected 'sources' or 'userspace'"),
+        (lambda d: d["cuda"]["12.2.2"].pop("build"),
+         'cuda."12.2.2".build: required key is missing'),
+        (lambda d: d["cuda"]["12.2.2"].update(arches=["80"]),
+         'cuda."12.2.2".arches[0]: expected a value matching'),
     ],
 )  # fmt: skip
 def test_bad_gpu_config_names_the_key(shipped: dict, write_config, change, message) -> None:
@@ -144,60 +148,42 @@ def _render(cfg: config.Config, cache: Cache, component: str) -> str:
     return Renderer(cfg, ROOT / "images").render(target, parents, upstream).dockerfile
 
 
-def _cache_all(cfg: config.Config, cache: Cache, features: tuple[str, ...]) -> None:
-    """Put stand-ins for the wanted sources in the cache under a recorded checksum (the rendered
-    Dockerfile only needs them to exist; no build happens here)."""
+def _cache_all(cfg: config.Config, cache: Cache) -> None:
+    """Put stand-ins for every source in the cache under its key (the rendered Dockerfile only
+    needs them to exist; no build happens here)."""
     v = cfg.versions
     wanted = [w for w in v.cuda["12.2.2"].runtime.wheels] + list(v.tools["nccl"].userspace.wheels)
-    if "nccl-tests" in features and v.cuda["12.2.2"].build is not None:
-        wanted += list(v.cuda["12.2.2"].build.wheels)
+    wanted += list(v.cuda["12.2.2"].build.wheels)
+    wanted += [v.tool(name, "24.05.8")[1][0] for name in ("pyxis", "enroot", "nccl-tests")]
     for artifact in wanted:
-        path = cache.root / artifact.sha256 / artifact.filename
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"stand-in")
-    for name in features:
-        source = v.tools[name].sources[0]
-        path = cache.root / ("f" * 63 + str(len(name))) / source.filename
+        path = cache.root / cfg.sha256_of(artifact) / artifact.filename
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"stand-in")
 
 
-def _with_locked(cfg: config.Config, features: tuple[str, ...]) -> config.Config:
-    locked = {cfg.versions.tools[n].sources[0].url: "f" * 63 + str(len(n)) for n in features}
-    return cfg.model_copy(update={"locked": locked})
-
-
-def test_without_their_sources_the_features_are_skipped_and_labelled(cfg, tmp_path: Path) -> None:
+def test_every_image_carries_the_tools_built_from_their_pinned_commits(cfg, tmp_path) -> None:
     cache = Cache(tmp_path / "cache")
-    _cache_all(cfg, cache, ())
+    _cache_all(cfg, cache)
     worker = _render(cfg, cache, "worker")
-    assert 'io.slurmforge.skipped="enroot,nccl-tests,pyxis"' in worker
-    assert "slurmforge-pyxis_*.deb" not in worker and "AS nccl-tests" not in worker
-    assert "pyxis" not in _render(cfg, cache, "slurm-debs")
-
-
-def test_with_their_sources_the_features_are_built(cfg, tmp_path: Path) -> None:
-    features = ("pyxis", "enroot", "nccl-tests")
-    cfg = _with_locked(cfg, features)
-    cache = Cache(tmp_path / "cache")
-    _cache_all(cfg, cache, features)
-    worker = _render(cfg, cache, "worker")
-    assert 'io.slurmforge.skipped=""' in worker
+    assert "io.slurmforge.skipped" not in worker
+    assert 'io.slurmforge.features="cuda,enroot,nccl,nccl-tests,pyxis"' in worker
     assert "FROM cuda AS nccl-tests" in worker and "COPY --from=nccl-tests" in worker
-    assert "/debs/slurmforge-pyxis_*.deb" in worker and "COPY sources/enroot/" in worker
-    assert "make -C /build/spank pyxis-deb" in _render(cfg, cache, "slurm-debs")
-    jail = _render(cfg, cache, "jail")
-    assert "slurmforge-pyxis" in jail and "/etc/enroot/enroot.conf" in jail
-
-
-def test_nccl_tests_without_the_compiler_is_skipped(cfg, tmp_path: Path) -> None:
-    """nccl-tests cached but nvcc's wheel not: it cannot be built, so it is skipped too."""
-    cfg = _with_locked(cfg, ("nccl-tests",))
-    cache = Cache(tmp_path / "cache")
-    _cache_all(cfg, cache, ("nccl-tests",))
-    nvcc = cfg.versions.cuda["12.2.2"].build.wheels[0]
-    (cache.root / nvcc.sha256 / nvcc.filename).unlink()
-    assert 'io.slurmforge.skipped="enroot,nccl-tests,pyxis"' in _render(cfg, cache, "worker")
+    # nccl-tests: SASS for the configured generations only, plus PTX of the newest
+    assert (
+        'NVCC_GENCODE="-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 '
+        '-gencode=arch=compute_90,code=compute_90"' in worker
+    )
+    assert "COPY sources/nccl-tests/nccl-tests-v2.13.8.tar" in worker
+    slurmd = _render(cfg, cache, "slurmd")  # CPU nodes run containers too
+    for text in (slurmd, _render(cfg, cache, "jail")):
+        assert "FROM slurmforge/base:debian12 AS enroot" in text or "AS enroot" in text
+        assert "COPY sources/enroot/enroot-v3.5.0.tar /build/enroot.tar" in text
+        assert "make -C /build/enroot deb" in text and "enroot+caps_*.deb" in text
+        assert "slurmforge-pyxis_*.deb" in text and "/etc/enroot/enroot.conf" in text
+    debs = _render(cfg, cache, "slurm-debs")
+    assert "COPY sources/pyxis/pyxis-v0.24.0.tar /build/pyxis.tar" in debs
+    assert "PYXIS_VERSION=0.24.0 SLURM_VERSION=24.05.8" in debs
+    assert "COPY slurm-slurm-24-05-8-1.tar /build/" in debs
 
 
 def test_apt_kind_renders_one_recipe_and_passes_hadolint(shipped, write_config, tmp_path) -> None:
@@ -208,7 +194,7 @@ def test_apt_kind_renders_one_recipe_and_passes_hadolint(shipped, write_config, 
     key.parent.mkdir(parents=True)
     key.write_bytes(b"key")
     _cache_all(
-        cfg.model_copy(update={"versions": config.load(ROOT / "versions.yaml").versions}), cache, ()
+        cfg.model_copy(update={"versions": config.load(ROOT / "versions.yaml").versions}), cache
     )
     out = tmp_path / "Dockerfile"
     for component in ("worker", "jail"):
@@ -222,11 +208,3 @@ def test_apt_kind_renders_one_recipe_and_passes_hadolint(shipped, write_config, 
             text=True,
         )
         assert lint.returncode == 0, lint.stdout
-
-
-def test_nccl_tests_without_a_configured_compiler_is_skipped(shipped, write_config, tmp_path):
-    del shipped["cuda"]["12.2.2"]["build"]
-    cfg = _with_locked(config.load(write_config(shipped)), ("nccl-tests",))
-    cache = Cache(tmp_path / "cache")
-    _cache_all(cfg, cache, ("nccl-tests",))
-    assert 'io.slurmforge.skipped="enroot,nccl-tests,pyxis"' in _render(cfg, cache, "worker")
