@@ -285,15 +285,7 @@ def push(
 @_fails_cleanly
 def test_images(c, set="default", cell=None, config=None):
     """Build (if needed) and run the image tests on a set's images; a pass is recorded for push."""
-    env = {"SLURMFORGE_TEST_SET": set, "SLURMFORGE_TEST_CELLS": ",".join(cell or ())}
-    if config:
-        env["SLURMFORGE_TEST_CONFIG"] = str(_config_path(config))
-    code = subprocess.call(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(HERE / "tests" / "image")],
-        cwd=HERE,
-        env={**os.environ, **env},
-    )
-    if code:
+    if _run_tier("image", set, cell, config):
         raise Exit("error: the image tests failed; nothing was recorded as tested", code=1)
 
 
@@ -312,17 +304,21 @@ def test_cluster(c, set="default", cell=None, config=None):
 
     if cell and len(cell) > 1:
         raise ConfigError("--cell: the cluster tests run on one cell at a time; give one --cell")
-    env = {"SLURMFORGE_TEST_SET": set, "SLURMFORGE_TEST_CELLS": ",".join(cell or ())}
+    if _run_tier("cluster", set, cell, config):
+        raise Exit("error: the cluster tests failed", code=1)
+
+
+def _run_tier(tier: str, set_name: str, cells, config) -> int:
+    """pytest on tests/<tier> with the selection passed to the test harness; its exit code."""
+    _project(set_name, cells, None, config)  # refuse an unknown set or cell before pytest starts
+    env = {"SLURMFORGE_TEST_SET": set_name, "SLURMFORGE_TEST_CELLS": ",".join(cells or ())}
     if config:
         env["SLURMFORGE_TEST_CONFIG"] = str(_config_path(config))
-    _project(set, cell, None, config)  # refuse an unknown set or cell before pytest starts
-    code = subprocess.call(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(HERE / "tests" / "cluster")],
+    return subprocess.call(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(HERE / "tests" / tier)],
         cwd=HERE,
         env={**os.environ, **env},
     )
-    if code:
-        raise Exit("error: the cluster tests failed", code=1)
 
 
 DEPLOY_HELP = {

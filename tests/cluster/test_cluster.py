@@ -11,8 +11,10 @@ import socket
 import time
 
 import pytest
+import yaml
 
 from tests.cluster.conftest import Deployed, free_port, invoke, write_cluster
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.cluster
 
@@ -187,15 +189,15 @@ def test_deploy_refuses_a_port_in_use(deployed: Deployed, tmp_path, client) -> N
 
 
 def test_deploy_before_images_exist_names_the_build(deployed: Deployed, tmp_path, client) -> None:
-    write_cluster(
-        tmp_path,
-        "sfnoimg",
-        free_port(),
-        images={"set": "ci", "cell": "24.05.3-cuda12.2.2-ubuntu22.04"},
-    )
-    proc = _deploy(deployed, tmp_path)
+    data = yaml.safe_load((ROOT / "versions.yaml").read_text())
+    data["sets"]["unbuilt"] = {**data["sets"]["default"], "registry": "unbuilt.invalid/sf"}
+    config = tmp_path / "versions.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    write_cluster(tmp_path, "sfnoimg", free_port(), images={"set": "unbuilt"})
+    where = ["--cluster", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "out")]
+    proc = invoke(deployed.env, "deploy", "--config", str(config), *where)
     _clean_failure(proc, "is not built")
-    assert "invoke build --set ci --cell 24.05.3-cuda12.2.2-ubuntu22.04" in proc.stderr
+    assert "invoke build --set unbuilt" in proc.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -22,6 +22,8 @@ DAEMON_VERSION_CMD = {
     "login": "sinfo -V",
     "jail": "sinfo -V",
 }
+# Containers in jobs: pyxis where slurmstepd and srun load it, enroot where it runs.
+CONTAINERS = {"slurmforge-pyxis", "enroot", "enroot+caps"}
 OWN_PACKAGES = {
     "slurmctld": {"slurm-smd-slurmctld"},
     "slurmd": {
@@ -29,16 +31,18 @@ OWN_PACKAGES = {
         "slurm-smd-libpmi0",
         "slurm-smd-libpmi2-0",
         "slurmforge-spank-jail",
+        *CONTAINERS,
     },
     "worker": {
         "slurm-smd-slurmd",
         "slurm-smd-libpmi0",
         "slurm-smd-libpmi2-0",
         "slurmforge-spank-jail",
+        *CONTAINERS,
     },
     "login": {"slurm-smd-libnss-slurm", "openssh-server"},
-    # the jail: what jobs and users run with (PMI for MPI programs, the plugin for srun's options)
-    "jail": {"slurm-smd-libpmi0", "slurm-smd-libpmi2-0", "slurmforge-spank-jail"},
+    # the jail: what jobs and users run with (PMI for MPI programs, the plugins for srun's options)
+    "jail": {"slurm-smd-libpmi0", "slurm-smd-libpmi2-0", "slurmforge-spank-jail", *CONTAINERS},
 }
 OTHERS = set().union(*OWN_PACKAGES.values()) - {"openssh-server"}
 

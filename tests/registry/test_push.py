@@ -192,9 +192,9 @@ def test_unreachable_registry(workdir, images, client) -> None:
 def test_pushing_a_cell_that_was_not_built(workdir, images, tmp_path, shipped) -> None:
     import yaml
 
-    shipped["sets"]["default"]["matrix"]["slurm"] = ["24.11.5", "24.05.3"]
+    shipped["sets"]["default"]["matrix"]["slurm"] = ["24.05.8", "24.11.5"]
     (workdir / "versions.yaml").write_text(yaml.safe_dump(shipped, sort_keys=False))
-    cell = "24.05.3-cuda12.2.2-debian12"
+    cell = "24.11.5-cuda12.2.2-debian12"
     with registry(tmp_path / "registry") as host:
         proc = invoke(workdir, "--registry", host, "--cell", cell)
         assert proc.returncode == 2

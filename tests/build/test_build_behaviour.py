@@ -72,7 +72,7 @@ def test_failed_target_is_contained(tmp_path: Path, images, client) -> None:
         "jail": "cached",
     }
     assert "broken on purpose" in proc.stderr  # the log tail is shown
-    assert "full log: " in proc.stderr and "login_debian12-24.11.5.log" in proc.stderr
+    assert "full log: " in proc.stderr and "login_debian12-24.05.8.log" in proc.stderr
     assert "Traceback" not in proc.stderr  # and the old login image kept its tags (above)
 
 
@@ -87,9 +87,9 @@ def test_dependents_of_a_failure_are_not_attempted(tmp_path: Path, images, clien
 def test_checksum_mismatch_builds_and_tags_nothing(tmp_path: Path, images, client) -> None:
     root = copy_project(tmp_path)
     data = yaml.safe_load((root / "versions.yaml").read_text())
-    tarball = tmp_path / "slurm-wlm_24.11.5.orig.tar.gz"
+    tarball = tmp_path / "slurm-24.05.8.tar.bz2"
     tarball.write_bytes(b"tampered")
-    data["slurm"]["24.11.5"]["sources"] = [{"url": tarball.as_uri(), "sha256": "b" * 64}]
+    data["slurm"]["24.05.8"]["sources"] = [{"url": tarball.as_uri(), "sha256": "b" * 64}]
     data["sets"]["default"]["registry"] = "badinput.invalid/sf"
     (root / "versions.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     before = docker_images(client)
