@@ -69,7 +69,7 @@ class Project:
         return Engine.connect()
 
     def context_sources(self, fetched: Iterable[Fetched] = ()) -> ContextSources:
-        return ContextSources(self.config, self.cache, {f.source.url: f.sha256 for f in fetched})
+        return ContextSources(self.config, self.cache, {f.source.key: f.sha256 for f in fetched})
 
     def planner(self, fetched: Iterable[Fetched] = ()) -> Planner:
         return Planner(
@@ -87,7 +87,7 @@ class Project:
         for target in self.targets if targets is None else targets:
             for need in needs(self.config, target):
                 if not need.optional:
-                    wanted[tuple(s.url for s in need.candidates)] = need
+                    wanted[tuple(s.key for s in need.candidates)] = need
         return [self._fetch(need, options, mirror) for need in wanted.values()]
 
     def _fetch(self, need: Need, options: FetchOptions, mirror: str | None) -> Fetched:
@@ -112,7 +112,7 @@ class Project:
         seen: set[tuple[str, ...]] = set()
         for target in self.targets:
             for need in needs(self.config, target):
-                key = tuple(s.url for s in need.candidates)
+                key = tuple(s.key for s in need.candidates)
                 if not need.optional or key in seen:
                     continue
                 seen.add(key)

@@ -111,6 +111,10 @@ class Source(Model):
         return self.sha256 != UNPINNED
 
     @property
+    def key(self) -> str:  # what tells this artifact from every other in one run
+        return self.url
+
+    @property
     def filename(self) -> str:
         return self.url.rstrip("/").rsplit("/", 1)[-1]
 
@@ -136,8 +140,12 @@ class GitSource(Model):
     pinned: ClassVar[bool] = True
 
     @property
-    def url(self) -> str:  # the key under which fetches are recorded
+    def url(self) -> str:
         return self.git
+
+    @property
+    def key(self) -> str:  # one repository serves several releases
+        return f"{self.git}@{self.commit}"
 
     @property
     def repo(self) -> str:
@@ -209,6 +217,10 @@ class Wheel(Model):
         return f"pip:{self.requirement}"
 
     @property
+    def key(self) -> str:
+        return self.url
+
+    @property
     def filename(self) -> str:
         name, version = self.requirement.split("==")
         return f"{re.sub(r'[-.]+', '_', name).lower()}-{version}.whl"
@@ -225,21 +237,31 @@ class AptRepo(Model):
     packages: tuple[AptPin, ...] = Field(min_length=1)
 
 
+def _deb(source: Source) -> Source:
+    if not source.filename.endswith(".deb"):
+        raise ValueError(f"expected the URL of a .deb file, got {source.url!r}")
+    return source
+
+
 class Userspace(Model):
-    """Where a set of GPU libraries comes from: exactly one source kind."""
+    """Where a set of GPU libraries or tools comes from: NVIDIA's wheels and/or Debian packages
+    (both fetched on the host, verified by sha256 and unpacked into one CUDA prefix, never
+    installed with dpkg), or a vendor apt repository on its own."""
 
     wheels: tuple[Wheel, ...] = ()
+    debs: tuple[Annotated[Source, AfterValidator(_deb)], ...] = ()
     apt: AptRepo | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Userspace:
-        if bool(self.wheels) == (self.apt is not None):
-            raise ValueError("expected exactly one of 'wheels' or 'apt'")
+        files = bool(self.wheels or self.debs)
+        if files == (self.apt is not None):
+            raise ValueError("expected 'wheels' and/or 'debs', or 'apt' on its own")
         return self
 
     @property
     def kind(self) -> str:
-        return "wheels" if self.wheels else "apt"
+        return "apt" if self.apt is not None else "files"
 
 
 class Cuda(Model):

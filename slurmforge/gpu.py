@@ -63,8 +63,11 @@ LIB_DIRS = (
     "usr/lib",
     "lib/x86_64-linux-gnu",
     "lib64",
+    "lib",
+    # a root that was itself given the driver the way containers are (a VM image, a pod)
+    "usr/local/nvidia/lib64",
 )
-BIN_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin")
+BIN_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "usr/local/nvidia/bin")
 VERSION_FILES = ("proc/driver/nvidia/version", "sys/module/nvidia/version")
 CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 

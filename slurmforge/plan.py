@@ -66,8 +66,10 @@ class Need:
 def _userspace_needs(group: str, space: Userspace | None, **kw: Any) -> list[Need]:
     if space is None:
         return []
-    artifacts: tuple[Artifact, ...] = space.wheels or ((space.apt.keyring,) if space.apt else ())
-    # one need per wheel (or the apt keyring), named '<group>/<index>'
+    artifacts: tuple[Artifact, ...] = (
+        (space.apt.keyring,) if space.apt is not None else (*space.wheels, *space.debs)
+    )
+    # one need per wheel or package (or the apt keyring), named '<group>/<index>'
     return [Need(f"{group}/{i}", (a,), **kw) for i, a in enumerate(artifacts)]
 
 
@@ -117,10 +119,10 @@ class ContextSources:
     def __init__(self, config: Config, cache: Cache, fetched: dict[str, str] | None = None) -> None:
         self.config = config
         self.cache = cache
-        self.fetched = fetched or {}  # url → sha256 of what this run downloaded
+        self.fetched = fetched or {}  # artifact key → sha256 of what this run downloaded
 
     def _sha(self, source: Artifact) -> str:
-        return self.fetched.get(source.url) or self.config.sha256_of(source)
+        return self.fetched.get(source.key) or self.config.sha256_of(source)
 
     def cached(self, need: Need) -> tuple[Artifact, str] | None:
         for cand in need.candidates:

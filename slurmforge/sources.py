@@ -131,16 +131,18 @@ class Cache:
             if sha == UNPINNED and not (allow_unpinned or source.url.startswith(trusted)):
                 refused.append(source)
                 continue
-            try:
-                if isinstance(source, Wheel):
-                    return self._pip_download(source, sha)
-                if isinstance(source, GitSource):
-                    return self._git(source, mirror)
-                return self._download(source, sha, mirror_url(source.url, mirror))
-            except (ChecksumError, PinError):
-                raise
-            except SourceError as exc:
-                failures.append(exc.message)
+            # A mirror need not hold everything: what it cannot give comes from the origin.
+            for where in (mirror, None) if mirror and not isinstance(source, Wheel) else (None,):
+                try:
+                    if isinstance(source, Wheel):
+                        return self._pip_download(source, sha)
+                    if isinstance(source, GitSource):
+                        return self._git(source, where)
+                    return self._download(source, sha, mirror_url(source.url, where))
+                except (ChecksumError, PinError):
+                    raise
+                except SourceError as exc:
+                    failures.append(exc.message)
         if not failures:
             raise ConfigError(
                 f"{config.path}: {refused[0].url}: sha256 is '{UNPINNED}'; refusing to use it",

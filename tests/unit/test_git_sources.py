@@ -13,6 +13,7 @@ import pytest
 from slurmforge import config
 from slurmforge.config import GitSource
 from slurmforge.errors import ConfigError, PinError
+from slurmforge.matrix import Axis
 from slurmforge.sources import Cache, resolve_mirror
 from tests.gitrepos import Repo, add_submodule, git, make_repo
 
@@ -121,3 +122,43 @@ def test_a_mirror_directory_that_does_not_exist_is_refused(tmp_path, monkeypatch
     with pytest.raises(ConfigError, match=r"\$SLURMFORGE_MIRROR: mirror directory"):
         resolve_mirror(None)
     assert resolve_mirror("https://mirror.example/src") == "https://mirror.example/src"
+
+
+def test_two_releases_of_one_repository_stay_apart(cfg) -> None:
+    """pyxis 0.20.0 (for 23.11) and 0.24.0 (for 24.05) share a URL: what a run fetched is told
+    apart by commit, so each Slurm's build context names its own release."""
+    from slurmforge.app import Project, Selection
+    from slurmforge.sources import Fetched
+
+    project = Project(Selection(cfg.path, "ci", (), ("slurm-debs",)))
+    fetched = []
+    for release in ("0.24.0", "0.20.0"):
+        (source,) = cfg.versions.tools["pyxis"].releases[release].sources
+        tar = project.cache.root / source.commit / source.filename
+        fetched.append(Fetched(source, tar, source.commit))
+    sources = project.context_sources(fetched)
+    debs = [t for t in project.targets if t.component == "slurm-debs"]
+    assert len(debs) == 2
+    for target in debs:
+        version, (source,) = cfg.versions.tool("pyxis", target.coord(Axis.SLURM))
+        got = sources(target).files["pyxis"]
+        assert got.arcname == f"sources/pyxis/pyxis-v{version}.tar"
+        assert got.path == project.cache.root / source.commit / f"pyxis-v{version}.tar"
+
+
+def test_a_run_fetches_each_release_it_needs(cfg, monkeypatch) -> None:
+    from slurmforge.app import FetchOptions, Project, Selection
+    from slurmforge.sources import Fetched
+
+    project = Project(Selection(cfg.path, "ci", (), ("slurm-debs",)))
+    asked: list[str] = []
+
+    def fetch(config, candidates, **kw):  # the network edge: record what a run asks for
+        (source,) = candidates
+        asked.append(source.key)
+        return Fetched(source, project.cache.root / "x", "x")
+
+    monkeypatch.setattr(project.cache, "fetch", fetch)
+    project.fetch(FetchOptions())
+    releases = cfg.versions.tools["pyxis"].releases
+    assert {r.sources[0].key for r in releases.values()} <= set(asked)

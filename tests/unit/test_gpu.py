@@ -181,11 +181,17 @@ def test_only_other_versions_libraries_is_refused(tmp_path: Path) -> None:
         gpu.discover(root)
 
 
-def test_a_directory_of_another_driver_layout_is_found(tmp_path: Path) -> None:
-    """Debian's own driver packages keep the libraries under nvidia/current."""
+@pytest.mark.parametrize(
+    "where",
+    [
+        "usr/lib/x86_64-linux-gnu/nvidia/current",  # Debian's own driver packages
+        "usr/local/nvidia/lib64",  # a root given the driver as containers are (seen on a GPU VM)
+    ],
+)
+def test_a_directory_of_another_driver_layout_is_found(tmp_path: Path, where: str) -> None:
     root = driver_root.make(tmp_path / "host", leftovers=False)
     lib = root / driver_root.LIB_DIR
-    current = lib / "nvidia/current"
+    current = root / where
     current.mkdir(parents=True)
     for path in list(lib.glob(f"*.so.{V}")):
         shutil.move(path, current / path.name)

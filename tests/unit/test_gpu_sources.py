@@ -99,24 +99,88 @@ def test_missing_wheel_is_a_source_error(index: str, tmp_path: Path, cfg) -> Non
         Cache(tmp_path / "cache").fetch(cfg, [Wheel(requirement=f"{NAME}==9.9.9", sha256=SHA)])
 
 
+def _install(prefix: Path, *files: Path) -> None:
+    """images/gpu/install-userspace, run here with the host's sh, unzip and dpkg-deb."""
+    script = ROOT / "images/gpu/install-userspace"
+    subprocess.run(["sh", str(script), str(prefix), *map(str, files)], check=True)
+
+
 def test_unpacked_wheel_layout(tmp_path: Path) -> None:
-    """images/gpu/install-wheels (run here with the host's sh and unzip) lays a wheel out."""
     whl = tmp_path / "w.whl"
     whl.write_bytes(WHEEL)
     prefix = tmp_path / "cuda"
-    subprocess.run(
-        ["sh", str(ROOT / "images/gpu/install-wheels"), str(prefix), str(whl)], check=True
-    )
+    _install(prefix, whl)
     assert (prefix / "lib64/libfake.so.1").read_bytes() == b"\x7fELF not really"
     assert (prefix / "lib64/libfake.so").readlink() == Path("libfake.so.1")
     assert (prefix / "slurmforge-versions.txt").read_text() == f"{NAME} {VERSION}\n"
+    assert not (prefix / "bin/nvcc.profile").exists()  # no compiler, no profile
+
+
+def _toolkit_deb(tmp_path: Path) -> Path:
+    """A package laid out as Debian's nvidia-cuda-toolkit is (nvcc behind a wrapper in /usr/bin,
+    the real one with cicc and crt under /usr/lib/nvidia-cuda-toolkit), built with dpkg-deb."""
+    root = tmp_path / "pkg"
+    files = {
+        "usr/bin/nvcc": '#!/bin/sh\nexec /usr/lib/nvidia-cuda-toolkit/bin/nvcc "$@"\n',
+        "usr/bin/fatbinary": "fatbinary",
+        "usr/lib/nvidia-cuda-toolkit/bin/nvcc": "real nvcc",
+        "usr/lib/nvidia-cuda-toolkit/bin/cicc": "cicc",
+        "usr/lib/nvidia-cuda-toolkit/bin/crt/link.stub": "stub",
+        "usr/lib/nvidia-cuda-toolkit/libdevice/libdevice.10.bc": "bc",
+        "usr/include/nvvm.h": "/* nvvm */",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "usr/bin/compute-sanitizer").symlink_to("../lib/nvidia-cuda-toolkit/absent")
+    (root / "DEBIAN").mkdir()
+    (root / "DEBIAN/control").write_text(
+        "Package: nvidia-cuda-toolkit\nVersion: 12.4.131~12.4.1-2\nArchitecture: amd64\n"
+        "Maintainer: test <t@example.org>\nDescription: stand-in\n"
+    )
+    deb = tmp_path / "nvidia-cuda-toolkit_12.4.131_amd64.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(deb)],
+                   check=True, capture_output=True)  # fmt: skip
+    return deb
+
+
+def test_unpacked_debian_toolkit_takes_nvidias_layout(tmp_path: Path) -> None:
+    whl = tmp_path / "w.whl"
+    whl.write_bytes(WHEEL)
+    prefix = tmp_path / "cuda-build"
+    _install(prefix, whl, _toolkit_deb(tmp_path))
+    assert (prefix / "bin/nvcc").read_text() == "real nvcc"  # not Debian's wrapper
+    assert (prefix / "bin/fatbinary").is_file()
+    assert (prefix / "nvvm/bin/cicc").read_text() == "cicc"
+    assert (prefix / "bin/crt/link.stub").is_file()
+    assert (prefix / "nvvm/libdevice/libdevice.10.bc").is_file()
+    assert (prefix / "include/nvvm.h").is_file()
+    assert not (prefix / "bin/compute-sanitizer").exists()  # a link out of the package
+    profile = (prefix / "bin/nvcc.profile").read_text()
+    assert "TOP                = $(_HERE_)/.." in profile and "/usr" not in profile
+    assert (prefix / "slurmforge-versions.txt").read_text().splitlines() == [
+        f"{NAME} {VERSION}",
+        "nvidia-cuda-toolkit 12.4.131~12.4.1-2",
+    ]
+    assert not list(tmp_path.glob("usr"))  # unpacked into the prefix only
+
+
+def test_unknown_file_kind_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "x.tar"
+    other.write_bytes(b"")
+    proc = subprocess.run(["sh", str(ROOT / "images/gpu/install-userspace"),
+                           str(tmp_path / "p"), str(other)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2 and "expected a .whl or .deb file" in proc.stderr
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         (lambda d: d["cuda"]["12.2.2"]["runtime"].update(apt=APT),
-         'cuda."12.2.2".runtime: expected exactly one of \'wheels\' or \'apt\''),
+         'cuda."12.2.2".runtime: expected \'wheels\' and/or \'debs\', or \'apt\' on its own'),
+        (lambda d: d["cuda"]["12.2.2"]["build"]["debs"][0].update(url="https://example.org/x.tar"),
+         'cuda."12.2.2".build.debs[0]: expected the URL of a .deb file'),
         (lambda d: d["cuda"]["12.2.2"]["runtime"]["wheels"][0].update(requirement="nvidia-x>=1"),
          'cuda."12.2.2".runtime.wheels[0].requirement: expected a value matching'),
         (lambda d: d["tools"].pop("nccl"), "tools.nccl: required key is missing"),
@@ -153,7 +217,7 @@ def _cache_all(cfg: config.Config, cache: Cache) -> None:
     needs them to exist; no build happens here)."""
     v = cfg.versions
     wanted = [w for w in v.cuda["12.2.2"].runtime.wheels] + list(v.tools["nccl"].userspace.wheels)
-    wanted += list(v.cuda["12.2.2"].build.wheels)
+    wanted += [*v.cuda["12.2.2"].build.wheels, *v.cuda["12.2.2"].build.debs]
     wanted += [v.tool(name, "24.05.8")[1][0] for name in ("pyxis", "enroot", "nccl-tests")]
     for artifact in wanted:
         path = cache.root / cfg.sha256_of(artifact) / artifact.filename
@@ -167,13 +231,17 @@ def test_every_image_carries_the_tools_built_from_their_pinned_commits(cfg, tmp_
     worker = _render(cfg, cache, "worker")
     assert "io.slurmforge.skipped" not in worker
     assert 'io.slurmforge.features="cuda,enroot,nccl,nccl-tests,pyxis"' in worker
-    assert "FROM cuda AS nccl-tests" in worker and "COPY --from=nccl-tests" in worker
+    assert " AS nccl-tests\n" in worker and "COPY --from=nccl-tests" in worker
     # nccl-tests: SASS for the configured generations only, plus PTX of the newest
     assert (
         'NVCC_GENCODE="-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 '
         '-gencode=arch=compute_90,code=compute_90"' in worker
     )
     assert "COPY sources/nccl-tests/nccl-tests-v2.13.8.tar" in worker
+    # compiled in a prefix of its own, from wheels and Debian's toolkit, against the shared runtime
+    assert "sources/cuda-build/nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb" in worker
+    assert "install-userspace /opt/cuda-build /tmp/userspace/cuda-build/*" in worker
+    assert 'NVCC="/opt/cuda-build/bin/nvcc -cudart shared -cudadevrt none"' in worker
     slurmd = _render(cfg, cache, "slurmd")  # CPU nodes run containers too
     for text in (slurmd, _render(cfg, cache, "jail")):
         assert "FROM slurmforge/base:debian12 AS enroot" in text or "AS enroot" in text

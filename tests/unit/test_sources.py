@@ -133,6 +133,18 @@ def test_mirror_directory(tmp_path: Path, cfg) -> None:
     assert cache.fetch(cfg, [src], mirror=str(mirror)).path.read_bytes() == PAYLOAD
 
 
+def test_what_the_mirror_lacks_comes_from_the_origin(tmp_path: Path, server: str, cfg) -> None:
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()  # holds nothing
+    cache = Cache(tmp_path / "sources")
+    src = Source(url=f"{server}/up/slurm.tar.gz", sha256=SHA)
+    got = cache.fetch(cfg, [src], mirror=str(mirror))
+    assert got.path.read_bytes() == PAYLOAD and _Handler.requests == ["/up/slurm.tar.gz"]
+    with pytest.raises(SourceError) as err:  # neither has it: both failures are named
+        cache.fetch(cfg, [Source(url=f"{server}/up/gone.tar.gz", sha256=SHA)], mirror=str(mirror))
+    assert str(mirror) in err.value.message and "HTTP 404" in err.value.message
+
+
 def test_unpinned_is_refused_unless_allowed(tmp_path: Path, server: str, cfg) -> None:
     cache = Cache(tmp_path / "sources")
     src = Source(url=f"{server}/up/slurm.tar.gz", sha256="unpinned")
