@@ -13,6 +13,10 @@
  *   root=DIR   the jail's mount point on the node (default /jail)
  *   conf=DIR   directory bound read-only onto the jail's /etc/slurm (default: none)
  *   spool=DIR  the node's SlurmdSpoolDir (default /var/spool/slurmd)
+ *   local=DIR  node-local scratch for container roots (default: none). The job prolog creates
+ *              DIR/<uid> for the job's user (0700, theirs; DIR itself stays root's), and DIR is
+ *              bound at the same path inside the jail, so enroot run by pyxis from slurmstepd
+ *              (outside) and from the tasks (inside) sees the same containers on each node.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,6 +28,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <slurm/spank.h>
@@ -35,6 +40,7 @@ SPANK_PLUGIN(slurmforge_jail, 1);
 static char root_dir[PATH_MAX] = "/jail";
 static char conf_dir[PATH_MAX] = "";
 static char spool_dir[PATH_MAX] = "/var/spool/slurmd";
+static char local_dir[PATH_MAX] = "";
 
 static int set_option(const char *arg, const char *name, char *dst)
 {
@@ -58,10 +64,13 @@ static int parse_options(int ac, char **av)
 			rc = set_option(av[i], "conf", conf_dir);
 		if (!rc)
 			rc = set_option(av[i], "spool", spool_dir);
+		if (!rc)
+			rc = set_option(av[i], "local", local_dir);
 		if (rc < 0)
 			return -1;
 		if (!rc) {
-			slurm_error(TAG ": unknown option '%s' (expected root=, conf=, spool=)", av[i]);
+			slurm_error(TAG ": unknown option '%s' (expected root=, conf=, spool=, local=)",
+				    av[i]);
 			return -1;
 		}
 	}
@@ -73,6 +82,37 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	if (!spank_remote(sp))
 		return ESPANK_SUCCESS;
 	return parse_options(ac, av) ? ESPANK_ERROR : ESPANK_SUCCESS;
+}
+
+/* Prolog (root, on each node of the job): the user's own directory under local=. Slurm calls
+ * no slurm_spank_init in this context, so the options are read here. */
+int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
+{
+	char dir[PATH_MAX];
+	uid_t uid;
+	struct stat st;
+
+	if (parse_options(ac, av))
+		return ESPANK_ERROR;
+	if (!local_dir[0])
+		return ESPANK_SUCCESS;
+	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
+		slurm_error(TAG ": the job's user is unknown to the prolog");
+		return ESPANK_ERROR;
+	}
+	if (snprintf(dir, sizeof(dir), "%s/%u", local_dir, (unsigned) uid) >= (int) sizeof(dir))
+		return ESPANK_ERROR;
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		slurm_error(TAG ": mkdir %s: %m", dir);
+		return ESPANK_ERROR;
+	}
+	/* whatever was there, it is the user's own and no one else's */
+	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || chown(dir, uid, (gid_t) -1) < 0 ||
+	    chmod(dir, 0700) < 0) {
+		slurm_error(TAG ": preparing %s for uid %u: %m", dir, (unsigned) uid);
+		return ESPANK_ERROR;
+	}
+	return ESPANK_SUCCESS;
 }
 
 /* "<root><rel>" into out; rel starts with '/'. */
@@ -112,6 +152,24 @@ static int bind_node_file(const char *path)
 	if (!in_jail(path, dst) || stat(dst, &st) < 0 || stat(path, &st) < 0)
 		return 0;
 	return bind_ro(path, path, 0);
+}
+
+/* local=: bound read-write at the same path, when the jail has the mount point for it. */
+static int bind_local(void)
+{
+	char dst[PATH_MAX];
+	struct stat st;
+
+	if (!local_dir[0])
+		return 0;
+	if (!in_jail(local_dir, dst) || stat(dst, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		slurm_info(TAG ": the jail has no %s: containers get no node-local scratch",
+			   local_dir);
+		return 0;
+	}
+	if (do_mount(local_dir, local_dir, NULL, MS_BIND, NULL))
+		return -1;
+	return do_mount(NULL, local_dir, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL);
 }
 
 /* The batch script lives in <spool>/job<id>/ outside: expose that one directory, nothing else. */
@@ -156,9 +214,24 @@ static int enter(const char *cwd)
 			slurm_error(TAG ": detaching the node's root: %m");
 			return -1;
 		}
+	} else if (mount(".", "/", NULL, MS_MOVE, NULL) == 0) {
+		/*
+		 * pivot_root is refused where the container runtime's seccomp profile leaves it out
+		 * (Docker's default). Move the jail over the node's root instead, as switch_root does:
+		 * the node's root is covered, and since the jail is now the top of the namespace's
+		 * root, the kernel does not count the task as chrooted, so it may still create user
+		 * namespaces (enroot, and pyxis through it, need them).
+		 */
+		if (chroot(".") < 0) {
+			slurm_error(TAG ": chroot into the moved %s: %m", root_dir);
+			return -1;
+		}
 	} else if (chroot(".") < 0) {
-		slurm_error(TAG ": pivot_root and chroot into %s failed: %m", root_dir);
+		slurm_error(TAG ": pivot_root, move and chroot into %s failed: %m", root_dir);
 		return -1;
+	} else {
+		slurm_info(TAG ": %s entered with chroot: no user namespaces (containers) in this job",
+			   root_dir);
 	}
 	/* The step's working directory, seen from inside (the node reaches /home through the jail). */
 	if (strncmp(cwd, root_dir, n) == 0 && (cwd[n] == '/' || cwd[n] == '\0'))
@@ -207,7 +280,8 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	    do_mount("/run/munge", "/run/munge", NULL, MS_BIND, NULL) ||
 	    (conf_dir[0] && bind_ro(conf_dir, "/etc/slurm", hardened)) ||
 	    bind_node_file("/etc/hosts") || bind_node_file("/etc/hostname") ||
-	    bind_node_file("/etc/resolv.conf") || expose_script_dir(sp) || enter(cwd))
+	    bind_node_file("/etc/resolv.conf") || bind_local() || expose_script_dir(sp) ||
+	    enter(cwd))
 		return ESPANK_ERROR;
 	return ESPANK_SUCCESS;
 }

@@ -13,8 +13,11 @@ Capabilities are granted per service, never --privileged:
 GPU nodes also get the host driver's files, each mounted read-only (Compose cannot add nosuid or
 nodev to a bind mount; the projection into the jail does), and their own GPU device nodes plus
 the shared control devices.
-Where SYS_ADMIN is granted, AppArmor's default Docker profile (which denies mount) is lifted; the
-default seccomp profile stays, as it allows mount(2) to holders of SYS_ADMIN.
+Where SYS_ADMIN is granted, AppArmor's default Docker profile (which denies mount) is lifted. The
+default seccomp profile stays on login (it allows mount(2) to holders of SYS_ADMIN) but not on
+compute nodes: containers in jobs (enroot, through pyxis) enter their root with pivot_root(2)
+from inside a user namespace, which that profile refuses to everyone. A node then filters system
+calls as a bare-metal node does: not at all; its capabilities stay its node set's.
 """
 
 from __future__ import annotations
@@ -34,12 +37,15 @@ CLUSTER_LABEL = "io.slurmforge.cluster"
 NODE_CONF, JAIL_CONF = "etc/slurm", "jail/etc/slurm"  # relative to the compose file
 
 
-def _mount_caps(caps: list[str]) -> dict[str, Any]:
+def _mount_caps(caps: list[str], *, runs_containers: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if caps:
         out["cap_add"] = caps
-    if "SYS_ADMIN" in caps:
-        out["security_opt"] = ["apparmor:unconfined"]
+    opts = ["apparmor:unconfined"] if "SYS_ADMIN" in caps else []
+    if runs_containers:
+        opts.append("seccomp:unconfined")
+    if opts:
+        out["security_opt"] = opts
     return out
 
 
@@ -100,7 +106,7 @@ def render(
             # an init reaps what job steps leave behind (slurmd as PID 1 would not)
             "init": True,
             "command": ["slurmd", "-D", "-N", node],
-            **_mount_caps(list(ns.capabilities)),
+            **_mount_caps(list(ns.capabilities), runs_containers=True),
             "volumes": [node_conf, jail_conf, key, jail, *driver.get("volumes", [])],
             **({"devices": driver["devices"]} if driver else {}),
             "labels": labels("node", **{"io.slurmforge.nodeset": ns.name}),

@@ -127,10 +127,15 @@ class Renderer:
         }
 
     @staticmethod
-    def security(caps: tuple[str, ...], runs_users: bool = False) -> dict[str, Any]:
+    def security(
+        caps: tuple[str, ...], runs_users: bool = False, runs_containers: bool = False
+    ) -> dict[str, Any]:
         """Only ``caps``. ``runs_users``: the container runs users' sessions or jobs, whose
         setuid programs (su, sudo, ping in the jail) need privilege escalation; the API server
-        also refuses allowPrivilegeEscalation: false next to SYS_ADMIN."""
+        also refuses allowPrivilegeEscalation: false next to SYS_ADMIN. ``runs_containers``:
+        jobs start containers (enroot through pyxis), whose pivot_root(2) inside a user
+        namespace the runtime's default seccomp profile refuses, so none is applied, as on a
+        bare-metal node."""
         capabilities: dict[str, list[str]] = {"drop": ["ALL"]}
         if caps:
             capabilities["add"] = sorted(set(caps))
@@ -138,7 +143,7 @@ class Renderer:
             "allowPrivilegeEscalation": runs_users or "SYS_ADMIN" in caps,
             "privileged": False,
             "capabilities": capabilities,
-            "seccompProfile": {"type": "RuntimeDefault"},
+            "seccompProfile": {"type": "Unconfined" if runs_containers else "RuntimeDefault"},
         }
 
     def pod_annotations(self, containers: list[dict[str, Any]], config_hash: str) -> dict[str, str]:
@@ -406,7 +411,7 @@ class Renderer:
             "volumeMounts": mounts,
             "readinessProbe": {"tcpSocket": {"port": SLURMD_PORT}, "periodSeconds": 10},
             "securityContext": self.security(
-                (*CAPABILITIES["node"], *ns.capabilities), runs_users=True
+                (*CAPABILITIES["node"], *ns.capabilities), runs_users=True, runs_containers=True
             ),
             "resources": {"requests": dict(resources), "limits": dict(resources)},
         }

@@ -20,6 +20,8 @@ JAIL_ROOT = "/jail"
 JAIL_CONF = "/etc/slurmforge/jail/slurm"  # where the nodes see the jail's client config
 SPANK_PLUGIN = "/usr/lib/slurmforge/spank/jail.so"
 PYXIS_PLUGIN = "/usr/lib/slurmforge/spank/pyxis.so"  # slurmforge-pyxis, when built
+# node-local container roots, per user (images/gpu/enroot.conf; created by enroot_install)
+ENROOT_LOCAL = "/var/lib/slurmforge/enroot"
 NODE_FILES = ("slurm.conf", "cgroup.conf", "plugstack.conf")
 JAIL_FILES = ("slurm.conf", "plugstack.conf")
 
@@ -118,6 +120,7 @@ def render(
         "spank_plugin": SPANK_PLUGIN,
         "pyxis_plugin": PYXIS_PLUGIN,
         "pyxis": pyxis,
+        "enroot_local": ENROOT_LOCAL,
         "nodesets": nodesets,
         "partitions": partitions,
         "gres_types": gres_types,

@@ -149,6 +149,23 @@ def test_slurm_conf_comes_from_the_model(write_cluster, versions) -> None:
     assert "CgroupPlugin=disabled" in files["cgroup.conf"]  # the default cell is Slurm 24.11
     plug = files["plugstack.conf"]
     assert "required /usr/lib/slurmforge/spank/jail.so root=/jail" in plug
+    assert "pyxis.so" not in plug and " local=" not in plug  # images without pyxis
+
+
+def test_with_pyxis_the_jail_plugin_gives_containers_node_local_roots(
+    write_cluster, versions
+) -> None:
+    """pyxis is loaded after the jail plugin (its tasks start containers inside the jail), and
+    the jail plugin binds the node-local directory enroot.conf names for container roots."""
+    plug = slurmconf.render(_two_sets(write_cluster, versions), pyxis=True)["plugstack.conf"]
+    lines = [ln for ln in plug.splitlines() if ln.startswith("required ")]
+    assert lines == [
+        "required /usr/lib/slurmforge/spank/jail.so root=/jail conf=/etc/slurmforge/jail/slurm"
+        " spool=/var/spool/slurmd local=/var/lib/slurmforge/enroot",
+        "required /usr/lib/slurmforge/spank/pyxis.so container_scope=job",
+    ]
+    conf = (ROOT / "images/gpu/enroot.conf").read_text()
+    assert f"l={slurmconf.ENROOT_LOCAL}/$(id -u)" in conf
 
 
 @pytest.mark.parametrize(("slurm", "disabled"), [("23.11.6", False), ("24.05.3", True)])
@@ -182,6 +199,10 @@ def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: 
     assert "cap_add" not in services["jail-populate"]
     assert services["login"]["cap_add"] == ["SYS_ADMIN"]
     assert services["cpu-0"]["cap_add"] == ["SYS_ADMIN"]
+    # compute nodes start users' containers (pivot_root in a user namespace): no seccomp filter
+    assert services["cpu-0"]["security_opt"] == ["apparmor:unconfined", "seccomp:unconfined"]
+    assert services["login"]["security_opt"] == ["apparmor:unconfined"]
+    assert "security_opt" not in services["slurmctld"]
     assert services["cpu-0"]["hostname"] == "cpu-0"
     key_mounts = [v for s in services.values() for v in s["volumes"] if "munge.key" in v]
     assert key_mounts and all(v.endswith(":/run/secrets/munge.key:ro") for v in key_mounts)

@@ -146,6 +146,9 @@ def test_structure(checkout) -> None:
             # the API server refuses allowPrivilegeEscalation: false next to SYS_ADMIN
             if "SYS_ADMIN" in sc["capabilities"].get("add", []):
                 assert sc["allowPrivilegeEscalation"] is True
+            # only slurmd, which starts users' containers, goes without a seccomp profile
+            seccomp = "Unconfined" if c["name"] == "slurmd" else "RuntimeDefault"
+            assert sc["seccompProfile"] == {"type": seccomp}, (name, c["name"])
             assert c["resources"]["requests"] and c["resources"]["limits"]
         template_labels = (
             obj["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
