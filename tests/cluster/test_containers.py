@@ -104,6 +104,7 @@ def test_a_batch_job_keeps_a_named_container_across_its_steps(
         f"cpu-0 {MARK}",
         f"cpu-1 {MARK}",
     ], out
+    deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})  # the job's epilog has run
     for node in ("cpu-0", "cpu-1"):
         assert deployed.ok(node, f"ls -A {ROOTS}/{uid}/data 2>/dev/null || true") == ""
 
