@@ -39,7 +39,7 @@ class Component:
 
 # What the GPU images take from upstream ('name?' would mark an optional feature: skipped and
 # labelled when it cannot be had). cuda-build (the compiler) serves nccl-tests only.
-GPU_SOURCES = ("cuda", "nccl", "pyxis", "enroot", "nccl-tests", "cuda-build")
+GPU_SOURCES = ("cuda", "nccl", "nccl-tests", "cuda-build")
 
 COMPONENTS: dict[str, Component] = {
     c.name: c
@@ -50,8 +50,8 @@ COMPONENTS: dict[str, Component] = {
             (Axis.DISTRO, Axis.SLURM),
             ("base",),
             False,
-            "Slurm and the jail SPANK plugin compiled into .debs (internal builder)",
-            sources=("slurm", "pyxis"),
+            "Slurm, the jail SPANK plugin, pyxis and enroot compiled into .debs (internal builder)",
+            sources=("slurm", "pyxis", "enroot"),
             context=("jail/spank",),
         ),
         Component(
@@ -67,10 +67,9 @@ COMPONENTS: dict[str, Component] = {
         Component(
             "slurmd",
             (Axis.DISTRO, Axis.SLURM),
-            ("runtime", "slurm-debs", "base"),
+            ("runtime", "slurm-debs"),
             True,
             "compute node daemon, with pyxis and enroot for containers in jobs",
-            sources=("enroot",),
             context=("images/gpu",),
         ),
         Component(

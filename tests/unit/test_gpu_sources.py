@@ -244,11 +244,16 @@ def test_every_image_carries_the_tools_built_from_their_pinned_commits(cfg, tmp_
     assert 'NVCC="/opt/cuda-build/bin/nvcc -cudart shared -cudadevrt none"' in worker
     slurmd = _render(cfg, cache, "slurmd")  # CPU nodes run containers too
     for text in (slurmd, _render(cfg, cache, "jail")):
-        assert "FROM slurmforge/base:debian12 AS enroot" in text or "AS enroot" in text
-        assert "COPY sources/enroot/enroot-v3.5.0.tar /build/enroot.tar" in text
-        assert "make -C /build/enroot deb" in text and "enroot+caps_*.deb" in text
+        # installed from the builder's packages, like Slurm's own: no compile in a role image
+        assert "AS enroot" not in text and "sources/enroot" not in text
+        assert "/debs/enroot_*.deb /debs/enroot+caps_*.deb" in text
         assert "slurmforge-pyxis_*.deb" in text and "/etc/enroot/enroot.conf" in text
     debs = _render(cfg, cache, "slurm-debs")
+    # enroot: built once per distro in the builder, before the Slurm compile
+    assert debs.index(" AS enroot\n") < debs.index("debuild")
+    assert "COPY sources/enroot/enroot-v3.5.0.tar /build/enroot.tar" in debs
+    assert "make -C /build/enroot deb" in debs and "enroot+caps_*.deb" in debs
+    assert debs.rstrip().endswith("COPY --from=enroot /debs/ /debs/")
     assert "COPY sources/pyxis/pyxis-v0.24.0.tar /build/pyxis.tar" in debs
     assert "PYXIS_VERSION=0.24.0 SLURM_VERSION=24.05.8" in debs
     assert "COPY slurm-slurm-24-05-8-1.tar /build/" in debs
