@@ -13,9 +13,9 @@
  *   root=DIR   the jail's mount point on the node (default /jail)
  *   conf=DIR   directory bound read-only onto the jail's /etc/slurm (default: none)
  *   spool=DIR  the node's SlurmdSpoolDir (default /var/spool/slurmd)
- *   local=DIR  node-local scratch for container roots (default: none). The job prolog creates
- *              DIR/<uid> for the job's user (0700, theirs; DIR itself stays root's), and DIR is
- *              bound at the same path inside the jail, so enroot run by pyxis from slurmstepd
+ *   local=DIR  node-local scratch for container roots (default: none). Each task makes
+ *              DIR/<uid> for the job's user (0700, theirs; DIR itself stays root's) and binds DIR
+ *              at the same path inside the jail, so enroot run by pyxis from slurmstepd
  *              (outside) and from the tasks (inside) sees the same containers on each node.
  */
 #define _GNU_SOURCE
@@ -84,37 +84,6 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	return parse_options(ac, av) ? ESPANK_ERROR : ESPANK_SUCCESS;
 }
 
-/* Prolog (root, on each node of the job): the user's own directory under local=. Slurm calls
- * no slurm_spank_init in this context, so the options are read here. */
-int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
-{
-	char dir[PATH_MAX];
-	uid_t uid;
-	struct stat st;
-
-	if (parse_options(ac, av))
-		return ESPANK_ERROR;
-	if (!local_dir[0])
-		return ESPANK_SUCCESS;
-	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
-		slurm_error(TAG ": the job's user is unknown to the prolog");
-		return ESPANK_ERROR;
-	}
-	if (snprintf(dir, sizeof(dir), "%s/%u", local_dir, (unsigned) uid) >= (int) sizeof(dir))
-		return ESPANK_ERROR;
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-		slurm_error(TAG ": mkdir %s: %m", dir);
-		return ESPANK_ERROR;
-	}
-	/* whatever was there, it is the user's own and no one else's */
-	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || chown(dir, uid, (gid_t) -1) < 0 ||
-	    chmod(dir, 0700) < 0) {
-		slurm_error(TAG ": preparing %s for uid %u: %m", dir, (unsigned) uid);
-		return ESPANK_ERROR;
-	}
-	return ESPANK_SUCCESS;
-}
-
 /* "<root><rel>" into out; rel starts with '/'. */
 static const char *in_jail(const char *rel, char *out)
 {
@@ -154,14 +123,33 @@ static int bind_node_file(const char *path)
 	return bind_ro(path, path, 0);
 }
 
-/* local=: bound read-write at the same path, when the jail has the mount point for it. */
-static int bind_local(void)
+/* local=: the job user's own directory in it (0700, theirs; made here, as root, by the first task
+ * of the job on this node), and the whole directory bound read-write at the same path, when the
+ * jail has the mount point for it. */
+static int bind_local(spank_t sp)
 {
-	char dst[PATH_MAX];
+	char dir[PATH_MAX], dst[PATH_MAX];
+	uid_t uid;
 	struct stat st;
 
 	if (!local_dir[0])
 		return 0;
+	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
+		slurm_error(TAG ": the job's user is unknown");
+		return -1;
+	}
+	if (snprintf(dir, sizeof(dir), "%s/%u", local_dir, (unsigned) uid) >= (int) sizeof(dir))
+		return -1;
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		slurm_error(TAG ": mkdir %s: %m", dir);
+		return -1;
+	}
+	/* whatever was there, it is the user's own and no one else's */
+	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || chown(dir, uid, (gid_t) -1) < 0 ||
+	    chmod(dir, 0700) < 0) {
+		slurm_error(TAG ": preparing %s for uid %u: %m", dir, (unsigned) uid);
+		return -1;
+	}
 	if (!in_jail(local_dir, dst) || stat(dst, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		slurm_info(TAG ": the jail has no %s: containers get no node-local scratch",
 			   local_dir);
@@ -280,7 +268,7 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	    do_mount("/run/munge", "/run/munge", NULL, MS_BIND, NULL) ||
 	    (conf_dir[0] && bind_ro(conf_dir, "/etc/slurm", hardened)) ||
 	    bind_node_file("/etc/hosts") || bind_node_file("/etc/hostname") ||
-	    bind_node_file("/etc/resolv.conf") || bind_local() || expose_script_dir(sp) ||
+	    bind_node_file("/etc/resolv.conf") || bind_local(sp) || expose_script_dir(sp) ||
 	    enter(cwd))
 		return ESPANK_ERROR;
 	return ESPANK_SUCCESS;
