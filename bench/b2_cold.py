@@ -28,20 +28,25 @@ def main() -> None:
     assert all(r["status"] == "built" for r in rows), rows
     debs = next(float(r["seconds"]) for r in rows if str(r["target"]).startswith("slurm-debs/"))
     first = {str(r["target"]).split("/")[0]: float(r["seconds"]) for r in rows}
+    first_ids = {str(r["target"]) for r in rows}
     print(f"B2 total wall: {total:.1f} s; slurm-debs (compile) target: {debs:.1f} s")
     print(f"B2 ratio total / slurm-debs: {total / debs:.2f} (target <= 1.5)")
 
     second = invoke("build", "--set", "ci", quiet=False)
     print("B2 second cell (ci set, the default cell cached):")
     rows = _rows()
-    rebuilt = [r for r in rows if r["status"] == "built"]
-    print(f"B2 second cell wall: {second:.1f} s; rebuilt: "
-          + ", ".join(str(r["target"]) for r in rebuilt))  # fmt: skip
-    for r in rebuilt:
-        component = str(r["target"]).split("/")[0]
-        if component in first and first[component] > 0:
-            ratio = float(r["seconds"]) / first[component]
-            print(f"  {component:<12} second / first cell: {ratio:.2f}")
+    built = [r for r in rows if r["status"] == "built"]
+    print(f"B2 second cell wall: {second:.1f} s")
+    for r in built:
+        target = str(r["target"])
+        if target in first_ids:  # the default cell's own, built again only for ci's registry tags
+            print(
+                f"  tagged for the ci registry (layers cached): {target} {float(r['seconds']):.1f} s"
+            )
+            continue
+        component = target.split("/")[0]
+        ratio = float(r["seconds"]) / first[component] if first[component] > 0 else 0.0
+        print(f"  rebuilt {target:<34} second / first cell: {ratio:.2f}")
 
 
 if __name__ == "__main__":

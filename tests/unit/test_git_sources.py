@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from slurmforge import config
+from slurmforge.app import FetchOptions, Project, Selection
 from slurmforge.config import GitSource
 from slurmforge.errors import ConfigError, PinError
 from slurmforge.matrix import Axis
-from slurmforge.sources import Cache, resolve_mirror
+from slurmforge.sources import Cache, Fetched, resolve_mirror
 from tests.gitrepos import Repo, add_submodule, git, make_repo
 
 
@@ -127,9 +128,6 @@ def test_a_mirror_directory_that_does_not_exist_is_refused(tmp_path, monkeypatch
 def test_two_releases_of_one_repository_stay_apart(cfg) -> None:
     """pyxis 0.20.0 (for 23.11) and 0.24.0 (for 24.05) share a URL: what a run fetched is told
     apart by commit, so each Slurm's build context names its own release."""
-    from slurmforge.app import Project, Selection
-    from slurmforge.sources import Fetched
-
     project = Project(Selection(cfg.path, "ci", (), ("slurm-debs",)))
     fetched = []
     for release in ("0.24.0", "0.20.0"):
@@ -147,9 +145,6 @@ def test_two_releases_of_one_repository_stay_apart(cfg) -> None:
 
 
 def test_a_run_fetches_each_release_it_needs(cfg, monkeypatch) -> None:
-    from slurmforge.app import FetchOptions, Project, Selection
-    from slurmforge.sources import Fetched
-
     project = Project(Selection(cfg.path, "ci", (), ("slurm-debs",)))
     asked: list[str] = []
 
