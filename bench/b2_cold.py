@@ -40,9 +40,8 @@ def main() -> None:
     for r in built:
         target = str(r["target"])
         if target in first_ids:  # the default cell's own, built again only for ci's registry tags
-            print(
-                f"  tagged for the ci registry (layers cached): {target} {float(r['seconds']):.1f} s"
-            )
+            secs = float(r["seconds"])
+            print(f"  tagged for the ci registry (layers cached): {target} {secs:.1f} s")
             continue
         component = target.split("/")[0]
         ratio = float(r["seconds"]) / first[component] if first[component] > 0 else 0.0
