@@ -58,11 +58,15 @@ class Deployed:
         assert found, f"no container for {service}"
         return found[0]
 
-    def sh(self, service: str, command: str, user: str | None = None) -> tuple[int, str]:
-        """``command`` in a service's container; with ``user``, inside the jail as that user."""
+    def sh(
+        self, service: str, command: str, user: str | None = None, timeout: int = 300
+    ) -> tuple[int, str]:
+        """``command`` in a service's container; with ``user``, inside the jail as that user.
+        Killed after ``timeout`` seconds (exit 124): a job that hangs fails its test."""
         if user is not None:
             command = f"chroot /jail su - {user} -c {shlex.quote(command)}"
-        code, out = self.container(service).exec_run(["bash", "-c", command])
+        argv = ["timeout", "-k", "5", str(timeout), "bash", "-c", command]
+        code, out = self.container(service).exec_run(argv)
         return code, out.decode(errors="replace").strip()
 
     def ok(self, service: str, command: str, user: str | None = None) -> str:

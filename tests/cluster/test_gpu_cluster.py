@@ -59,8 +59,9 @@ def gpu(
 def _job(gpu: Deployed, node: str, command: str) -> tuple[int, str]:
     """``command`` as a job step on ``node`` (inside the jail), submitted from the login node."""
     part = "gpu" if node.startswith("trainer") else "main"
+    # -Q: no "queued and waiting" lines in the output while the node finishes the previous job
     return gpu.sh(
-        "login", f"srun -p {part} -N1 -w {node} bash -c {shlex.quote(command)}", user="root"
+        "login", f"srun -Q -p {part} -N1 -w {node} bash -c {shlex.quote(command)}", user="root"
     )
 
 
