@@ -10,6 +10,12 @@ if [[ ! -r "$jail/.slurmforge/populated" ]]; then
   echo "login: $jail is not a populated jail (run: invoke jail-populate)" >&2
   exit 1
 fi
+# The cluster file's scratch directories (jail.scratch), made inside the jail (so a link in the
+# shared volume cannot lead outside it) and open to every user like /tmp.
+for dir in ${SLURMFORGE_JAIL_SCRATCH:-}; do
+  # shellcheck disable=SC2016 # "$1" is expanded by the shell inside the jail
+  chroot "$jail" /bin/sh -c 'mkdir -p "$1" && chmod 1777 "$1"' scratch "$dir"
+done
 mount -t proc -o nosuid,nodev,noexec,hidepid=invisible proc "$jail/proc"
 mount --rbind /dev "$jail/dev"
 mount --rbind /sys "$jail/sys"

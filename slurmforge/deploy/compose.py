@@ -93,6 +93,11 @@ def render(
             **_mount_caps(["SYS_ADMIN"]),
             "ports": [f"{cluster.spec.login.address}:{cluster.spec.login.port}:22"],
             "volumes": [node_conf, jail_conf, key, jail],
+            **(
+                {"environment": {"SLURMFORGE_JAIL_SCRATCH": " ".join(cluster.spec.jail.scratch)}}
+                if cluster.spec.jail.scratch
+                else {}
+            ),
             "labels": labels(LOGIN),
             "depends_on": [CONTROLLER],
             "restart": "unless-stopped",
@@ -121,7 +126,7 @@ def render(
         "command": [slurmconf.JAIL_ROOT],
         "environment": {
             "SLURMFORGE_JAIL_DIGEST": jail_id,
-            "SLURMFORGE_JAIL_KEEP": " ".join(cluster.spec.jail.keep),
+            "SLURMFORGE_JAIL_KEEP": " ".join(cluster.spec.jail.kept),
         },
         "volumes": [jail],
         "labels": labels(POPULATE),

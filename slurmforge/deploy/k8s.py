@@ -282,7 +282,7 @@ class Renderer:
             "args": [slurmconf.JAIL_ROOT],
             "env": [
                 {"name": "SLURMFORGE_JAIL_DIGEST", "value": self.images.jail_digest},
-                {"name": "SLURMFORGE_JAIL_KEEP", "value": " ".join(self.spec.jail.keep)},
+                {"name": "SLURMFORGE_JAIL_KEEP", "value": " ".join(self.spec.jail.kept)},
             ],
             "volumeMounts": [{"name": "jail", "mountPath": slurmconf.JAIL_ROOT}],
             "securityContext": self.security(CAPABILITIES[POPULATE]),
@@ -464,6 +464,11 @@ class Renderer:
             "name": LOGIN,
             "image": self.images.refs[LOGIN],
             "args": ["/usr/sbin/sshd", "-D", "-e"],
+            **(
+                {"env": [{"name": "SLURMFORGE_JAIL_SCRATCH", "value": " ".join(scratch)}]}
+                if (scratch := self.spec.jail.scratch)
+                else {}
+            ),
             "ports": [{"name": "ssh", "containerPort": 22}],
             "volumeMounts": [*mounts, {"name": "jail", "mountPath": slurmconf.JAIL_ROOT}],
             "readinessProbe": {"tcpSocket": {"port": 22}, "periodSeconds": 10},

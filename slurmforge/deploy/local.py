@@ -188,7 +188,7 @@ class Local:
                 self.engine,
                 self.cluster.images[JAIL],
                 f"{self.cluster.name}_jail",
-                self.cluster.spec.jail.keep,
+                self.cluster.spec.jail.kept,
                 out=self.log,
             )
             # A populate replaced the jail's ld cache with the image's: running GPU workers

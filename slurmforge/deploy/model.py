@@ -81,9 +81,34 @@ class LoginSpec(Model):
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 2222
 
 
+# Top-level directories whose files the compute nodes keep for themselves: a job's output file
+# (written by slurmstepd, outside the jail) could not land in the jail there (jail/spank).
+NODE_DIRS = ("bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32")
+NODE_DIRS += ("proc", "run", "sbin", "sys", "usr", "var")
+
+
+def _scratch(path: str) -> str:
+    top = path.strip("/").split("/")[0]
+    if not top or top in (*NODE_DIRS, "home", "tmp"):
+        raise ValueError(
+            f"expected a directory outside /, /home, /tmp and the system directories "
+            f"(/{', /'.join(NODE_DIRS)}), got {path!r}"
+        )
+    return path.rstrip("/")
+
+
 class JailSpec(Model):
     # user state kept by every populate, in addition to /home, /opt/user and the SSH host keys
     keep: tuple[AbsPath, ...] = ()
+    # shared scratch directories made in the jail (mode 1777, like /tmp, but the same on every
+    # node and kept by every populate)
+    scratch: tuple[Annotated[AbsPath, AfterValidator(_scratch)], ...] = ()
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        """What every populate keeps: ``keep`` and the scratch directories (not in the image, so
+        kept whole)."""
+        return (*self.keep, *self.scratch)
 
 
 class GpuSpec(Model):

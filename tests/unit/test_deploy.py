@@ -73,6 +73,23 @@ def test_bad_node_sets_are_refused(write_cluster, versions, nodesets, message: s
     assert message in exc.value.message
 
 
+@pytest.mark.parametrize("path", ["/", "/etc/scratch", "/var/scratch", "/home/x", "/tmp", "rel"])
+def test_scratch_must_be_where_jobs_can_write_output(write_cluster, versions, path) -> None:
+    bad = write_cluster(_with(jail={"scratch": [path]}))
+    with pytest.raises(ConfigError, match=r"jail\.scratch\[0\]"):
+        model.load(bad, versions)
+
+
+def test_scratch_is_made_by_login_and_kept_by_populate(write_cluster, versions, tmp_path) -> None:
+    cluster = model.load(
+        write_cluster(_with(jail={"keep": ["/srv/"], "scratch": ["/data/"]})), versions
+    )
+    assert cluster.spec.jail.scratch == ("/data",)
+    services = compose.render(cluster, tmp_path / "munge.key", "sha256:abc")["services"]
+    assert services["login"]["environment"] == {"SLURMFORGE_JAIL_SCRATCH": "/data"}
+    assert services["jail-populate"]["environment"]["SLURMFORGE_JAIL_KEEP"] == "/srv/ /data"
+
+
 def test_partition_must_name_known_node_sets(write_cluster, versions) -> None:
     path = write_cluster(_with(partitions=[{"name": "p", "nodesets": ["gpu"]}]))
     with pytest.raises(ConfigError, match=r"partitions\[0\]\.nodesets\[0\]: unknown node set"):
