@@ -76,7 +76,9 @@ def test_a_job_cannot_see_or_kill_slurmd(deployed: Deployed) -> None:
         "test -e /usr/sbin/slurmd && echo slurmd-binary-visible;"
         " test -e /etc/munge/munge.key && echo munge-key-visible;"
         " test -e /etc/slurm/cgroup.conf && echo daemon-config-visible;"
-        " ls /var/spool/slurmd | grep -v '^job' ;"
+        # the spool shows this step's own PMIx server directory and nothing else (an srun step
+        # has no batch script directory)
+        ' ls /var/spool/slurmd | grep -v -x "pmix.$SLURM_JOB_ID.$SLURM_STEP_ID" ;'
         f" test -e /proc/{pid} && echo slurmd-process-visible;"
         f" kill -0 {pid} 2>/dev/null && echo slurmd-killable;"
         " ps -eo user= | sort -u | tr '\\n' ' '"

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 
 import docker
 import pytest
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
 
 from slurmforge.app import Project
 from tests.image.conftest import ROLES
@@ -69,7 +72,8 @@ def test_only_the_roles_packages(hosts, role: str) -> None:
     assert not host.package("slurm-smd-dev").is_installed
 
 
-@pytest.mark.parametrize("role", ROLES)
+# The jail is where users build their programs (mpicc needs a C compiler); no role image has one.
+@pytest.mark.parametrize("role", [r for r in ROLES if r != "jail"])
 def test_no_compilers(hosts, role: str) -> None:
     host = hosts[role]
     for tool in ("gcc", "cc", "make", "g++", "ld"):
@@ -170,3 +174,44 @@ def test_labels(client, images, project: Project, role: str) -> None:
         f"{images[role].rsplit(':', 1)[0]}:{cell.slurm_series}-cuda{cell.cuda}-{cell.distro}"
         in tags
     )
+
+
+PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/slurm", "/usr/lib/slurmforge/spank")
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_plugin_finds_the_libraries_it_links(hosts, role: str) -> None:
+    missing = hosts[role].check_output(
+        f"for f in {' '.join(d + '/*.so' for d in PLUGIN_DIRS)}; do"
+        ' ldd "$f" | sed -n "/not found/s|^|$f: |p"; done'
+    )
+    assert missing == ""
+
+
+def _dynamic(elf: ELFFile, tag: str) -> list[str]:
+    section = next(s for s in elf.iter_sections() if isinstance(s, DynamicSection))
+    found = [t for t in section.iter_tags() if t.entry.d_tag == tag]
+    if tag == "DT_NEEDED":
+        return [t.needed for t in found]
+    return [d for t in found for d in t.runpath.split(":")]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_mpi_plugins_find_the_libraries_they_open_at_run_time(hosts, role: str) -> None:
+    """mpi/pmix links no PMIx library: it dlopen()s it by name when loaded (by slurmctld, slurmd,
+    slurmstepd and srun), through its RUNPATH or the ld cache. ldd cannot see that."""
+    host = hosts[role]
+    plugins = host.check_output(f"ls {PLUGIN_DIRS[0]}/mpi_*.so").split()
+    assert any("mpi_pmix" in p for p in plugins), plugins
+    cache = host.check_output("ldconfig -p")
+    for plugin in plugins:
+        data = host.file(plugin).content
+        elf = ELFFile(io.BytesIO(data))
+        linked = set(_dynamic(elf, "DT_NEEDED"))
+        opened = set(re.findall(rb"\b(lib[A-Za-z0-9_+-]+\.so\.[0-9]+)\b", data)) - {
+            n.encode() for n in linked
+        }
+        for name in sorted(n.decode() for n in opened):
+            dirs = _dynamic(elf, "DT_RUNPATH")
+            found = f"\t{name} (" in cache or any(host.file(f"{d}/{name}").exists for d in dirs)
+            assert found, f"{plugin} opens {name}, which {role} does not have"

@@ -159,6 +159,8 @@ def test_slurm_conf_comes_from_the_model(write_cluster, versions) -> None:
     assert "PartitionName=main Nodes=cpu-[0-2] Default=YES MaxTime=INFINITE State=UP" in conf
     assert "PartitionName=all Nodes=cpu-[0-2],big-[0-2] MaxTime=1-00:00:00 State=UP" in conf
     assert "ProctrackType=proctrack/linuxproc" in conf
+    assert "MpiDefault=pmix" in conf  # a plain srun starts an MPI program
+    assert "PrologEpilogTimeout=120" in conf  # a hung epilog drains its node, with the reason
     assert conf[3:5] == ["SlurmctldHost=slurmctld", "SlurmUser=slurm"]
     assert "GresTypes=gpu" in conf
     assert "StateSaveLocation=/var/spool/slurmctld" in conf

@@ -1,0 +1,125 @@
+"""B7: what the jail and the per-job /tmp cost a job, on warm images.
+
+One throwaway cluster from the shipped cluster file with three node sets of two nodes each, all
+from the same images, one partition each:
+- `main`: the shipped nodes (steps in the jail, a /tmp and /dev/shm per job);
+- `tasktmp`: the jail as it was before jobs had their own /tmp (a fresh tmpfs per task), for the
+  per-job /tmp's own cost;
+- `bare`: no jail at all (the plugin switched off on those nodes), the baseline.
+The switch is slurmd's environment (SLURMFORGE_JAIL, see jail/spank/slurmforge_jail.c), set
+through the node sets' `env`.
+
+Figures, each partition in turn, from a jail user on the login node:
+- step launch latency: `srun -N2 true`, median of 20 (allocation, launch on both nodes, exit);
+  target: jail <= 1.3 x bare;
+- throughput: 200 `sbatch --wrap=true`, from the first submission until the queue is empty;
+  targets: >= 10 jobs/s with the jail, per-job /tmp within 10% of the per-task one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+import yaml
+
+from bench.common import ROOT, invoke
+
+JOBS = 200
+LAUNCHES = 20
+PARTITIONS = {"main": "cpu", "tasktmp": "tasktmp", "bare": "bare"}  # partition: node set
+MODES = {"tasktmp": "task-tmp", "bare": "off"}  # node set: SLURMFORGE_JAIL
+
+
+def cluster_file(root: Path, name: str) -> Path:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    (shipped,) = data["nodesets"]
+    data.update(
+        name=name,
+        login={"address": "127.0.0.1", "port": port},
+        nodesets=[
+            shipped,
+            *(
+                {**shipped, "name": ns, "env": {"SLURMFORGE_JAIL": mode}}
+                for ns, mode in MODES.items()
+            ),
+        ],
+        partitions=[
+            {"name": part, "nodesets": [ns], "default": part == "main"}
+            for part, ns in PARTITIONS.items()
+        ],
+    )
+    (root / "layers").symlink_to(ROOT / "deploy" / "layers")
+    path = root / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def main() -> None:
+    name = "sfbench7"
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
+        where = ["--cluster", str(cluster_file(root, name)), "--out", str(root / "out")]
+        try:
+            invoke("deploy", *where)
+            jail = in_jail(docker.from_env(), name)
+            latency = {part: launch_ms(jail, part) for part in PARTITIONS}
+            rate = {part: jobs_per_s(jail, part) for part in PARTITIONS}
+        finally:
+            invoke("down", "--volumes", *where)
+    print(f"srun -N2 true, median of {LAUNCHES}:")
+    for part, ms in latency.items():
+        print(f"  {part:8} {ms:6.0f} ms  ratio to bare {ms / latency['bare']:.2f}")
+    print("  (target: main <= 1.3 x bare)")
+    print(f"{JOBS} x sbatch --wrap=true, submission to empty queue:")
+    for part, per_s in rate.items():
+        print(f"  {part:8} {per_s:6.1f} jobs/s  ratio to bare {per_s / rate['bare']:.2f}")
+    print(
+        f"  per-job /tmp vs per-task tmpfs: {rate['main'] / rate['tasktmp']:.2f} "
+        "(target >= 0.90); target main >= 10 jobs/s"
+    )
+
+
+def in_jail(client: docker.DockerClient, name: str):
+    labels = [f"com.docker.compose.project={name}", "com.docker.compose.service=login"]
+    (login,) = client.containers.list(filters={"label": labels})
+    login.exec_run(["chroot", "/jail", "createuser", "--non-interactive", "bench"])
+
+    def run(cmd: str) -> str:
+        code, out = login.exec_run(["chroot", "/jail", "su", "-", "bench", "-c", cmd])
+        if code:
+            raise subprocess.CalledProcessError(code, cmd, out)
+        return out.decode().strip()
+
+    return run
+
+
+def launch_ms(jail, part: str) -> float:
+    jail(f"srun -Q -p {part} -N2 true")  # warm: the first step on a node loads its plugins
+    out = jail(
+        f"for i in $(seq {LAUNCHES}); do s=$(date +%s%N); srun -Q -p {part} -N2 true;"
+        " echo $(( $(date +%s%N) - s )); done"
+    )
+    return statistics.median(int(ns) for ns in out.split()) / 1e6
+
+
+def jobs_per_s(jail, part: str) -> float:
+    start = time.perf_counter()
+    jail(f"for i in $(seq {JOBS}); do sbatch -Q -p {part} -o /dev/null --wrap=true; done")
+    while jail("squeue -h -u bench | wc -l") != "0":
+        time.sleep(0.2)
+    return JOBS / (time.perf_counter() - start)
+
+
+if __name__ == "__main__":
+    main()
