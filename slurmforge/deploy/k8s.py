@@ -23,6 +23,7 @@ needs (see CAPABILITIES).
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,6 @@ from typing import Any
 
 import yaml
 
-from slurmforge import push
 from slurmforge.deploy import slurmconf
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster, NodeSet
 from slurmforge.errors import ConfigError
@@ -38,11 +38,17 @@ from slurmforge.errors import ConfigError
 PART_OF = "slurmforge"
 NODES_SERVICE = "slurm-nodes"
 MUNGE_SECRET = "munge-key"
+# where pods see the munge key Secret: a directory of its own, which collides with nothing the
+# runtime mounts (/run/secrets would: the service-account token goes below /var/run/secrets)
+MUNGE_DIR = "/etc/slurmforge/munge"
+MUNGE_ENV = {"name": "MUNGE_KEY_FILE", "value": f"{MUNGE_DIR}/munge.key"}
 NODE_CONFIG, JAIL_CONFIG = "slurm-config", "slurm-jail-config"
 JAIL_CLAIM = "jail"
 POPULATE = "jail-populate"
 HEALTH_CHECK = "gpu-health-check"
 SLURMCTLD_PORT, SLURMD_PORT = 6817, 6818
+PSA_MODES = ("enforce", "audit", "warn")
+PSA_VERSION = {f"pod-security.kubernetes.io/{m}-version": "latest" for m in PSA_MODES}
 DRIVER_ROOT = "/run/nvidia/driver"  # where GPU pods see the node's driver directories
 # the node's driver directories a GPU pod mounts, relative to gpu.driver_root
 DRIVER_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/bin")
@@ -77,6 +83,8 @@ def resolve_images(
     The jail digest names the populate Job: the pushed digest when locked, else the local image
     id (``local_ids``); neither is an error that says which command makes one.
     """
+    from slurmforge import push  # here: it brings the Docker SDK, which rendering does not need
+
     old = cluster.images[CONTROLLER].rsplit("/", 1)[0]  # the set's registry prefix
     registry = cluster.spec.kubernetes.registry
     moved = {c: push.retarget(ref, old, registry) for c, ref in cluster.images.items()}
@@ -169,7 +177,7 @@ class Renderer:
         ]
         mounts = [
             {"name": "slurm-config", "mountPath": "/etc/slurm", "readOnly": True},
-            {"name": "munge-key", "mountPath": "/run/secrets", "readOnly": True},
+            {"name": "munge-key", "mountPath": MUNGE_DIR, "readOnly": True},
         ]
         if jail_conf:
             volumes.append({"name": "slurm-jail-config", "configMap": {"name": JAIL_CONFIG}})
@@ -207,6 +215,8 @@ class Renderer:
             "containers": containers,
             "volumes": volumes,
             "enableServiceLinks": False,
+            # no pod here talks to the Kubernetes API: none gets a service-account token
+            "automountServiceAccountToken": False,
             **extra,
         }
         if self.k8s.image_pull_secrets:
@@ -240,7 +250,7 @@ class Renderer:
             "namespace.yaml": {
                 "apiVersion": "v1",
                 "kind": "Namespace",
-                "metadata": {"name": self.namespace, "labels": self.labels("namespace")},
+                "metadata": {"name": self.namespace, "labels": self.namespace_labels()},
             },
             "configmap-slurm-config.yaml": self.config_map(NODE_CONFIG, files),
             "configmap-slurm-jail-config.yaml": self.config_map(
@@ -264,6 +274,14 @@ class Renderer:
             objects[f"cronjob-{HEALTH_CHECK}.yaml"] = self.health_check(config_hash)
         return objects
 
+    def namespace_labels(self) -> dict[str, str]:
+        """Pod Security Admission: the compute and login pods add SYS_ADMIN and run without
+        seccomp/AppArmor confinement (the jail's mounts, users' containers), which only the
+        `privileged` level admits; `baseline` and `restricted` would refuse them. Pinned to
+        the level's current version so an upgrade does not change what is admitted."""
+        level = {f"pod-security.kubernetes.io/{mode}": "privileged" for mode in PSA_MODES}
+        return {**self.labels("namespace"), **level, **PSA_VERSION}
+
     def config_map(self, name: str, files: dict[str, str]) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
@@ -273,9 +291,12 @@ class Renderer:
         }
 
     def populate_name(self) -> str:
-        return f"{POPULATE}-{self.images.jail_digest.split(':')[-1][:12]}"
+        return str(self.populate_job()["metadata"]["name"])
 
     def populate_job(self) -> dict[str, Any]:
+        """The jail populate, named after everything that defines it: a Job's template cannot
+        change, so a changed jail.keep, image or digest makes a new Job (and the same inputs the
+        same Job, which a redeploy leaves alone)."""
         container = {
             "name": POPULATE,
             "image": self.images.refs[JAIL],
@@ -294,14 +315,16 @@ class Renderer:
         pod = self.pod_spec(
             [container], [self.jail_volume()], wait=False, restartPolicy="OnFailure"
         )
+        spec = {
+            "backoffLimit": 4,
+            "template": {"metadata": {"labels": self.labels(POPULATE)}, "spec": pod},
+        }
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": self.meta(self.populate_name(), POPULATE),
-            "spec": {
-                "backoffLimit": 4,
-                "template": {"metadata": {"labels": self.labels(POPULATE)}, "spec": pod},
-            },
+            "metadata": self.meta(f"{POPULATE}-{digest[:12]}", POPULATE),
+            "spec": spec,
         }
 
     def headless(self, name: str, component: str, port: int) -> dict[str, Any]:
@@ -314,7 +337,7 @@ class Renderer:
                 # slurmctld resolves every node when it starts, ready or not
                 "publishNotReadyAddresses": True,
                 "selector": self.selector(component),
-                "ports": [{"name": "slurm", "port": port, "targetPort": port}],
+                "ports": [{"name": "slurm", "port": port, "targetPort": port, "protocol": "TCP"}],
             },
         }
 
@@ -324,14 +347,16 @@ class Renderer:
             "name": CONTROLLER,
             "image": self.images.refs[CONTROLLER],
             "args": ["slurmctld", "-D"],
-            "ports": [{"name": "slurmctld", "containerPort": SLURMCTLD_PORT}],
+            "env": [MUNGE_ENV],
+            "ports": [{"name": "slurmctld", "containerPort": SLURMCTLD_PORT, "protocol": "TCP"}],
             "volumeMounts": [
                 *mounts,
                 {"name": "state", "mountPath": slurmconf.STATE_DIR},
                 # read-only: users and groups come from the jail's /etc (libnss-extrausers)
                 {"name": "jail", "mountPath": slurmconf.JAIL_ROOT, "readOnly": True},
             ],
-            "readinessProbe": {"tcpSocket": {"port": SLURMCTLD_PORT}, "periodSeconds": 10},
+            # slurmctld is up (a TCP probe would log an error for every empty connection)
+            "readinessProbe": pid_probe("/var/run/slurmctld.pid"),
             "securityContext": self.security(CAPABILITIES[CONTROLLER]),
             "resources": {
                 "requests": {"cpu": "500m", "memory": "512Mi"},
@@ -339,9 +364,23 @@ class Renderer:
             },
         }
         pod = self.pod_spec([container], [*volumes, self.jail_volume()])
+        pod["initContainers"].append(self.state_owner())
         metadata = {"name": "state", "labels": self.labels(CONTROLLER)}
         claim = self.claim(metadata, "ReadWriteOnce", self.k8s.state)
         return self.stateful_set(CONTROLLER, CONTROLLER, 1, pod, config_hash, [claim])
+
+    def state_owner(self) -> dict[str, Any]:
+        """slurmctld refuses a state directory SlurmUser cannot write, and a new volume's root is
+        root's (Docker's named volumes copy the image's owner; a PVC does not): the pod hands it
+        to SlurmUser first, with CAP_CHOWN alone."""
+        return {
+            "name": "state-owner",
+            "image": self.images.refs[CONTROLLER],
+            "command": ["chown", "slurm:slurm", slurmconf.STATE_DIR],
+            "volumeMounts": [{"name": "state", "mountPath": slurmconf.STATE_DIR}],
+            "securityContext": {**self.security(("CHOWN",)), "runAsUser": 0},
+            "resources": small_resources(),
+        }
 
     def stateful_set(
         self,
@@ -382,6 +421,7 @@ class Renderer:
         mounts.append({"name": "jail", "mountPath": slurmconf.JAIL_ROOT})
         env = [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            MUNGE_ENV,
             *({"name": k, "value": v} for k, v in sorted(ns.env.items())),
         ]
         resources = {
@@ -407,13 +447,14 @@ class Renderer:
             "image": self.images.refs[ns.image],
             "args": ["slurmd", "-D", "-N", "$(POD_NAME)"],
             "env": env,
-            "ports": [{"name": "slurmd", "containerPort": SLURMD_PORT}],
+            "ports": [{"name": "slurmd", "containerPort": SLURMD_PORT, "protocol": "TCP"}],
             "volumeMounts": mounts,
-            "readinessProbe": {"tcpSocket": {"port": SLURMD_PORT}, "periodSeconds": 10},
+            # slurmd is up (a TCP probe would fill its log with empty-connection errors)
+            "readinessProbe": pid_probe("/var/run/slurmd.pid"),
             "securityContext": self.security(
                 (*CAPABILITIES["node"], *ns.capabilities), runs_users=True, runs_containers=True
             ),
-            "resources": {"requests": dict(resources), "limits": dict(resources)},
+            "resources": {"requests": self.node_requests(resources), "limits": dict(resources)},
         }
         extra: dict[str, Any] = {}
         if ns.affinity.matchExpressions:
@@ -445,8 +486,15 @@ class Renderer:
             **{"slurmforge.io/nodeset": ns.name},
         )
 
+    def node_requests(self, limits: dict[str, str]) -> dict[str, str]:
+        """What a node pod requests: its limits, or with kubernetes.overcommit next to nothing
+        (GPUs are never overcommitted)."""
+        if not self.k8s.overcommit:
+            return dict(limits)
+        return {**limits, "cpu": "100m", "memory": "128Mi"}
+
     def login_service(self) -> dict[str, Any]:
-        port: dict[str, Any] = {"name": "ssh", "port": 22, "targetPort": 22}
+        port: dict[str, Any] = {"name": "ssh", "port": 22, "targetPort": 22, "protocol": "TCP"}
         return {
             "apiVersion": "v1",
             "kind": "Service",
@@ -464,14 +512,17 @@ class Renderer:
             "name": LOGIN,
             "image": self.images.refs[LOGIN],
             "args": ["/usr/sbin/sshd", "-D", "-e"],
-            **(
-                {"env": [{"name": "SLURMFORGE_JAIL_SCRATCH", "value": " ".join(scratch)}]}
-                if (scratch := self.spec.jail.scratch)
-                else {}
-            ),
-            "ports": [{"name": "ssh", "containerPort": 22}],
+            "env": [
+                MUNGE_ENV,
+                *(
+                    [{"name": "SLURMFORGE_JAIL_SCRATCH", "value": " ".join(scratch)}]
+                    if (scratch := self.spec.jail.scratch)
+                    else []
+                ),
+            ],
+            "ports": [{"name": "ssh", "containerPort": 22, "protocol": "TCP"}],
             "volumeMounts": [*mounts, {"name": "jail", "mountPath": slurmconf.JAIL_ROOT}],
-            "readinessProbe": {"tcpSocket": {"port": 22}, "periodSeconds": 10},
+            "readinessProbe": pid_probe("/run/sshd.pid"),
             "securityContext": self.security(CAPABILITIES[LOGIN], runs_users=True),
             "resources": {
                 "requests": {"cpu": "250m", "memory": "256Mi"},
@@ -499,6 +550,7 @@ class Renderer:
             "image": self.images.refs[LOGIN],
             # the image's entrypoint starts munged and makes the jail's runtime mounts first
             "args": ["chroot", slurmconf.JAIL_ROOT, "/bin/bash", "-c", "\n".join(steps)],
+            "env": [MUNGE_ENV],
             "volumeMounts": [*mounts, {"name": "jail", "mountPath": slurmconf.JAIL_ROOT}],
             "securityContext": self.security(CAPABILITIES[HEALTH_CHECK]),
             "resources": {
@@ -526,6 +578,11 @@ class Renderer:
                 "jobTemplate": {"spec": {"backoffLimit": 0, "template": template}},
             },
         }
+
+
+def pid_probe(pid_file: str) -> dict[str, Any]:
+    """Ready while the daemon whose pid file this is runs."""
+    return {"exec": {"command": ["sh", "-c", f"kill -0 $(cat {pid_file})"]}, "periodSeconds": 10}
 
 
 def small_resources() -> dict[str, Any]:

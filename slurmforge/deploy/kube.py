@@ -3,13 +3,15 @@
 `invoke deploy --target k8s --dry-run` stops after writing and validating: every object against
 the strict OpenAPI schemas of each Kubernetes version in ``kubernetes.versions``
 (kubernetes-validate) and the directory through ``kubectl kustomize`` (client-side). Otherwise:
-``kubectl apply --server-side -k DIR``; the munge key Secret, created once (generated here into a
-private temporary file that is removed right after); ``kubectl wait`` for the populate Job; a
-rollout status per StatefulSet; and ``sinfo`` through ``kubectl exec`` in slurmctld.
+server-side apply of the Namespace, then the munge key Secret, created once (generated here into a
+private temporary file that is removed right after), then the rest, leaving out (and naming) kinds
+the server does not serve; ``kubectl wait`` for the populate Job; a rollout status per
+StatefulSet; and ``sinfo`` through ``kubectl exec`` in slurmctld.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,7 +23,6 @@ from typing import IO, Any
 
 import yaml
 
-from slurmforge import push
 from slurmforge.deploy import k8s
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
 from slurmforge.errors import ConfigError, DeployError
@@ -90,6 +91,8 @@ class Kube:
                 if info is not None:
                     local_ids[component] = info.id
                     pyxis = pyxis or (component == JAIL and "pyxis" in info.features)
+        from slurmforge import push  # here: it brings the Docker SDK, which errors do not need
+
         images = k8s.resolve_images(self.cluster, push.read_lock(self.root), local_ids)
         renderer = k8s.Renderer(self.cluster, images, self.namespace)
         self.objects = renderer.render(pyxis)
@@ -142,26 +145,69 @@ class Kube:
     def _check(self, argv: list[str], what: str) -> str:
         proc = self.run(argv)
         if proc.returncode:
-            detail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:]
+            lines = (proc.stderr or proc.stdout or "").strip().splitlines()
             raise DeployError(
-                f"{what} failed (exit {proc.returncode})" + (f": {detail[0]}" if detail else "")
+                f"{what} failed (exit {proc.returncode})"
+                + (":" if lines else "")
+                + "".join(f"\n  {ln}" for ln in lines)
             )
         return proc.stdout
 
-    def apply(self, timeout: float) -> str:
-        """Apply, create the munge key once, wait for populate and rollouts; `sinfo` output."""
-        self._check(
-            self.kubectl(
-                "apply",
-                "--server-side",
-                "--field-manager=slurmforge",
-                "-k",
-                str(self.dir),
-                namespaced=False,
-            ),
-            "kubectl apply",
+    def served_kinds(self, api_version: str) -> set[str]:
+        """The kinds the server serves in ``api_version`` (v1, apps/v1, batch/v1…)."""
+        path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        proc = self.run(self.kubectl("get", "--raw", path, namespaced=False))
+        if proc.returncode:
+            return set()
+        return {r["kind"] for r in json.loads(proc.stdout).get("resources", [])}
+
+    def unsupported(self) -> dict[str, str]:
+        """File → why the server cannot take it (a kind its version does not serve, such as
+        batch/v1 CronJob before Kubernetes 1.21)."""
+        served: dict[str, set[str]] = {}
+        out = {}
+        for name, obj in self.objects.items():
+            version, kind = obj["apiVersion"], obj["kind"]
+            if version not in served:
+                served[version] = self.served_kinds(version)
+            if kind not in served[version]:
+                out[name] = f"this server does not serve {version} {kind}"
+        return out
+
+    def apply_files(self, names: list[str]) -> None:
+        """Server-side apply of these files, in this order; on failure, every line kubectl
+        wrote, and which objects were applied and which were not."""
+        argv = ["apply", "--server-side", "--field-manager=slurmforge"]
+        for name in names:
+            argv += ["-f", str(self.dir / name)]
+        proc = self.run(self.kubectl(*argv, namespaced=False))
+        if proc.returncode == 0:
+            return
+        done = {ln.split()[0] for ln in proc.stdout.splitlines() if ln.strip()}
+        applied, missing = [], []
+        for name in names:
+            obj = self.objects[name]
+            ref = f"{obj['kind'].lower()}/{obj['metadata']['name']}"
+            (applied if any(d.endswith(ref) for d in done) else missing).append(ref)
+        lines = (proc.stderr or "").strip().splitlines()
+        raise DeployError(
+            f"kubectl apply failed (exit {proc.returncode}):"
+            + "".join(f"\n  {ln}" for ln in lines)
+            + f"\n  applied: {', '.join(applied) or 'nothing'}"
+            + f"\n  not applied: {', '.join(missing) or 'nothing'}"
         )
+
+    def apply(self, timeout: float) -> str:
+        """Apply (the Namespace, then the munge key Secret, then the rest, so that nothing waits
+        for what mounts it), wait for populate and rollouts; `sinfo` output."""
+        skipped = self.unsupported()
+        names = [n for n in self.objects if n not in skipped]
+        first = [n for n in names if self.objects[n]["kind"] == "Namespace"]
+        self.apply_files(first)
         self.ensure_munge_key()
+        self.apply_files([n for n in names if n not in first])
+        for name, why in skipped.items():
+            print(f"not applied: {self.dir / name} ({why})", file=self.log)
         wait = f"--timeout={int(timeout)}s"
         self._check(
             self.kubectl("wait", "--for=condition=complete", f"job/{self.populate_job}", wait),

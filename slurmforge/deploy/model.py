@@ -181,6 +181,10 @@ class KubernetesSpec(Model):
     )
     image_pull_secrets: tuple[DNSName, ...] = ()
     health_check: HealthCheckSpec = HealthCheckSpec()
+    # node pods request what their node set declares (cpus, memory_mb), as their limits, so
+    # Kubernetes places them where Slurm's view holds; true: they request next to nothing (the
+    # limits stay), so a small cluster (kind on a laptop, a test lab) fits more nodes than cores
+    overcommit: StrictBool = False
 
 
 class ImagesSpec(Model):

@@ -1,10 +1,10 @@
 """The `k8s` target: the kustomize directory rendered from the cluster model, its validation, and
 the kubectl calls of `invoke deploy --target k8s`.
 
-No Kubernetes API server can run here. The manifests are checked by kubernetes-validate (strict
-OpenAPI schemas of each configured version) and by the real `kubectl kustomize` (client-side);
-the apply path is checked by the exact kubectl argv it runs, against a recording stand-in for
-kubectl's answers (the only fake in this file).
+Offline: the manifests are checked by kubernetes-validate (strict OpenAPI schemas of each
+configured version) and by the real `kubectl kustomize` (client-side); the apply path is checked
+by the exact kubectl argv it runs, against a recording stand-in for kubectl's answers (the only
+fake in this file). tests/k8s deploys the same directory on a real API server and kubelet.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import yaml
 from slurmforge import config, push
 from slurmforge.deploy import k8s, model
 from slurmforge.deploy.kube import Kube, kubectl_path
-from slurmforge.errors import ConfigError
+from slurmforge.errors import ConfigError, DeployError
 from tests.unit.test_cli import _assert_clean_failure, _invoke
 from tests.unit.test_deploy import _with
 
@@ -205,20 +205,76 @@ def test_node_sets_gpus_and_storage_follow_the_model(checkout) -> None:
     assert "srun -p train -N 3 --ntasks-per-node=1" in args[-1] and "--min-busbw 150" in args[-1]
 
 
-def test_populate_job_is_named_after_the_jail_digest(checkout) -> None:
+def test_populate_job_is_named_after_everything_that_defines_it(checkout, write_cluster) -> None:
     cluster_file, root = checkout
     kube = _kube(cluster_file, root)
-    lock = push.read_lock(root)
-    digest = lock[kube.cluster.images["jail"]]
-    job = kube.objects[f"job-jail-populate-{digest[7:19]}.yaml"]
+    digest = push.read_lock(root)[kube.cluster.images["jail"]]
+    (name,) = [n for n in kube.objects if n.startswith("job-jail-populate-")]
+    job = kube.objects[name]
     env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SLURMFORGE_JAIL_DIGEST"] == digest
     # every pod that mounts the jail waits for exactly this populate
-    for name, obj in kube.objects.items():
+    for obj_name, obj in kube.objects.items():
         pod = _pod(obj)
         if pod and obj["kind"] == "StatefulSet":
-            (wait,) = pod["initContainers"]
-            assert digest in wait["command"][-1], name
+            assert digest in pod["initContainers"][0]["command"][-1], obj_name
+    # same inputs, same Job (a redeploy leaves it alone); a changed jail.keep, a new Job, whose
+    # template the API server would otherwise refuse to change
+    assert _kube(cluster_file, root).populate_job == kube.populate_job
+    kept = write_cluster({**yaml.safe_load(cluster_file.read_text()), "jail": {"keep": ["/srv/"]}})
+    assert _kube(kept, root).populate_job != kube.populate_job
+
+
+def test_pods_get_no_token_and_the_munge_key_collides_with_nothing(checkout) -> None:
+    cluster_file, root = checkout
+    kube = _kube(cluster_file, root)
+    for name, obj in kube.objects.items():
+        pod = _pod(obj)
+        if pod is None:
+            continue
+        assert pod["automountServiceAccountToken"] is False, name
+        for c in _containers(obj):
+            for m in c.get("volumeMounts", []):
+                assert not m["mountPath"].startswith(("/run/secrets", "/var/run/secrets")), name
+                if m["name"] == "munge-key":
+                    assert m["mountPath"] == k8s.MUNGE_DIR
+                    assert k8s.MUNGE_ENV in c["env"], (name, c["name"])
+            for port in c.get("ports", []):
+                assert port["protocol"] == "TCP", (name, port)
+            if "readinessProbe" in c:
+                assert "tcpSocket" not in c["readinessProbe"], (name, c["name"])
+        if obj["kind"] == "Service":
+            assert all(p["protocol"] == "TCP" for p in obj["spec"]["ports"]), name
+
+
+def test_slurmctld_hands_its_state_volume_to_slurm_with_chown_alone(checkout) -> None:
+    cluster_file, root = checkout
+    pod = _pod(_kube(cluster_file, root).objects["statefulset-slurmctld.yaml"])
+    owner = next(c for c in pod["initContainers"] if c["name"] == "state-owner")
+    assert owner["command"] == ["chown", "slurm:slurm", "/var/spool/slurmctld"]
+    assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert owner["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_overcommit_lowers_what_node_pods_request_not_their_limits(checkout, write_cluster) -> None:
+    cluster_file, root = checkout
+    limits = {"cpu": "8", "memory": "65536Mi", "nvidia.com/gpu": "5"}  # GPUs are never shared
+    exact = _pod(_kube(cluster_file, root).objects["statefulset-a100.yaml"])
+    assert exact["containers"][0]["resources"] == {"requests": limits, "limits": limits}
+    data = yaml.safe_load(cluster_file.read_text())
+    over = write_cluster({**data, "kubernetes": {**data["kubernetes"], "overcommit": True}})
+    pod = _pod(_kube(over, root).objects["statefulset-a100.yaml"])
+    assert pod["containers"][0]["resources"] == {
+        "requests": {**limits, "cpu": "100m", "memory": "128Mi"},
+        "limits": limits,
+    }
+
+
+def test_namespace_admits_privileged_pods_only_by_its_labels(checkout) -> None:
+    cluster_file, root = checkout
+    labels = _kube(cluster_file, root).objects["namespace.yaml"]["metadata"]["labels"]
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "privileged"
 
 
 def test_no_munge_key_in_the_rendered_directory(checkout) -> None:
@@ -251,73 +307,127 @@ def test_no_munge_key_in_the_rendered_directory(checkout) -> None:
         )
 
 
-def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
-    cluster_file, root = checkout
+def _server(served: dict[str, list[str]], failing: str = ""):
+    """A recording stand-in for kubectl's answers: the kinds served per API version; ``failing``:
+    an apply that names this file fails after applying the files before it."""
     calls: list[list[str]] = []
 
     def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
-        code = 0  # the munge key Secret exists already: no create
+        if "--raw" in argv:
+            version = argv[-1].split("/", 2)[-1]
+            kinds = served.get(version, [])
+            out = json.dumps({"resources": [{"kind": k} for k in kinds]})
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        if "apply" in argv and failing and any(a.endswith(failing) for a in argv):
+            files = [a for a in argv if a.endswith(".yaml")]
+            done = files[: [f.endswith(failing) for f in files].index(True)]
+            objs = [yaml.safe_load(Path(f).read_text()) for f in done]
+            out = "".join(
+                f"{o['kind'].lower()}/{o['metadata']['name']} serverside-applied\n" for o in objs
+            )
+            err = "Error from server (Invalid): first\nError from server (Forbidden): second\n"
+            return subprocess.CompletedProcess(argv, 1, out, err)
         out = "NODELIST   NODES PARTITION STATE\ncpu-0 1 main* idle\n" if "sinfo" in argv else ""
-        return subprocess.CompletedProcess(argv, code, out, "")
+        return subprocess.CompletedProcess(argv, 0, out, "")  # the munge Secret exists already
 
+    return calls, run
+
+
+SERVED_121 = {
+    "v1": ["Namespace", "ConfigMap", "PersistentVolumeClaim", "Service"],
+    "apps/v1": ["StatefulSet"],
+    "batch/v1": ["Job", "CronJob"],
+}
+
+
+def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
+    cluster_file, root = checkout
+    calls, run = _server(SERVED_121)
     kube = _kube(cluster_file, root, run, namespace="team-a", context="prod")
     out = kube.apply(300)
     kubectl = kubectl_path()
-    ns = ["--context", "prod", "--namespace", "team-a"]
-    digest = push.read_lock(root)[kube.cluster.images["jail"]]
-    assert calls == [
-        [
-            kubectl,
-            "--context",
-            "prod",
-            "apply",
-            "--server-side",
-            "--field-manager=slurmforge",
-            "-k",
-            str(root / "out" / "k8s" / "train"),
-        ],
-        [kubectl, *ns, "get", "secret", "munge-key", "-o", "name"],
-        [
-            kubectl,
-            *ns,
-            "wait",
-            "--for=condition=complete",
-            f"job/jail-populate-{digest[7:19]}",
-            "--timeout=300s",
-        ],
-        [kubectl, *ns, "rollout", "status", "statefulset/slurmctld", "--timeout=300s"],
-        [kubectl, *ns, "rollout", "status", "statefulset/cpu", "--timeout=300s"],
-        [kubectl, *ns, "rollout", "status", "statefulset/a100", "--timeout=300s"],
-        [kubectl, *ns, "rollout", "status", "statefulset/login", "--timeout=300s"],
-        [
-            kubectl,
-            *ns,
-            "exec",
-            "statefulset/slurmctld",
-            "-c",
-            "slurmctld",
-            "--",
-            "sinfo",
-            "-N",
-            "-l",
-        ],
-    ]
+    ctx, ns = ["--context", "prod"], ["--context", "prod", "--namespace", "team-a"]
+    files = [str(kube.dir / name) for name in kube.objects]
+    apply = [kubectl, *ctx, "apply", "--server-side", "--field-manager=slurmforge"]
+    assert (
+        calls
+        == [
+            *([kubectl, *ctx, "get", "--raw", path] for path in ("/api/v1", "/apis/batch/v1")),
+            [kubectl, *ctx, "get", "--raw", "/apis/apps/v1"],
+            [*apply, "-f", files[0]],  # the Namespace first
+            [kubectl, *ns, "get", "secret", "munge-key", "-o", "name"],
+            [*apply, *(a for f in files[1:] for a in ("-f", f))],
+            [
+                kubectl,
+                *ns,
+                "wait",
+                "--for=condition=complete",
+                f"job/{kube.populate_job}",
+                "--timeout=300s",
+            ],
+            *(
+                [kubectl, *ns, "rollout", "status", f"statefulset/{s}", "--timeout=300s"]
+                for s in ("slurmctld", "cpu", "a100", "login")
+            ),
+            [
+                kubectl,
+                *ns,
+                "exec",
+                "statefulset/slurmctld",
+                "-c",
+                "slurmctld",
+                "--",
+                "sinfo",
+                "-N",
+                "-l",
+            ],
+        ]
+    )
+    assert files[0].endswith("namespace.yaml")
     assert "cpu-0 1 main* idle" in out
     kustomization = yaml.safe_load((kube.dir / "kustomization.yaml").read_text())
     assert kustomization["namespace"] == "team-a"
 
 
+def test_a_kind_the_server_lacks_is_named_not_applied(checkout, capsys) -> None:
+    cluster_file, root = checkout
+    calls, run = _server({**SERVED_121, "batch/v1": ["Job"]})  # Kubernetes 1.20
+    kube = _kube(cluster_file, root, run)
+    kube.apply(300)
+    applied = [a for c in calls if "apply" in c for a in c if a.endswith(".yaml")]
+    assert not [a for a in applied if "cronjob" in a]
+    assert len(applied) == len(kube.objects) - 1
+    err = capsys.readouterr().err
+    assert "cronjob-gpu-health-check.yaml (this server does not serve batch/v1 CronJob)" in err
+
+
+def test_a_failed_apply_says_every_error_and_what_was_applied(checkout) -> None:
+    cluster_file, root = checkout
+    _, run = _server(SERVED_121, failing="statefulset-slurmctld.yaml")
+    kube = _kube(cluster_file, root, run)
+    with pytest.raises(DeployError) as exc:
+        kube.apply(300)
+    message = exc.value.message
+    assert "Error from server (Invalid): first" in message
+    assert "Error from server (Forbidden): second" in message
+    applied, missing = message.split("\n  applied: ")[1].split("\n  not applied: ")
+    assert "configmap/slurm-config" in applied and "statefulset/slurmctld" in missing
+    assert "statefulset/login" in missing
+
+
 def test_a_failing_wait_names_the_job(checkout) -> None:
     cluster_file, root = checkout
+    _, served = _server(SERVED_121)
 
     def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-        failed = "wait" in argv
-        return subprocess.CompletedProcess(argv, 1 if failed else 0, "", "error: timed out")
+        if "wait" in argv:
+            return subprocess.CompletedProcess(argv, 1, "", "error: timed out")
+        return served(argv)
 
     kube = _kube(cluster_file, root, run)
     with pytest.raises(
-        Exception, match=r"waiting for job/jail-populate-.* failed \(exit 1\): error: timed out"
+        Exception, match=r"waiting for job/jail-populate-.* failed \(exit 1\):\n  error: timed out"
     ):
         kube.apply(5)
 

@@ -1,0 +1,202 @@
+"""Kubernetes tier: the default cluster deployed with `invoke deploy --target k8s` on a real API
+server and kubelet.
+
+The server is the one KUBECONFIG names (context SLURMFORGE_K8S_CONTEXT, else its current one), or,
+when KUBECONFIG is unset, the lab of ../shared/k8s-lab (Kubernetes 1.20 from Debian's archive,
+pods on this host's Docker): its binaries are built once per machine under
+~/.cache/k8s-lab (.ci/run starts that build early, beside the image builds; a build in
+progress is waited for), and it is started fresh for the session and stopped after it. On the
+lab, the tier also makes what a real cluster provides: hostPath PersistentVolumes for the claims.
+Images come from this host's Docker (the lab has no registry).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+LAB = Path(os.environ.get("SLURMFORGE_K8S_LAB") or Path.home() / ".cache" / "k8s-lab")
+RECIPE = ROOT.parent / "shared" / "k8s-lab" / "recipe.sh"
+KUBECTL = str(Path(sys.executable).parent / "kubectl")
+INVOKE = (sys.executable, "-m", "invoke", "--search-root", str(ROOT))
+CLAIMS = (("jail", "ReadWriteMany", "50Gi"), ("state", "ReadWriteOnce", "1Gi"))
+
+
+def _recipe(*steps: str) -> None:
+    env = {**os.environ, "LAB": str(LAB), "WITH_NODE": "1", "KUBECTL": KUBECTL}
+    subprocess.run(["bash", str(RECIPE), *steps], env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+@dataclass
+class Kube:
+    """kubectl against the tier's server, in one namespace."""
+
+    env: dict[str, str]
+    context: str | None
+    namespace: str = ""
+    lab: bool = False
+    made: list[str] = field(default_factory=list)  # cluster-scoped objects made for the tier
+
+    def run(self, *args: str, check: bool = True, namespaced: bool = True) -> str:
+        argv = [KUBECTL, *(["--context", self.context] if self.context else [])]
+        if namespaced:
+            argv += ["--namespace", self.namespace]
+        proc = subprocess.run(
+            [*argv, *args], env=self.env, capture_output=True, text=True, timeout=300
+        )
+        if check and proc.returncode:
+            raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr or proc.stdout}")
+        return proc.stdout.strip()
+
+    def sh(self, pod: str, container: str, command: str, user: str | None = None) -> str:
+        """``command`` in a pod's container; with ``user``, inside the jail as that user."""
+        argv = ["bash", "-c", command]
+        if user:
+            argv = ["chroot", "/jail", "su", "-", user, "-c", command]
+        return self.run("exec", pod, "-c", container, "--", *argv)
+
+    def pod_ip(self, pod: str) -> str:
+        return self.run("get", "pod", pod, "-o", "jsonpath={.status.podIP}", check=False)
+
+    def states(self) -> dict[str, str]:
+        out = self.sh("slurmctld-0", "slurmctld", "sinfo -h -N -o '%N %t'")
+        return dict(line.split() for line in out.splitlines())
+
+    def wait_states(self, want: dict[str, str], timeout: float = 120) -> float:
+        start = time.monotonic()
+        states: dict[str, str] = {}
+        while time.monotonic() - start < timeout:
+            try:
+                states = self.states()
+            except AssertionError:
+                states = {}
+            if all(states.get(n) == s for n, s in want.items()):
+                return time.monotonic() - start
+            time.sleep(1)
+        pytest.fail(f"wanted {want}, Slurm says {states}")
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[Kube]:
+    if os.environ.get("KUBECONFIG"):
+        yield Kube(dict(os.environ), os.environ.get("SLURMFORGE_K8S_CONTEXT"))
+        return
+    if not RECIPE.exists():
+        pytest.fail(f"no Kubernetes for this tier: set KUBECONFIG, or provide {RECIPE}")
+    LAB.mkdir(parents=True, exist_ok=True)
+    # one build per machine; a build already running (.ci/run starts one early) is waited for
+    subprocess.run(
+        [
+            "flock",
+            str(LAB / ".build.lock"),
+            "bash",
+            "-c",
+            f"test -x {LAB}/bin/kubelet || exec bash {RECIPE} fetch build",
+        ],
+        env={**os.environ, "LAB": str(LAB), "WITH_NODE": "1", "KUBECTL": KUBECTL},
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    _recipe("down")
+    shutil.rmtree(LAB / "run" / "etcd-data", ignore_errors=True)  # a fresh cluster
+    try:
+        _recipe("pki", "up", "node", "dns")
+        env = {**os.environ, "KUBECONFIG": str(LAB / "run" / "admin.kubeconfig")}
+        yield Kube(env, None, lab=True)
+    finally:
+        _recipe("down")
+
+
+@dataclass
+class K8sCluster:
+    kube: Kube
+    root: Path
+    env: dict[str, str]
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.root / "cluster.yaml"
+
+    def data(self) -> dict:
+        return yaml.safe_load(self.cluster_file.read_text())
+
+    def write(self, data: dict) -> None:
+        self.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def deploy(self) -> subprocess.CompletedProcess[str]:
+        where = ["--cluster", str(self.cluster_file), "--out", str(self.root / "out")]
+        context = ["--context", self.kube.context] if self.kube.context else []
+        return subprocess.run(
+            [*INVOKE, "deploy", "--target", "k8s", "--timeout", "300", *where, *context],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+
+
+def _persistent_volumes(kube: Kube, root: Path, name: str, data: dict) -> None:
+    """hostPath PVs for the claims the cluster makes (the lab has no provisioner)."""
+    k8s = data.get("kubernetes", {})
+    for claim, mode, default in (
+        ("jail", "ReadWriteMany", "50Gi"),
+        ("state", "ReadWriteOnce", "1Gi"),
+    ):
+        spec = k8s.get(claim, {})
+        path = root / "pv" / claim
+        path.mkdir(parents=True)
+        pv = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{name}-{claim}"},
+            "spec": {
+                "capacity": {"storage": spec.get("size", default)},
+                "accessModes": [mode],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": str(path), "type": "Directory"},
+                **({"storageClassName": spec["storage_class"]} if "storage_class" in spec else {}),
+            },
+        }
+        manifest = root / f"pv-{claim}.json"
+        manifest.write_text(json.dumps(pv))
+        kube.run("apply", "-f", str(manifest), namespaced=False)
+        kube.made.append(f"persistentvolume/{name}-{claim}")
+
+
+@pytest.fixture(scope="module")
+def k8s_cluster(
+    kube: Kube, images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[K8sCluster]:
+    """The shipped cluster under a throwaway name (= its namespace), nodes overcommitted so that
+    both fit a 2-core lab node."""
+    root = tmp_path_factory.mktemp("k8s")
+    name = f"sfk8s{uuid.uuid4().hex[:6]}"
+    shutil.copytree(ROOT / "deploy" / "layers", root / "layers")
+    data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    data.update(name=name, kubernetes={"overcommit": True, "login_service": "ClusterIP"})
+    if kube.lab:
+        _persistent_volumes(kube, root, name, data)
+    kube.namespace = name
+    env = {**kube.env, "SLURMFORGE_DEBUG": ""}
+    cluster = K8sCluster(kube, root, env)
+    cluster.write(data)
+    try:
+        yield cluster
+    finally:
+        kube.run("delete", "namespace", name, "--wait=false", check=False, namespaced=False)
+        for obj in kube.made:
+            kube.run("delete", obj, "--wait=false", check=False, namespaced=False)

@@ -1,0 +1,152 @@
+"""The default cluster on a real Kubernetes API server and kubelet (tests/k8s/conftest.py says
+which): deployed with `invoke deploy --target k8s`, every node idle, jobs from the login pod in
+the jail; a node pod that comes back under a new IP, slurmctld deleted with a held job, and a
+redeploy with a changed cluster file."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.k8s.conftest import LAB, K8sCluster
+
+pytestmark = pytest.mark.k8s
+
+
+@pytest.fixture(scope="module")
+def deployed(k8s_cluster: K8sCluster) -> K8sCluster:
+    proc = k8s_cluster.deploy()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return k8s_cluster
+
+
+def test_every_pod_starts_every_node_is_idle_and_a_user_runs_jobs(deployed: K8sCluster) -> None:
+    kube = deployed.kube
+    pods = kube.run(
+        "get",
+        "pods",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.phase}{'\\n'}{end}",
+    )
+    phases = dict(line.split() for line in pods.splitlines())
+    assert {p for p, s in phases.items() if s == "Running"} == {
+        "slurmctld-0",
+        "login-0",
+        "cpu-0",
+        "cpu-1",
+    }, phases
+    assert kube.states() == {"cpu-0": "idle", "cpu-1": "idle"}
+    kube.sh("login-0", "login", "chroot /jail createuser --non-interactive alice")
+    out = kube.sh("login-0", "login", "srun -N2 hostname", user="alice")
+    assert sorted(out.split()) == ["cpu-0", "cpu-1"]
+    out = kube.sh("login-0", "login", "cd ~ && sbatch --wait --wrap 'id -un'", user="alice")
+    job = re.search(r"Submitted batch job (\d+)", out).group(1)
+    assert kube.sh("login-0", "login", f"cat ~/slurm-{job}.out", user="alice") == "alice"
+
+
+def test_no_pod_holds_a_token_and_probes_leave_the_logs_alone(deployed: K8sCluster) -> None:
+    kube = deployed.kube
+    for pod, container in (("slurmctld-0", "slurmctld"), ("cpu-0", "slurmd"), ("login-0", "login")):
+        found = kube.sh(pod, container, "ls /var/run/secrets/kubernetes.io 2>&1 || true")
+        assert "No such file" in found, (pod, found)
+    # a TCP readiness probe made slurmd log an error every 10 s
+    log = kube.run("logs", "cpu-0", "-c", "slurmd")
+    assert "Zero Bytes were transmitted" not in log
+
+
+def test_a_node_pod_back_under_a_new_address_is_idle_again(deployed: K8sCluster) -> None:
+    kube = deployed.kube
+    old = kube.pod_ip("cpu-1")
+    holders = _delete_holding_its_address(kube, "cpu-1") if kube.lab else []
+    try:
+        if not kube.lab:
+            kube.run("delete", "pod", "cpu-1")  # most CNIs give the new pod a new address
+        deadline = time.monotonic() + 120
+        while not (new := kube.pod_ip("cpu-1")) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert new and (new != old or not kube.lab), (old, new)
+        kube.wait_states({"cpu-1": "idle"}, timeout=60)
+        out = kube.sh("login-0", "login", "srun -w cpu-1 hostname", user="alice")
+        assert out == "cpu-1"
+    finally:
+        for holder in holders:
+            subprocess.run(["docker", "rm", "-f", holder], capture_output=True, check=False)
+
+
+def _delete_holding_its_address(kube, pod: str) -> list[str]:
+    """Delete a pod on the lab (pods sit on docker0, which hands out the lowest free address) so
+    that it comes back under another address: with the kubelet paused, the pod is removed and its
+    containers with it, and containers take the free addresses up to and including its old one.
+    Returns those containers, for the caller to remove."""
+    old = kube.pod_ip(pod)
+    kubelet = int((LAB / "run" / "kubelet.pid").read_text())
+    holders: list[str] = []
+    os.kill(kubelet, signal.SIGSTOP)
+    try:
+        kube.run("delete", "pod", pod, "--grace-period=0", "--force", "--wait=false")
+        labels = [f"io.kubernetes.pod.name={pod}", f"io.kubernetes.pod.namespace={kube.namespace}"]
+        ids = _docker("ps", "-aq", *(a for lb in labels for a in ("--filter", f"label={lb}")))
+        _docker("rm", "-f", *ids.split())
+        for _ in range(32):
+            holders.append(_docker("run", "-d", "k8s-lab/busybox:1.35", "sleep", "600"))
+            fmt = "{{.NetworkSettings.IPAddress}}"
+            if _docker("inspect", "-f", fmt, holders[-1]) == old:
+                break
+        else:
+            pytest.fail(f"could not hold {old}")
+    finally:
+        os.kill(kubelet, signal.SIGCONT)
+    return holders
+
+
+def _docker(*args: str) -> str:
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_slurmctld_deleted_keeps_a_held_job_which_runs_after_release(
+    deployed: K8sCluster,
+) -> None:
+    kube = deployed.kube
+    out = kube.sh(
+        "login-0", "login", "cd ~ && sbatch --hold -o held.out --wrap 'echo released'", user="alice"
+    )
+    job = re.search(r"Submitted batch job (\d+)", out).group(1)
+    kube.run("delete", "pod", "slurmctld-0")
+    kube.run("wait", "--for=condition=Ready", "pod/slurmctld-0", "--timeout=180s")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = kube.sh("login-0", "login", f"squeue -h -j {job} -o %T 2>&1 || true", user="alice")
+        if state in ("PENDING", "RUNNING", "COMPLETED", "COMPLETING"):
+            break
+        time.sleep(2)
+    assert state == "PENDING", state
+    kube.sh("login-0", "login", f"scontrol release {job}", user="alice")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = kube.sh("login-0", "login", "cat ~/held.out 2>/dev/null || true", user="alice")
+        if done == "released":
+            break
+        time.sleep(2)
+    assert done == "released"
+
+
+def test_redeploy_with_a_changed_jail_keep_runs_a_new_populate(deployed: K8sCluster) -> None:
+    kube = deployed.kube
+    before = set(kube.run("get", "jobs", "-o", "name").split())
+    data = deployed.data()
+    data["jail"] = {**data.get("jail", {}), "keep": ["/srv/"]}
+    deployed.write(data)
+    proc = deployed.deploy()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    new = set(kube.run("get", "jobs", "-o", "name").split()) - before
+    assert len(new) == 1, (before, new)
+    (job,) = new
+    assert kube.run("get", job, "-o", "jsonpath={.status.succeeded}") == "1"
+    assert kube.states() == {"cpu-0": "idle", "cpu-1": "idle"}
