@@ -12,7 +12,6 @@ Images come from this host's Docker (the lab has no registry).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -27,17 +26,9 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.k8s import lab
 
-LAB = Path(os.environ.get("SLURMFORGE_K8S_LAB") or Path.home() / ".cache" / "k8s-lab")
-RECIPE = ROOT.parent / "shared" / "k8s-lab" / "recipe.sh"
-KUBECTL = str(Path(sys.executable).parent / "kubectl")
 INVOKE = (sys.executable, "-m", "invoke", "--search-root", str(ROOT))
-CLAIMS = (("jail", "ReadWriteMany", "50Gi"), ("state", "ReadWriteOnce", "1Gi"))
-
-
-def _recipe(*steps: str) -> None:
-    env = {**os.environ, "LAB": str(LAB), "WITH_NODE": "1", "KUBECTL": KUBECTL}
-    subprocess.run(["bash", str(RECIPE), *steps], env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 @dataclass
@@ -51,7 +42,7 @@ class Kube:
     made: list[str] = field(default_factory=list)  # cluster-scoped objects made for the tier
 
     def run(self, *args: str, check: bool = True, namespaced: bool = True) -> str:
-        argv = [KUBECTL, *(["--context", self.context] if self.context else [])]
+        argv = [lab.KUBECTL, *(["--context", self.context] if self.context else [])]
         if namespaced:
             argv += ["--namespace", self.namespace]
         proc = subprocess.run(
@@ -94,30 +85,12 @@ def kube() -> Iterator[Kube]:
     if os.environ.get("KUBECONFIG"):
         yield Kube(dict(os.environ), os.environ.get("SLURMFORGE_K8S_CONTEXT"))
         return
-    if not RECIPE.exists():
-        pytest.fail(f"no Kubernetes for this tier: set KUBECONFIG, or provide {RECIPE}")
-    LAB.mkdir(parents=True, exist_ok=True)
-    # one build per machine; a build already running (.ci/run starts one early) is waited for
-    subprocess.run(
-        [
-            "flock",
-            str(LAB / ".build.lock"),
-            "bash",
-            "-c",
-            f"test -x {LAB}/bin/kubelet || exec bash {RECIPE} fetch build",
-        ],
-        env={**os.environ, "LAB": str(LAB), "WITH_NODE": "1", "KUBECTL": KUBECTL},
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    _recipe("down")
-    shutil.rmtree(LAB / "run" / "etcd-data", ignore_errors=True)  # a fresh cluster
+    if not lab.RECIPE.exists():
+        pytest.fail(f"no Kubernetes for this tier: set KUBECONFIG, or provide {lab.RECIPE}")
     try:
-        _recipe("pki", "up", "node", "dns")
-        env = {**os.environ, "KUBECONFIG": str(LAB / "run" / "admin.kubeconfig")}
-        yield Kube(env, None, lab=True)
+        yield Kube(lab.start(), None, lab=True)
     finally:
-        _recipe("down")
+        lab.recipe("down")
 
 
 @dataclass
@@ -149,34 +122,6 @@ class K8sCluster:
         )
 
 
-def _persistent_volumes(kube: Kube, root: Path, name: str, data: dict) -> None:
-    """hostPath PVs for the claims the cluster makes (the lab has no provisioner)."""
-    k8s = data.get("kubernetes", {})
-    for claim, mode, default in (
-        ("jail", "ReadWriteMany", "50Gi"),
-        ("state", "ReadWriteOnce", "1Gi"),
-    ):
-        spec = k8s.get(claim, {})
-        path = root / "pv" / claim
-        path.mkdir(parents=True)
-        pv = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": f"{name}-{claim}"},
-            "spec": {
-                "capacity": {"storage": spec.get("size", default)},
-                "accessModes": [mode],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(path), "type": "Directory"},
-                **({"storageClassName": spec["storage_class"]} if "storage_class" in spec else {}),
-            },
-        }
-        manifest = root / f"pv-{claim}.json"
-        manifest.write_text(json.dumps(pv))
-        kube.run("apply", "-f", str(manifest), namespaced=False)
-        kube.made.append(f"persistentvolume/{name}-{claim}")
-
-
 @pytest.fixture(scope="module")
 def k8s_cluster(
     kube: Kube, images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
@@ -189,7 +134,9 @@ def k8s_cluster(
     data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
     data.update(name=name, kubernetes={"overcommit": True, "login_service": "ClusterIP"})
     if kube.lab:
-        _persistent_volumes(kube, root, name, data)
+        manifest, names = lab.volumes(root, name, data["kubernetes"])
+        kube.run("apply", "-f", str(manifest), namespaced=False)
+        kube.made += [f"persistentvolume/{n}" for n in names]
     kube.namespace = name
     env = {**kube.env, "SLURMFORGE_DEBUG": ""}
     cluster = K8sCluster(kube, root, env)

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from tests.k8s.conftest import LAB, K8sCluster
+from tests.k8s.conftest import K8sCluster
+from tests.k8s.lab import LAB
 
 pytestmark = pytest.mark.k8s
 

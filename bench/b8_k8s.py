@@ -1,0 +1,124 @@
+"""B8: the k8s target on ../shared/k8s-lab against the local target, in the same run.
+
+The shipped cluster (two 1-CPU nodes, overcommitted on the 2-core lab node) deployed from warm
+images: `invoke deploy` (Docker Compose) and `invoke deploy --target k8s` (a fresh lab: API
+server, kubelet on this host's Docker, hostPath PVs), each timed from the command's start until it
+returns with every node idle. Then, on each target, a node deleted (container removed, or pod
+deleted) and timed until Slurm has it idle again.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from bench.common import ROOT, invoke
+from tests.k8s import lab
+
+INVOKE = (str(ROOT / ".venv/bin/python"), "-m", "invoke", "--search-root", str(ROOT))
+
+
+def cluster_file(root: Path, name: str) -> Path:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    root.mkdir(parents=True, exist_ok=True)
+    data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    data.update(
+        name=name,
+        login={"address": "127.0.0.1", "port": port},
+        kubernetes={"overcommit": True, "login_service": "ClusterIP"},
+    )
+    (root / "layers").symlink_to(ROOT / "deploy" / "layers")
+    (root / "cluster.yaml").write_text(yaml.safe_dump(data))
+    return root / "cluster.yaml"
+
+
+def idle_after(sinfo, node: str) -> float:
+    start = time.perf_counter()
+    while time.perf_counter() - start < 300:
+        if sinfo(node) == "idle":
+            return time.perf_counter() - start
+        time.sleep(0.5)
+    raise TimeoutError(f"{node} not idle after 300 s")
+
+
+def local_figures(root: Path) -> tuple[float, float]:
+    where = ["--cluster", str(cluster_file(root, "sfbench8")), "--out", str(root / "out")]
+    os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
+    try:
+        deploy = invoke("deploy", *where)
+
+        def sinfo(node: str) -> str:
+            argv = ["sinfo", "-h", "-n", node, "-o", "%t"]
+            out = subprocess.run(
+                ["docker", "exec", "sfbench8_slurmctld_1", *argv], capture_output=True, text=True
+            )
+            return out.stdout.strip()
+
+        subprocess.run(["docker", "rm", "-f", "sfbench8_cpu-1_1"], check=True, capture_output=True)
+        start = time.perf_counter()
+        invoke("deploy", *where)  # brings the node back
+        back = time.perf_counter() - start + idle_after(sinfo, "cpu-1")
+    finally:
+        invoke("down", "--volumes", *where)
+    return deploy, back
+
+
+def k8s_figures(root: Path) -> tuple[float, float]:
+    name = "sfbench8k"
+    env = lab.start()
+
+    def kubectl(*args: str) -> str:
+        argv = [lab.KUBECTL, "--namespace", name, *args]
+        return subprocess.run(argv, env=env, capture_output=True, text=True).stdout.strip()
+
+    try:
+        manifest, _ = lab.volumes(root, name, {})
+        kubectl("apply", "-f", str(manifest))
+        where = ["--cluster", str(cluster_file(root, name)), "--out", str(root / "out")]
+        start = time.perf_counter()
+        subprocess.run(
+            [*INVOKE, "deploy", "--target", "k8s", "--timeout", "300", *where],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        deploy = time.perf_counter() - start
+
+        def sinfo(node: str) -> str:
+            argv = ["sinfo", "-h", "-n", node, "-o", "%t"]
+            return kubectl("exec", "slurmctld-0", "-c", "slurmctld", "--", *argv)
+
+        start = time.perf_counter()
+        kubectl("delete", "pod", "cpu-1")
+        back = time.perf_counter() - start + idle_after(sinfo, "cpu-1")
+    finally:
+        lab.recipe("down")
+    return deploy, back
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        local_deploy, local_back = local_figures(Path(tmp) / "local")
+    with tempfile.TemporaryDirectory() as tmp:
+        k8s_deploy, k8s_back = k8s_figures(Path(tmp) / "k8s")
+    print(
+        f"deploy to all nodes idle: local {local_deploy:.1f} s, k8s (lab) {k8s_deploy:.1f} s "
+        f"(ratio k8s/local {k8s_deploy / local_deploy:.2f})"
+    )
+    print(
+        f"node removed -> idle again: local {local_back:.1f} s, k8s pod deleted {k8s_back:.1f} s "
+        f"(ratio {k8s_back / local_back:.2f})"
+    )
+
+
+if __name__ == "__main__":
+    main()

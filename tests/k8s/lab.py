@@ -1,0 +1,70 @@
+"""../shared/k8s-lab, for the Kubernetes tier and bench/b8_k8s.py: its recipe, a fresh start, and
+the PersistentVolumes that a real cluster's provisioner would make for the claims."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+LAB = Path(os.environ.get("SLURMFORGE_K8S_LAB") or Path.home() / ".cache" / "k8s-lab")
+RECIPE = ROOT.parent / "shared" / "k8s-lab" / "recipe.sh"
+KUBECTL = str(Path(sys.executable).parent / "kubectl")
+CLAIMS = (("jail", "ReadWriteMany", "50Gi"), ("state", "ReadWriteOnce", "1Gi"))
+
+
+def recipe(*steps: str) -> None:
+    env = {**os.environ, "LAB": str(LAB), "WITH_NODE": "1", "KUBECTL": KUBECTL}
+    subprocess.run(["bash", str(RECIPE), *steps], env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def start() -> dict[str, str]:
+    """A fresh lab (its binaries built once per machine, or a build in progress waited for);
+    the environment whose KUBECONFIG reaches it."""
+    LAB.mkdir(parents=True, exist_ok=True)
+    build = f"test -x {LAB}/bin/kubelet || exec bash {RECIPE} fetch build"
+    recipe_env = {**os.environ, "LAB": str(LAB), "WITH_NODE": "1", "KUBECTL": KUBECTL}
+    subprocess.run(
+        ["flock", str(LAB / ".build.lock"), "bash", "-c", build],
+        env=recipe_env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    recipe("down")
+    shutil.rmtree(LAB / "run" / "etcd-data", ignore_errors=True)  # a fresh cluster
+    recipe("pki", "up", "node", "dns")
+    return {**os.environ, "KUBECONFIG": str(LAB / "run" / "admin.kubeconfig")}
+
+
+def volumes(root: Path, name: str, kubernetes: dict) -> tuple[Path, list[str]]:
+    """hostPath PVs (under ``root``) for cluster ``name``'s claims, as a manifest to apply, and
+    their names."""
+    items, names = [], []
+    for claim, mode, default in CLAIMS:
+        spec = kubernetes.get(claim, {})
+        kind = {"storageClassName": spec["storage_class"]} if spec.get("storage_class") else {}
+        path = root / "pv" / claim
+        path.mkdir(parents=True)
+        names.append(f"{name}-{claim}")
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": names[-1]},
+                "spec": {
+                    "capacity": {"storage": spec.get("size", default)},
+                    "accessModes": [mode],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": str(path), "type": "Directory"},
+                    **kind,
+                },
+            }
+        )
+    manifest = root / "pvs.json"
+    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return manifest, names
