@@ -14,16 +14,6 @@ from slurmforge.app import Project, Selection
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test outside tests/unit needs Docker and the tiers' session fixtures (images,
-    clusters, registries, the Kubernetes lab): one xdist group, so they run in one worker, in
-    order, and only unit tests run beside them."""
-    for item in items:
-        if not item.nodeid.startswith("tests/unit/"):
-            item.add_marker(pytest.mark.xdist_group("docker"))
-
-
 @pytest.fixture
 def shipped() -> dict:
     """The shipped versions.yaml as plain data, for tests to mutate."""
