@@ -48,7 +48,6 @@ POPULATE = "jail-populate"
 HEALTH_CHECK = "gpu-health-check"
 SLURMCTLD_PORT, SLURMD_PORT = 6817, 6818
 PSA_MODES = ("enforce", "audit", "warn")
-PSA_VERSION = {f"pod-security.kubernetes.io/{m}-version": "latest" for m in PSA_MODES}
 DRIVER_ROOT = "/run/nvidia/driver"  # where GPU pods see the node's driver directories
 # the node's driver directories a GPU pod mounts, relative to gpu.driver_root
 DRIVER_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/bin")
@@ -277,10 +276,10 @@ class Renderer:
     def namespace_labels(self) -> dict[str, str]:
         """Pod Security Admission: the compute and login pods add SYS_ADMIN and run without
         seccomp/AppArmor confinement (the jail's mounts, users' containers), which only the
-        `privileged` level admits; `baseline` and `restricted` would refuse them. Pinned to
-        the level's current version so an upgrade does not change what is admitted."""
+        `privileged` level admits; `baseline` and `restricted` would refuse them. Servers older
+        than 1.23 ignore the labels."""
         level = {f"pod-security.kubernetes.io/{mode}": "privileged" for mode in PSA_MODES}
-        return {**self.labels("namespace"), **level, **PSA_VERSION}
+        return {**self.labels("namespace"), **level}
 
     def config_map(self, name: str, files: dict[str, str]) -> dict[str, Any]:
         return {

@@ -54,6 +54,18 @@ def known_versions() -> list[str]:
     return sorted({".".join(v.split(".")[:2]) for v in utils.all_versions()}, key=_version_key)
 
 
+def _checked(proc: subprocess.CompletedProcess[str], what: str) -> str:
+    """kubectl's output, or an error with every line it wrote."""
+    if proc.returncode:
+        lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+        raise DeployError(
+            f"{what} failed (exit {proc.returncode})"
+            + (":" if lines else "")
+            + "".join(f"\n  {ln}" for ln in lines)
+        )
+    return proc.stdout
+
+
 def _version_key(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split("."))
 
@@ -143,23 +155,17 @@ class Kube:
         return [*argv, *args]
 
     def _check(self, argv: list[str], what: str) -> str:
-        proc = self.run(argv)
-        if proc.returncode:
-            lines = (proc.stderr or proc.stdout or "").strip().splitlines()
-            raise DeployError(
-                f"{what} failed (exit {proc.returncode})"
-                + (":" if lines else "")
-                + "".join(f"\n  {ln}" for ln in lines)
-            )
-        return proc.stdout
+        return _checked(self.run(argv), what)
 
     def served_kinds(self, api_version: str) -> set[str]:
         """The kinds the server serves in ``api_version`` (v1, apps/v1, batch/v1…)."""
         path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        proc = self.run(self.kubectl("get", "--raw", path, namespaced=False))
-        if proc.returncode:
-            return set()
-        return {r["kind"] for r in json.loads(proc.stdout).get("resources", [])}
+        argv = self.kubectl("get", "--raw", path, namespaced=False)
+        proc = self.run(argv)
+        if proc.returncode and "could not find the requested resource" in proc.stderr:
+            return set()  # a group or version this server does not have at all
+        out = _checked(proc, f"asking the API server what it serves in {api_version}")
+        return {r["kind"] for r in json.loads(out).get("resources", [])}
 
     def unsupported(self) -> dict[str, str]:
         """File → why the server cannot take it (a kind its version does not serve, such as

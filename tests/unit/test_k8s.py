@@ -402,6 +402,21 @@ def test_a_kind_the_server_lacks_is_named_not_applied(checkout, capsys) -> None:
     assert "cronjob-gpu-health-check.yaml (this server does not serve batch/v1 CronJob)" in err
 
 
+def test_an_unreachable_server_is_named_before_anything_is_applied(checkout) -> None:
+    cluster_file, root = checkout
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        refused = "The connection to the server 127.0.0.1:6443 was refused"
+        return subprocess.CompletedProcess(argv, 1, "", refused)
+
+    kube = _kube(cluster_file, root, run)
+    with pytest.raises(DeployError, match=r"serves in v1 failed \(exit 1\):\n  The connection"):
+        kube.apply(300)
+    assert not [c for c in calls if "apply" in c]
+
+
 def test_a_failed_apply_says_every_error_and_what_was_applied(checkout) -> None:
     cluster_file, root = checkout
     _, run = _server(SERVED_121, failing="statefulset-slurmctld.yaml")
