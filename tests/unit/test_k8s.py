@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from slurmforge import config, push
-from slurmforge.deploy import k8s, model
+from slurmforge.deploy import k8s, model, open_k8s
 from slurmforge.deploy.kube import Kube, kubectl_path
 from slurmforge.errors import ConfigError, DeployError
 from tests.unit.test_cli import _assert_clean_failure, _invoke
@@ -461,10 +461,19 @@ def test_a_failing_wait_names_the_job(checkout) -> None:
         ({"login_service": "Ingress"}, "kubernetes.login_service: Input should be"),
     ],
 )
-def test_bad_kubernetes_settings(write_cluster, kubernetes: dict, expected: str) -> None:
+def test_bad_kubernetes_settings(write_cluster, tmp_path, kubernetes: dict, expected: str) -> None:
+    # what `invoke deploy --target k8s` opens first (the CLI's own path is the test below)
     path = write_cluster(_cluster_data(**kubernetes))
+    versions = Path(__file__).resolve().parents[2] / "versions.yaml"
+    with pytest.raises(ConfigError) as exc:
+        open_k8s(path, versions, tmp_path / "out")
+    assert f"{path}: {expected}" in exc.value.message
+
+
+def test_bad_kubernetes_settings_through_the_cli(write_cluster) -> None:
+    path = write_cluster(_cluster_data(versions=["1.31", "1.99"]))
     proc = _invoke("deploy", "--target", "k8s", "--dry-run", "--cluster", str(path))
-    _assert_clean_failure(proc, f"{path}: {expected}")
+    _assert_clean_failure(proc, f"{path}: kubernetes.versions[1]: no schemas for Kubernetes 1.99")
 
 
 def test_gpu_node_set_without_a_gpu_image_is_refused_for_every_target(write_cluster) -> None:
