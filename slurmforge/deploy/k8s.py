@@ -245,6 +245,7 @@ class Renderer:
         config_hash = hashlib.sha256(
             "".join(f"{k}\0{v}\0" for k, v in sorted(files.items())).encode()
         ).hexdigest()[:16]
+        job = self.populate_job()
         objects: dict[str, dict[str, Any]] = {
             "namespace.yaml": {
                 "apiVersion": "v1",
@@ -260,7 +261,7 @@ class Renderer:
                 "kind": "PersistentVolumeClaim",
                 **self.claim(self.meta(JAIL_CLAIM, JAIL), "ReadWriteMany", self.k8s.jail),
             },
-            f"job-{self.populate_name()}.yaml": self.populate_job(),
+            f"job-{job['metadata']['name']}.yaml": job,
             "service-slurmctld.yaml": self.headless(CONTROLLER, CONTROLLER, SLURMCTLD_PORT),
             "statefulset-slurmctld.yaml": self.controller(config_hash),
             f"service-{NODES_SERVICE}.yaml": self.headless(NODES_SERVICE, "node", SLURMD_PORT),
@@ -288,9 +289,6 @@ class Renderer:
             "metadata": self.meta(name, "config"),
             "data": dict(sorted(files.items())),
         }
-
-    def populate_name(self) -> str:
-        return str(self.populate_job()["metadata"]["name"])
 
     def populate_job(self) -> dict[str, Any]:
         """The jail populate, named after everything that defines it: a Job's template cannot

@@ -108,7 +108,9 @@ class Kube:
         images = k8s.resolve_images(self.cluster, push.read_lock(self.root), local_ids)
         renderer = k8s.Renderer(self.cluster, images, self.namespace)
         self.objects = renderer.render(pyxis)
-        self.populate_job = renderer.populate_name()
+        self.populate_job = next(
+            o["metadata"]["name"] for o in self.objects.values() if o["kind"] == "Job"
+        )
         return k8s.write(self.dir, self.objects, self.namespace, str(self.cluster.path))
 
     def check_versions(self) -> tuple[str, ...]:
