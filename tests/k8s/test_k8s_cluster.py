@@ -71,8 +71,19 @@ def test_a_node_pod_back_under_a_new_address_is_idle_again(deployed: K8sCluster)
         while not (new := kube.pod_ip("cpu-1")) and time.monotonic() < deadline:
             time.sleep(1)
         assert new and (new != old or not kube.lab), (old, new)
+        start = time.monotonic()
         kube.wait_states({"cpu-1": "idle"}, timeout=60)
-        out = kube.sh("login-0", "login", "srun -w cpu-1 hostname", user="alice")
+        # srun resolves the node's name itself (slurmctld does not hand out static nodes'
+        # addresses), and the cluster DNS learns the new pod's address a few seconds after
+        # slurmctld does: within the same 60 s, a job runs on it
+        while True:
+            try:
+                out = kube.sh("login-0", "login", "srun -w cpu-1 hostname", user="alice")
+                break
+            except AssertionError:
+                if time.monotonic() - start > 60:
+                    raise
+                time.sleep(2)
         assert out == "cpu-1"
     finally:
         for holder in holders:
