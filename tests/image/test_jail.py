@@ -13,8 +13,11 @@ import pytest
 
 from slurmforge import jail
 
+# A directory's size is how much its file system allotted to it (a directory that held more
+# entries once, as one a killed run left, stays larger); its entries are compared instead.
 MANIFEST = r"""cd /jail
-find . -path ./.slurmforge -prune -o -printf '%p %y %m %U %G %s %l\n' | sort
+find . -path ./.slurmforge -prune -o ! -type d -printf '%p %y %m %U %G %s %l\n' \
+  -o -type d -printf '%p %y %m %U %G\n' | sort
 find . -path ./.slurmforge -prune -o -type f -print0 | sort -z | xargs -0 md5sum
 """
 
