@@ -327,6 +327,13 @@ DEPLOY_HELP = {
     "out": "where generated manifests go (default deploy/out)",
 }
 
+TARGET_HELP = {
+    **DEPLOY_HELP,
+    "target": "local (Docker Compose on this host) or k8s (kubectl apply of a kustomize dir)",
+    "context": "k8s: the kubeconfig context (default: kubectl's current one)",
+    "namespace": "k8s: the namespace (default: kubernetes.namespace, else the cluster name)",
+}
+
 
 def _local(cluster: str | None, config: str | None, out: str | None, target: str = "local"):
     from slurmforge.deploy import open_local
@@ -338,11 +345,8 @@ def _local(cluster: str | None, config: str | None, out: str | None, target: str
 
 @task(
     help={
-        **DEPLOY_HELP,
-        "target": "local (Docker Compose on this host) or k8s (kubectl apply of a kustomize dir)",
+        **TARGET_HELP,
         "timeout": "seconds to wait for every node (default 180; k8s: per wait, default 600)",
-        "context": "k8s: the kubeconfig context (default: kubectl's current one)",
-        "namespace": "k8s: the namespace (default: kubernetes.namespace, else the cluster name)",
         "dry_run": "k8s: write and validate the manifests, apply nothing",
     }
 )
@@ -362,15 +366,13 @@ def deploy(
     from slurmforge.deploy import check_target
 
     check_target(target)
+    wait = _seconds(timeout, 600 if target == "k8s" else 180)
     if target == "k8s":
-        _deploy_k8s(cluster, config, out, context, namespace, dry_run, timeout or 600)
+        _deploy_k8s(cluster, config, out, context, namespace, dry_run, wait)
         return
-    if context or namespace or dry_run:
-        from slurmforge.errors import ConfigError
-
-        raise ConfigError("--context, --namespace and --dry-run apply to --target k8s only")
+    _local_only(context=context, namespace=namespace, dry_run=dry_run)
     local = _local(cluster, config, out, target)
-    seconds = local.deploy(float(timeout or 180))
+    seconds = local.deploy(wait)
     spec = local.cluster.spec
     nodes = len(local.cluster.nodes)
     print(f"cluster {spec.name}: {nodes} nodes idle after {seconds:.1f} s (manifests: {local.dir})")
@@ -379,12 +381,30 @@ def deploy(
     print(f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from createuser)")
 
 
-def _deploy_k8s(cluster, config, out, context, namespace, dry_run, timeout) -> None:
+def _k8s(cluster, config, out, context, namespace):
     from slurmforge.deploy import open_k8s
 
     cluster_file = Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
     out_root = Path(out).resolve() if out else HERE / "deploy" / "out"
-    kube = open_k8s(cluster_file, _config_path(config), out_root, namespace, context)
+    return open_k8s(cluster_file, _config_path(config), out_root, namespace, context)
+
+
+def _seconds(value: str | None, default: float) -> float:
+    from slurmforge.deploy import parse_timeout
+
+    return parse_timeout(value, default)
+
+
+def _local_only(**options) -> None:
+    given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v]
+    if given:
+        from slurmforge.errors import ConfigError
+
+        raise ConfigError(f"{', '.join(given)}: for --target k8s only")
+
+
+def _deploy_k8s(cluster, config, out, context, namespace, dry_run, timeout) -> None:
+    kube = _k8s(cluster, config, out, context, namespace)
     directory = kube.render()
     versions = kube.validate()
     print(
@@ -393,7 +413,7 @@ def _deploy_k8s(cluster, config, out, context, namespace, dry_run, timeout) -> N
     )
     if dry_run:
         return
-    print(kube.apply(float(timeout)))
+    print(kube.apply(timeout))
 
 
 @task(help=DEPLOY_HELP)
@@ -412,19 +432,36 @@ def down(c, cluster=None, config=None, out=None, volumes=False):
 
 @task(
     help={
-        **DEPLOY_HELP,
+        **TARGET_HELP,
         "spec": "NODESET=N, e.g. cpu=3",
-        "timeout": "seconds to wait for draining and for new nodes (default 180)",
+        "timeout": "seconds to wait for draining and for new nodes (default 180; k8s: 600)",
     }
 )
 @_fails_cleanly
-def scale(c, spec, cluster=None, config=None, out=None, timeout=180):
+def scale(
+    c,
+    spec,
+    target="local",
+    cluster=None,
+    config=None,
+    out=None,
+    timeout=None,
+    context=None,
+    namespace=None,
+):
     """Change a node set's node count: removed nodes are drained first, new ones join idle."""
-    from slurmforge.deploy import parse_scale
-    from slurmforge.deploy import scale as scale_local
+    from slurmforge.deploy import check_target, parse_scale
+    from slurmforge.deploy import scale as scale_nodes
 
+    check_target(target)
     parse_scale(spec)  # bad input is refused before anything is contacted
-    removed = scale_local(_local(cluster, config, out), spec, _config_path(config), float(timeout))
+    seconds = _seconds(timeout, 600 if target == "k8s" else 180)
+    if target == "k8s":
+        running = _k8s(cluster, config, out, context, namespace)
+    else:
+        _local_only(context=context, namespace=namespace)
+        running = _local(cluster, config, out)
+    removed = scale_nodes(running, spec, _config_path(config), seconds)
     print(f"scaled: {spec}" + (f" (removed {', '.join(removed)})" if removed else ""))
 
 

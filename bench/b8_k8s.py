@@ -4,7 +4,8 @@ The shipped cluster (two 1-CPU nodes, overcommitted on the 2-core lab node) depl
 images: `invoke deploy` (Docker Compose) and `invoke deploy --target k8s` (a fresh lab: API
 server, kubelet on this host's Docker, hostPath PVs), each timed from the command's start until it
 returns with every node idle. Then, on each target, a node deleted (container removed, or pod
-deleted) and timed until Slurm has it idle again.
+deleted) and timed until Slurm has it idle again; and `invoke scale cpu=3`, timed until it returns
+with the new node idle (on k8s, the running pods re-read the config without being replaced).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def idle_after(sinfo, node: str) -> float:
     raise TimeoutError(f"{node} not idle after 300 s")
 
 
-def local_figures(root: Path) -> tuple[float, float]:
+def local_figures(root: Path) -> tuple[float, float, float]:
     where = ["--cluster", str(cluster_file(root, "sfbench8")), "--out", str(root / "out")]
     os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
     try:
@@ -66,12 +67,16 @@ def local_figures(root: Path) -> tuple[float, float]:
         start = time.perf_counter()
         invoke("deploy", *where)  # brings the node back
         back = time.perf_counter() - start + idle_after(sinfo, "cpu-1")
+        start = time.perf_counter()
+        invoke("scale", "cpu=3", *where)
+        scale = time.perf_counter() - start
+        assert sinfo("cpu-2") == "idle"
     finally:
         invoke("down", "--volumes", *where)
-    return deploy, back
+    return deploy, back, scale
 
 
-def k8s_figures(root: Path) -> tuple[float, float]:
+def k8s_figures(root: Path) -> tuple[float, float, float]:
     name = "sfbench8k"
     env = lab.start()
 
@@ -100,16 +105,26 @@ def k8s_figures(root: Path) -> tuple[float, float]:
         start = time.perf_counter()
         kubectl("delete", "pod", "cpu-1")
         back = time.perf_counter() - start + idle_after(sinfo, "cpu-1")
+        start = time.perf_counter()
+        subprocess.run(
+            [*INVOKE, "scale", "cpu=3", "--target", "k8s", "--timeout", "300", *where],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        scale = time.perf_counter() - start
+        assert sinfo("cpu-2") == "idle"
     finally:
         lab.recipe("down")
-    return deploy, back
+    return deploy, back, scale
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        local_deploy, local_back = local_figures(Path(tmp) / "local")
+        local_deploy, local_back, local_scale = local_figures(Path(tmp) / "local")
     with tempfile.TemporaryDirectory() as tmp:
-        k8s_deploy, k8s_back = k8s_figures(Path(tmp) / "k8s")
+        k8s_deploy, k8s_back, k8s_scale = k8s_figures(Path(tmp) / "k8s")
     print(
         f"deploy to all nodes idle: local {local_deploy:.1f} s, k8s (lab) {k8s_deploy:.1f} s "
         f"(ratio k8s/local {k8s_deploy / local_deploy:.2f})"
@@ -117,6 +132,10 @@ def main() -> None:
     print(
         f"node removed -> idle again: local {local_back:.1f} s, k8s pod deleted {k8s_back:.1f} s "
         f"(ratio {k8s_back / local_back:.2f})"
+    )
+    print(
+        f"scale cpu 2 -> 3 until idle: local {local_scale:.1f} s, k8s {k8s_scale:.1f} s "
+        f"(ratio {k8s_scale / local_scale:.2f})"
     )
 
 

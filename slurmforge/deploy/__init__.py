@@ -64,22 +64,37 @@ def parse_scale(arg: str) -> tuple[str, int]:
     return nodeset, int(count)
 
 
-def scale(local, arg: str, versions_file: Path, timeout: float) -> list[str]:
-    """`invoke scale NODESET=N` on a running `local` cluster; returns the removed nodes."""
+def parse_timeout(value: str | None, default: float) -> float:
+    """--timeout: a positive number of seconds (``default`` when not given)."""
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):  # also refuses nan
+        raise ConfigError(f"--timeout {value!r}: expected a positive number of seconds")
+    return seconds
+
+
+def scale(target, arg: str, versions_file: Path, timeout: float) -> list[str]:
+    """`invoke scale NODESET=N` on a running cluster of either target (`Local`, `Kube`); returns
+    the removed nodes. The count is kept in the cluster's state and overrides the file's."""
     from slurmforge import config
-    from slurmforge.deploy import gpus, model
+    from slurmforge.deploy import model
 
     nodeset, count = parse_scale(arg)
-    names = [ns.name for ns in local.cluster.spec.nodesets]
+    cluster = target.cluster
+    names = [ns.name for ns in cluster.spec.nodesets]
     if nodeset not in names:
         known = ", ".join(names)
         raise ConfigError(f"scale: unknown node set {nodeset!r}; expected one of {known}")
-    before = model.read_scale(local.cluster.name)
-    model.write_scale(local.cluster.name, {**before, nodeset: count})
+    before = model.read_scale(cluster.name)
+    model.write_scale(cluster.name, {**before, nodeset: count})
     try:
-        new = model.load(local.cluster.path, config.load(versions_file))
-        gpus.assign(new)  # more GPUs than the host has: refused before anything changes
+        new = model.load(cluster.path, config.load(versions_file))
+        target.admit(new)  # e.g. more GPUs than the host has: refused before anything changes
     except ConfigError:
-        model.write_scale(local.cluster.name, before)
+        model.write_scale(cluster.name, before)
         raise
-    return local.scale(new, timeout)
+    return target.scale(new, timeout)

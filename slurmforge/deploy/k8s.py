@@ -22,6 +22,7 @@ needs (see CAPABILITIES).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -242,9 +243,13 @@ class Renderer:
             node_domain=NODES_SERVICE,
         )
         files = slurmconf.render(self.cluster, None, pyxis, network)
-        config_hash = hashlib.sha256(
-            "".join(f"{k}\0{v}\0" for k, v in sorted(files.items())).encode()
-        ).hexdigest()[:16]
+        # The pods' config-hash annotation rolls every pod (and kills its jobs) when the config
+        # changes, except for the node counts: `invoke scale` (and a redeploy with other
+        # replicas) hands running pods the new node list live (Kube.sync_config, then
+        # `scontrol reconfigure`), so the hash is taken over the config of one node per set.
+        config_hash = files_digest(
+            slurmconf.render(one_per_set(self.cluster), None, pyxis, network)
+        )
         job = self.populate_job()
         objects: dict[str, dict[str, Any]] = {
             "namespace.yaml": {
@@ -575,6 +580,18 @@ class Renderer:
                 "jobTemplate": {"spec": {"backoffLimit": 0, "template": template}},
             },
         }
+
+
+def files_digest(files: dict[str, str]) -> str:
+    return hashlib.sha256(
+        "".join(f"{k}\0{v}\0" for k, v in sorted(files.items())).encode()
+    ).hexdigest()[:16]
+
+
+def one_per_set(cluster: Cluster) -> Cluster:
+    """``cluster`` with every node set at one node: its shape without its size."""
+    nodesets = tuple(ns.model_copy(update={"replicas": 1}) for ns in cluster.spec.nodesets)
+    return dataclasses.replace(cluster, spec=cluster.spec.model_copy(update={"nodesets": nodesets}))
 
 
 def pid_probe(pid_file: str) -> dict[str, Any]:

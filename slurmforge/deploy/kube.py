@@ -3,30 +3,36 @@
 `invoke deploy --target k8s --dry-run` stops after writing and validating: every object against
 the strict OpenAPI schemas of each Kubernetes version in ``kubernetes.versions``
 (kubernetes-validate) and the directory through ``kubectl kustomize`` (client-side). Otherwise:
-server-side apply of the Namespace, then the munge key Secret, created once (generated here into a
-private temporary file that is removed right after), then the rest, leaving out (and naming) kinds
-the server does not serve; ``kubectl wait`` for the populate Job; a rollout status per
-StatefulSet; and ``sinfo`` through ``kubectl exec`` in slurmctld.
+nodes a smaller node set leaves out are drained; server-side apply of the Namespace, then the munge
+key Secret, created once (generated here into a private temporary file that is removed right
+after), then the rest, leaving out (and naming) kinds the server does not serve; ``kubectl wait``
+for the populate Job; a rollout status per StatefulSet; running pods brought to the applied
+config (a changed node list does not roll pods, see k8s.Renderer.render) and ``scontrol
+reconfigure``; and a wait, through ``kubectl exec`` in slurmctld, until every node is in service.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
-from slurmforge.deploy import k8s
+from slurmforge.deploy import k8s, slurmconf, slurmctl
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
 from slurmforge.errors import ConfigError, DeployError
 
+CONFIG_ANNOTATION = "slurmforge.io/config"  # on a pod: the Slurm config it was told to load
 Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
 
@@ -206,10 +212,16 @@ class Kube:
         )
 
     def apply(self, timeout: float) -> str:
-        """Apply (the Namespace, then the munge key Secret, then the rest, so that nothing waits
-        for what mounts it), wait for populate and rollouts; `sinfo` output."""
+        """Drain the nodes a smaller node set leaves out; apply (the Namespace, then the munge key
+        Secret, then the rest, so that nothing waits for what mounts it); wait for populate and
+        the rollouts; hand running pods a changed node list; wait for every node. `sinfo -N -l`."""
         skipped = self.unsupported()
         names = [n for n in self.objects if n not in skipped]
+        removed = self.removed_nodes()
+        states = slurmctl.node_states(self.controller_sh) if removed else None
+        known = [n for n in removed if states and n in states]
+        if known:
+            slurmctl.drain(self.controller_sh, known, timeout)
         first = [n for n in names if self.objects[n]["kind"] == "Namespace"]
         self.apply_files(first)
         self.ensure_munge_key()
@@ -227,12 +239,134 @@ class Kube:
                 self.kubectl("rollout", "status", f"statefulset/{name}", wait),
                 f"rollout of statefulset/{name}",
             )
+        if self.sync_config(timeout):
+            slurmctl.reconfigure(self.controller_sh)
+        nodes = [node for _, node in self.cluster.nodes]
+        states = slurmctl.wait_in_service(self.controller_sh, nodes, timeout)
+        if not slurmctl.in_service(states, nodes):
+            shown = ", ".join(
+                f"{n} ({(states or {}).get(n, 'unknown to slurmctld')})"
+                for n in nodes
+                if (states or {}).get(n) not in slurmctl.IN_SERVICE
+            )
+            raise DeployError(f"not every node is in service after {timeout:.0f} s: {shown}")
         return self._check(
-            self.kubectl(
-                "exec", f"statefulset/{CONTROLLER}", "-c", CONTROLLER, "--", "sinfo", "-N", "-l"
-            ),
+            self.kubectl("exec", f"{CONTROLLER}-0", "-c", CONTROLLER, "--", "sinfo", "-N", "-l"),
             "sinfo in slurmctld",
         )
+
+    def scale(self, new: Cluster, timeout: float) -> list[str]:
+        """Apply ``new`` (this cluster with other node counts); returns the removed nodes."""
+        self.cluster = new
+        self.render()
+        self.validate()
+        removed = self.removed_nodes()
+        self.apply(timeout)
+        return removed
+
+    def admit(self, new: Cluster) -> None:
+        """Nothing to check before a scale: the scheduler places GPU pods, or leaves them
+        Pending (and the wait for nodes names them)."""
+
+    # -- operate -----------------------------------------------------------------------------
+
+    def controller_sh(self, command: str) -> tuple[int, str]:
+        proc = self.run(
+            self.kubectl("exec", f"{CONTROLLER}-0", "-c", CONTROLLER, "--", "bash", "-c", command)
+        )
+        out = proc.stdout if proc.returncode == 0 else proc.stderr + proc.stdout
+        return proc.returncode, out.strip()
+
+    def _get(self, kind: str, **labels: str) -> list[dict[str, Any]]:
+        """This cluster's objects of ``kind`` (with these labels too)."""
+        selector = {"app.kubernetes.io/instance": self.cluster.name, **labels}
+        argv = self.kubectl(
+            "get", kind, "-l", ",".join(f"{k}={v}" for k, v in selector.items()), "-o", "json"
+        )
+        return json.loads(self._check(argv, f"listing {kind}"))["items"]
+
+    def removed_nodes(self) -> list[str]:
+        """Nodes the server runs that the cluster, as rendered now, leaves out (highest
+        ordinals: a StatefulSet scales down from the top)."""
+        counts = {ns.name: ns.replicas for ns in self.cluster.spec.nodesets}
+        removed = []
+        for item in self._get("statefulsets", **{"app.kubernetes.io/component": "node"}):
+            name, now = item["metadata"]["name"], item["spec"].get("replicas", 1)
+            if name in counts:
+                removed += [f"{name}-{i}" for i in range(counts[name], now)]
+        return removed
+
+    def expected_config(self) -> dict[str, dict[str, str]]:
+        """Mount directory → file → sha256 of what the ConfigMaps hold now."""
+        data = {
+            o["metadata"]["name"]: o["data"]
+            for o in self.objects.values()
+            if o["kind"] == "ConfigMap"
+        }
+        return {
+            where: {f: hashlib.sha256(v.encode()).hexdigest() for f, v in data[name].items()}
+            for where, name in (
+                ("/etc/slurm", k8s.NODE_CONFIG),
+                (slurmconf.JAIL_CONF, k8s.JAIL_CONFIG),
+            )
+        }
+
+    def sync_config(self, timeout: float) -> bool:
+        """Bring the config every running Slurm pod sees up to the applied ConfigMaps; True when
+        any pod saw an older one (slurmctld and slurmd must then re-read theirs).
+
+        A pod sees a ConfigMap change once its kubelet re-syncs it, which by default takes up to
+        a minute or two; an update of the pod's own object (an annotation naming the config)
+        makes the kubelet sync it at once."""
+        want = self.expected_config()
+        pods = {}
+        for item in self._get("pods"):
+            component = item["metadata"]["labels"].get("app.kubernetes.io/component")
+            if component not in (CONTROLLER, "node", LOGIN):
+                continue
+            if item["status"].get("phase") != "Running" or item["metadata"].get(
+                "deletionTimestamp"
+            ):
+                continue
+            dirs = ["/etc/slurm"] if component == CONTROLLER else list(want)
+            expect = {f"{d}/{f}": h for d in dirs for f, h in want[d].items()}
+            pods[item["metadata"]["name"]] = (item["spec"]["containers"][0]["name"], expect)
+
+        def stale(pod: str) -> bool:
+            container, expect = pods[pod]
+            argv = ["sha256sum", *sorted(expect)]
+            proc = self.run(self.kubectl("exec", pod, "-c", container, "--", *argv))
+            seen = {
+                path: digest
+                for digest, path in (ln.split(None, 1) for ln in proc.stdout.splitlines() if ln)
+            }
+            return seen != expect
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            older = [p for p, old in zip(pods, pool.map(stale, pods), strict=True) if old]
+            if not older:
+                return False
+            digest = hashlib.sha256(json.dumps(want, sort_keys=True).encode()).hexdigest()[:16]
+            self._check(
+                self.kubectl(
+                    "annotate", "pod", *older, f"{CONFIG_ANNOTATION}={digest}", "--overwrite"
+                ),
+                "asking the kubelets to re-sync the Slurm config",
+            )
+            deadline = time.monotonic() + timeout
+            waiting = older
+            while waiting and time.monotonic() < deadline:
+                time.sleep(1)
+                waiting = [
+                    p for p, old in zip(waiting, pool.map(stale, waiting), strict=True) if old
+                ]
+        if waiting:
+            raise DeployError(
+                f"after {timeout:.0f} s, these pods still see an older Slurm config: "
+                + ", ".join(waiting)
+            )
+        print(f"updated the Slurm config of {', '.join(older)}", file=self.log)
+        return True
 
     def ensure_munge_key(self) -> None:
         """Create the Secret with 1024 random bytes unless it exists (the key is never rotated

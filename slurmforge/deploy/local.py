@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from slurmforge import jail, proc
-from slurmforge.deploy import compose, slurmconf
+from slurmforge.deploy import compose, slurmconf, slurmctl
 from slurmforge.deploy import gpus as gpus_mod
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster, as_dict, state_dir
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable
 
-IN_SERVICE = {"idle", "mix", "alloc", "comp"}
 PROJECT_LABEL = "com.docker.compose.project"  # set by Compose v1 and v2 alike
 SERVICE_LABEL = "com.docker.compose.service"
 
@@ -200,15 +199,10 @@ class Local:
                         raise DeployError(f"{node}: projecting the GPU driver failed: {out}")
         self.compose("up", "-d", "--remove-orphans")
         if changed and running:
-            code, out = self.sh(CONTROLLER, "scontrol reconfigure")
-            if code:
-                raise DeployError(f"scontrol reconfigure failed: {out}")
+            slurmctl.reconfigure(self.controller_sh)
 
-    def node_states(self) -> dict[str, str] | None:
-        code, out = self.sh(CONTROLLER, "sinfo -h -N -o '%N %t'")
-        if code:
-            return None
-        return dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+    def controller_sh(self, command: str) -> tuple[int, str]:
+        return self.sh(CONTROLLER, command)
 
     def wait_ready(self, timeout: float) -> None:
         """Until every node is in service (idle, or running jobs); else name the failing ones."""
@@ -223,8 +217,8 @@ class Local:
                         f"container {container.name} stopped (exit code "
                         f"{container.attrs['State'].get('ExitCode')})\n{self._tail(service)}"
                     )
-            states = self.node_states()
-            if states is not None and all(states.get(n) in IN_SERVICE for n in nodes):
+            states = slurmctl.node_states(self.controller_sh)
+            if slurmctl.in_service(states, nodes):
                 return
             time.sleep(1)
         failing = [CONTROLLER] if states is None else [n for n in nodes if states.get(n) != "idle"]
@@ -244,28 +238,16 @@ class Local:
         if volumes:
             shutil.rmtree(state_dir(self.cluster.name), ignore_errors=True)
 
-    def drain(self, nodes: list[str], timeout: float) -> None:
-        """Drain ``nodes`` and wait until no job runs on them."""
-        names = ",".join(nodes)
-        code, out = self.sh(
-            CONTROLLER, f"scontrol update NodeName={names} State=DRAIN Reason='slurmforge scale'"
-        )
-        if code:
-            raise DeployError(f"could not drain {names}: {out}")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            code, out = self.sh(CONTROLLER, f"squeue -h -w {names} -o %i")
-            if code == 0 and not out:
-                return
-            time.sleep(2)
-        raise DeployError(f"jobs still running on {names} after {timeout:.0f} s: {out}")
+    def admit(self, new: Cluster) -> None:
+        """Refuse ``new`` when this host cannot run it (more GPUs than it has)."""
+        gpus_mod.assign(new)
 
     def scale(self, new: Cluster, timeout: float) -> list[str]:
         """Apply ``new`` (this cluster with other replica counts); returns the removed nodes."""
         ids = self.image_ids()
         removed = sorted({n for _, n in self.cluster.nodes} - {n for _, n in new.nodes})
         if removed and self.running(CONTROLLER) is not None:
-            self.drain(removed, timeout)
+            slurmctl.drain(self.controller_sh, removed, timeout)
         self.cluster = new
         self.__dict__.pop("gpus", None)  # the GPU assignment follows the new node counts
         self._apply(ids[JAIL], self.munge_key(), populate=False)

@@ -110,10 +110,14 @@ class K8sCluster:
         self.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
 
     def deploy(self) -> subprocess.CompletedProcess[str]:
+        return self.invoke("deploy")
+
+    def invoke(self, task: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """`invoke TASK --target k8s` on this cluster's file, with a 300 s bound per wait."""
         where = ["--cluster", str(self.cluster_file), "--out", str(self.root / "out")]
         context = ["--context", self.kube.context] if self.kube.context else []
         return subprocess.run(
-            [*INVOKE, "deploy", "--target", "k8s", "--timeout", "300", *where, *context],
+            [*INVOKE, task, "--target", "k8s", "--timeout", "300", *where, *context, *args],
             cwd=ROOT,
             env=self.env,
             capture_output=True,
@@ -138,7 +142,7 @@ def k8s_cluster(
         kube.run("apply", "-f", str(manifest), namespaced=False)
         kube.made += [f"persistentvolume/{n}" for n in names]
     kube.namespace = name
-    env = {**kube.env, "SLURMFORGE_DEBUG": ""}
+    env = {**kube.env, "SLURMFORGE_DEBUG": "", "SLURMFORGE_STATE_DIR": str(root / "state")}
     cluster = K8sCluster(kube, root, env)
     cluster.write(data)
     try:

@@ -1,7 +1,7 @@
 """The default cluster on a real Kubernetes API server and kubelet (tests/k8s/conftest.py says
 which): deployed with `invoke deploy --target k8s`, every node idle, jobs from the login pod in
-the jail; a node pod that comes back under a new IP, slurmctld deleted with a held job, and a
-redeploy with a changed cluster file."""
+the jail; a node pod that comes back under a new IP, slurmctld deleted with a held job, a
+redeploy with a changed cluster file, and `invoke scale` up and down under running jobs."""
 
 from __future__ import annotations
 
@@ -162,3 +162,59 @@ def test_redeploy_with_a_changed_jail_keep_runs_a_new_populate(deployed: K8sClus
     (job,) = new
     assert kube.run("get", job, "-o", "jsonpath={.status.succeeded}") == "1"
     assert kube.states() == {"cpu-0": "idle", "cpu-1": "idle"}
+
+
+def test_scale_adds_idle_nodes_under_running_jobs_and_drains_before_removing(
+    deployed: K8sCluster,
+) -> None:
+    kube = deployed.kube
+    pods = ("slurmctld-0", "login-0", "cpu-0", "cpu-1")
+    uids = {p: kube.run("get", "pod", p, "-o", "jsonpath={.metadata.uid}") for p in pods}
+    kube.sh("login-0", "login", "rm -f ~/during.out ~/drained.out", user="alice")
+    during = _submit(kube, "-w cpu-0 -o during.out --wrap 'sleep 20; echo survived'")
+    _wait_running(kube, during)
+
+    proc = deployed.invoke("scale", "cpu=3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert kube.states()["cpu-2"] == "idle"
+    # the node count is not part of what rolls pods: none was replaced, the job runs on
+    assert {p: kube.run("get", "pod", p, "-o", "jsonpath={.metadata.uid}") for p in pods} == uids
+    assert _output(kube, "during.out", 60) == "survived"
+    # the login pod's jail knows the new node too
+    out = kube.sh("login-0", "login", "srun -N3 hostname", user="alice")
+    assert sorted(out.split()) == ["cpu-0", "cpu-1", "cpu-2"]
+
+    drained = _submit(kube, "-w cpu-2 -o drained.out --wrap 'sleep 15; echo finished'")
+    _wait_running(kube, drained)
+    proc = deployed.invoke("scale", "cpu=2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "removed cpu-2" in proc.stdout
+    # drained first: its job ran to the end before the pod went
+    assert _output(kube, "drained.out", 0) == "finished"
+    assert kube.states() == {"cpu-0": "idle", "cpu-1": "idle"}
+    kube.run("wait", "--for=delete", "pod/cpu-2", "--timeout=60s")
+    assert {p: kube.run("get", "pod", p, "-o", "jsonpath={.metadata.uid}") for p in pods} == uids
+
+
+def _submit(kube, options: str) -> str:
+    out = kube.sh("login-0", "login", f"cd ~ && sbatch {options}", user="alice")
+    return re.search(r"Submitted batch job (\d+)", out).group(1)
+
+
+def _wait_running(kube, job: str) -> None:
+    deadline = time.monotonic() + 60
+    while (state := kube.sh("login-0", "login", f"squeue -h -j {job} -o %T", user="alice")) != (
+        "RUNNING"
+    ):
+        assert time.monotonic() < deadline, f"job {job}: {state}"
+        time.sleep(1)
+
+
+def _output(kube, name: str, timeout: float) -> str:
+    """~alice/NAME once it has a line, waiting up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = kube.sh("login-0", "login", f"cat ~/{name} 2>/dev/null || true", user="alice")
+        if out or time.monotonic() >= deadline:
+            return out
+        time.sleep(2)

@@ -225,6 +225,36 @@ def test_populate_job_is_named_after_everything_that_defines_it(checkout, write_
     assert _kube(kept, root).populate_job != kube.populate_job
 
 
+def test_node_counts_change_the_config_but_roll_no_pod(checkout, write_cluster) -> None:
+    cluster_file, root = checkout
+    data = yaml.safe_load(cluster_file.read_text())
+
+    def rendered(data: dict) -> tuple[dict, dict]:
+        objects = _kube(write_cluster(data), root).objects
+        hashes = {
+            n: _template(o)["metadata"]["annotations"]["slurmforge.io/config-hash"]
+            for n, o in objects.items()
+            if _pod(o) and o["kind"] != "Job"
+        }
+        return objects["configmap-slurm-config.yaml"]["data"]["slurm.conf"], hashes
+
+    conf, hashes = rendered(data)
+    for count in (0, 5):  # scaled down to nothing, or up
+        data["nodesets"][0]["replicas"] = count
+        scaled_conf, scaled_hashes = rendered(data)
+        assert scaled_conf != conf  # the nodes learn the new list (live, see Kube.sync_config)
+        assert scaled_hashes == hashes  # but no pod template changes
+    data["partitions"][1]["default"] = True
+    data["partitions"][0]["default"] = False
+    _, other = rendered(data)
+    assert all(other[n] != h for n, h in hashes.items())  # any other change rolls them
+
+
+def _template(obj: dict) -> dict:
+    spec = obj["spec"]["jobTemplate"]["spec"] if obj["kind"] == "CronJob" else obj["spec"]
+    return spec["template"]
+
+
 def test_pods_get_no_token_and_the_munge_key_collides_with_nothing(checkout) -> None:
     cluster_file, root = checkout
     kube = _kube(cluster_file, root)
@@ -307,13 +337,21 @@ def test_no_munge_key_in_the_rendered_directory(checkout) -> None:
         )
 
 
+NODES = ("cpu-0", "cpu-1", "a100-0", "a100-1", "a100-2")  # the cluster of _cluster_data
+
+
 def _server(served: dict[str, list[str]], failing: str = ""):
     """A recording stand-in for kubectl's answers: the kinds served per API version; ``failing``:
-    an apply that names this file fails after applying the files before it."""
+    an apply that names this file fails after applying the files before it. No StatefulSets or
+    pods exist yet, and slurmctld reports every node idle."""
     calls: list[list[str]] = []
 
     def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
+        if argv[-1] == "json":  # get statefulsets / pods
+            return subprocess.CompletedProcess(argv, 0, json.dumps({"items": []}), "")
+        if "sinfo -h -N -o '%N %t'" in argv:
+            return subprocess.CompletedProcess(argv, 0, "".join(f"{n} idle\n" for n in NODES), "")
         if "--raw" in argv:
             version = argv[-1].split("/", 2)[-1]
             kinds = served.get(version, [])
@@ -350,11 +388,14 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     ctx, ns = ["--context", "prod"], ["--context", "prod", "--namespace", "team-a"]
     files = [str(kube.dir / name) for name in kube.objects]
     apply = [kubectl, *ctx, "apply", "--server-side", "--field-manager=slurmforge"]
+    instance, nodes = "app.kubernetes.io/instance=train", "app.kubernetes.io/component=node"
+    exec_ = [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--"]
     assert (
         calls
         == [
             *([kubectl, *ctx, "get", "--raw", path] for path in ("/api/v1", "/apis/batch/v1")),
             [kubectl, *ctx, "get", "--raw", "/apis/apps/v1"],
+            [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{nodes}", "-o", "json"],
             [*apply, "-f", files[0]],  # the Namespace first
             [kubectl, *ns, "get", "secret", "munge-key", "-o", "name"],
             [*apply, *(a for f in files[1:] for a in ("-f", f))],
@@ -370,11 +411,13 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
                 [kubectl, *ns, "rollout", "status", f"statefulset/{s}", "--timeout=300s"]
                 for s in ("slurmctld", "cpu", "a100", "login")
             ),
+            [kubectl, *ns, "get", "pods", "-l", instance, "-o", "json"],  # their Slurm config
+            [*exec_, "bash", "-c", "sinfo -h -N -o '%N %t'"],  # until every node is in service
             [
                 kubectl,
                 *ns,
                 "exec",
-                "statefulset/slurmctld",
+                "slurmctld-0",
                 "-c",
                 "slurmctld",
                 "--",
