@@ -13,6 +13,10 @@ from typing import Any
 
 from invoke import Exit, task
 
+from slurmforge.options import number, parse_errors_exit_2
+
+parse_errors_exit_2()
+
 HERE = Path(__file__).resolve().parent
 SELECT_HELP = {
     "set": "matrix set from versions.yaml (default: default)",
@@ -97,7 +101,7 @@ def build(
     set="default",
     cell=None,
     component=None,
-    jobs=2,
+    jobs=None,
     dry_run=False,
     fail_fast=False,
     mirror=None,
@@ -105,6 +109,7 @@ def build(
     config=None,
 ):
     """Build the images of a matrix set; unchanged targets are reused without calling docker."""
+    jobs = number("--jobs", jobs, 2, integer=True)
     if not dry_run and not allow_unpinned:
         from slurmforge import fastpath
 
@@ -258,18 +263,15 @@ def push(
     component=None,
     registry=None,
     force=False,
-    retries=4,
+    retries=None,
     config=None,
 ):
     """Push every tag of the selected built, tested images; record their digests in build/."""
     from slurmforge import push as push_mod
 
+    retries = number("--retries", retries, 4, integer=True, inclusive=True)
     project = _project(set, cell, component, config)
-    if not str(retries).isdigit():
-        from slurmforge.errors import ConfigError
-
-        raise ConfigError(f"--retries {retries!r}: expected a count >= 0")
-    pushed, lock = push_mod.push(project, registry, force, int(retries))
+    pushed, lock = push_mod.push(project, registry, force, retries)
     print(_table(push_mod.summary(pushed), ["image", "digest", "sent", "existed", "tries", "time"]))
     print(f"digests recorded in {lock}", file=sys.stderr)
 
@@ -390,9 +392,7 @@ def _k8s(cluster, config, out, context, namespace):
 
 
 def _seconds(value: str | None, default: float) -> float:
-    from slurmforge.deploy import parse_timeout
-
-    return parse_timeout(value, default)
+    return number("--timeout", value, default)
 
 
 def _local_only(**options) -> None:
@@ -510,8 +510,10 @@ def gpu_check(c, cluster=None, config=None, out=None, min_busbw=None, command=No
     """Run the GPU health check once on every GPU node: drain slow ones, resume recovered ones."""
     from slurmforge.deploy import healthcheck
 
+    threshold = number("--min-busbw", min_busbw, inclusive=True)
     local = _local(cluster, config, out)
-    threshold = float(min_busbw) if min_busbw is not None else local.cluster.spec.gpu.min_busbw
+    if threshold is None:
+        threshold = local.cluster.spec.gpu.min_busbw
     results = healthcheck.run(local, threshold, command)
     print(_table([[r.node, r.verdict, r.detail] for r in results], ["node", "verdict", "detail"]))
     if any(r.verdict == "error" for r in results):

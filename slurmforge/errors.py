@@ -2,6 +2,26 @@
 
 from __future__ import annotations
 
+import reprlib
+
+QUOTE_LIMIT = 80
+
+
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters: a message names the
+    value, it does not reproduce a pasted file (or an alias bomb's expansion)."""
+    text = reprlib_repr(value, limit * 2)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def reprlib_repr(value: object, budget: int) -> str:
+    """repr that stops early on large containers and strings (reprlib with a size budget)."""
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = budget
+    r.maxlist = r.maxtuple = r.maxdict = r.maxset = 8
+    r.maxlevel = 4
+    return r.repr(value)
+
 
 class SlurmforgeError(Exception):
     """Base error. ``exit_code`` 2 means bad input, 1 means an operation failed."""

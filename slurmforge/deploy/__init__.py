@@ -64,19 +64,6 @@ def parse_scale(arg: str) -> tuple[str, int]:
     return nodeset, int(count)
 
 
-def parse_timeout(value: str | None, default: float) -> float:
-    """--timeout: a positive number of seconds (``default`` when not given)."""
-    if value is None:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds < float("inf"):  # also refuses nan
-        raise ConfigError(f"--timeout {value!r}: expected a positive number of seconds")
-    return seconds
-
-
 def scale(target, arg: str, versions_file: Path, timeout: float) -> list[str]:
     """`invoke scale NODESET=N` on a running cluster of either target (`Local`, `Kube`); returns
     the removed nodes. The count is kept in the cluster's state and overrides the file's."""

@@ -97,6 +97,9 @@ class Layers:
                     "rename one of them"
                 )
         self._loaded: dict[str, Mapping[str, Any]] = {}
+        # node set index → where its keys came from, in the order applied: (file, key path of
+        # the mapping in that file, the mapping)
+        self.sources: dict[int, list[tuple[Path, tuple[str | int, ...], Mapping[str, Any]]]] = {}
 
     def known(self) -> list[str]:
         return sorted({BASE, *self.files, *self.nodesets})
@@ -106,14 +109,30 @@ class Layers:
         if not isinstance(raw, Mapping):
             return raw  # the model reports the wrong type with its path
         name = raw.get("name") if isinstance(raw.get("name"), str) else f"#{index}"
-        return self._flatten(raw, self.path, ("nodesets", index), [name])
+        self.sources[index] = []
+        return self._flatten(raw, self.path, ("nodesets", index), [name], self.sources[index])
+
+    def blame(self, loc: tuple[str | int, ...]) -> tuple[Path, tuple[str | int, ...]]:
+        """The file and key path that gave the merged node set's value at ``loc`` (a path in
+        the cluster file's model, such as ``nodesets[0].cpus``): the last layer that set it."""
+        if len(loc) > 2 and loc[0] == "nodesets" and loc[1] in self.sources:
+            for file, where, raw in reversed(self.sources[loc[1]]):  # type: ignore[index]
+                if _has_path(raw, tuple(p for p in loc[2:] if p != "[key]")):
+                    return file, (*where, *loc[2:])
+        return self.path, loc
 
     def _flatten(
-        self, raw: Mapping[str, Any], file: Path, loc: tuple[str | int, ...], stack: list[str]
+        self,
+        raw: Mapping[str, Any],
+        file: Path,
+        loc: tuple[str | int, ...],
+        stack: list[str],
+        sources: list[tuple[Path, tuple[str | int, ...], Mapping[str, Any]]],
     ) -> dict[str, Any]:
         own = {k: v for k, v in raw.items() if k != "definitions"}
         definitions = raw.get("definitions")
         if definitions is None:
+            sources.append((file, loc, own))
             return own
         where = f"{file}: {format_path((*loc, 'definitions'))}"
         if not isinstance(definitions, list) or not all(isinstance(d, str) for d in definitions):
@@ -123,15 +142,22 @@ class Layers:
             if layer in stack:
                 cycle = " → ".join([*stack[stack.index(layer) :], layer])
                 raise ConfigError(f"{where}[{i}]: layer cycle {cycle}")
-            merged = deep_update(merged, self._layer(layer, f"{where}[{i}]", stack))
+            merged = deep_update(merged, self._layer(layer, f"{where}[{i}]", stack, sources))
+        sources.append((file, loc, own))
         return deep_update(merged, own)
 
-    def _layer(self, name: str, where: str, stack: list[str]) -> dict[str, Any]:
+    def _layer(
+        self,
+        name: str,
+        where: str,
+        stack: list[str],
+        sources: list[tuple[Path, tuple[str | int, ...], Mapping[str, Any]]],
+    ) -> dict[str, Any]:
         if name == BASE:
             return copy.deepcopy(BASE_LAYER)
         if name in self.nodesets:
             i, raw = self.nodesets[name]
-            out = self._flatten(raw, self.path, ("nodesets", i), [*stack, name])
+            out = self._flatten(raw, self.path, ("nodesets", i), [*stack, name], sources)
             out.pop("name", None)
             return out
         if name in self.files:
@@ -140,7 +166,19 @@ class Layers:
             self._loaded[name] = raw
             if "name" in raw:
                 raise ConfigError(f"{file}: name: a layer file is named by its file name")
-            return self._flatten(raw, file, (), [*stack, name])
+            return self._flatten(raw, file, (), [*stack, name], sources)
         raise ConfigError(
             f"{where}: unknown layer {name!r}; expected one of {', '.join(self.known())}"
         )
+
+
+def _has_path(data: Any, loc: tuple[str | int, ...]) -> bool:
+    for part in loc:
+        if isinstance(data, list):
+            found = isinstance(part, int) and 0 <= part < len(data)
+        else:
+            found = isinstance(data, Mapping) and part in data
+        if not found:
+            return False
+        data = data[part]
+    return True

@@ -238,6 +238,7 @@ def load(path: Path, config: Config) -> Cluster:
     """The cluster in ``path``, with layers applied, `invoke scale` overrides and images bound."""
     raw = read_yaml(path)
     nodesets = raw.get("nodesets")
+    layers = None
     if isinstance(nodesets, list):
         layers_dir = path.parent / str(raw.get("layers", "layers"))
         layers = Layers(path, nodesets, layers_dir)
@@ -248,7 +249,7 @@ def load(path: Path, config: Config) -> Cluster:
         for ns in raw["nodesets"]:
             if isinstance(ns, dict) and ns.get("name") in scale:
                 ns["replicas"] = scale[ns["name"]]
-    spec = validate(ClusterSpec, raw, path)
+    spec = validate(ClusterSpec, raw, path, blame=layers.blame if layers else None)
     _check_references(path, spec)
     cell, images, hint = _bind_images(path, spec, config)
     return Cluster(spec, path, cell, images, hint)

@@ -169,4 +169,6 @@ def test_lock_then_fetch_through_a_mirror_directory(tmp_path: Path, shipped: dic
 
 
 def test_push_refuses_a_negative_retry_count() -> None:
-    _assert_clean_failure(_invoke("push", "--retries", "-1"), "--retries -1: expected a count")
+    _assert_clean_failure(
+        _invoke("push", "--retries", "-1"), "--retries '-1': expected an integer >= 0"
+    )
