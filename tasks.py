@@ -13,7 +13,7 @@ from typing import Any
 
 from invoke import Exit, task
 
-from slurmforge.options import number, parse_errors_exit_2
+from slurmforge.options import number, out_dir, parse_errors_exit_2
 
 parse_errors_exit_2()
 
@@ -43,8 +43,10 @@ def _fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except SlurmforgeError as exc:
             if os.environ.get("SLURMFORGE_DEBUG"):
                 raise
+            from slurmforge.refs import redact
+
             hint = f"\nhint: {exc.hint}" if exc.hint else ""
-            raise Exit(f"error: {exc.message}{hint}", code=exc.exit_code) from None
+            raise Exit(redact(f"error: {exc.message}{hint}"), code=exc.exit_code) from None
 
     return wrapper
 
@@ -227,7 +229,8 @@ def matrix(c, set="default", format="table", config=None):
 @_fails_cleanly
 def render(c, out, set="default", cell=None, component=None, config=None):
     """Write the rendered Dockerfiles of the selected targets under OUT for review."""
-    for path in _project(set, cell, component, config).render(Path(out)):
+    where = out_dir("--out", out, Path.cwd())
+    for path in _project(set, cell, component, config).render(where):
         print(path)
 
 
@@ -270,6 +273,8 @@ def push(
     from slurmforge import push as push_mod
 
     retries = number("--retries", retries, 4, integer=True, inclusive=True)
+    if registry:
+        push_mod.check_registry(registry)  # refused before Docker is asked anything
     project = _project(set, cell, component, config)
     pushed, lock = push_mod.push(project, registry, force, retries)
     print(_table(push_mod.summary(pushed), ["image", "digest", "sent", "existed", "tries", "time"]))
@@ -341,7 +346,7 @@ def _local(cluster: str | None, config: str | None, out: str | None, target: str
     from slurmforge.deploy import open_local
 
     cluster_file = Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
-    out_root = Path(out).resolve() if out else HERE / "deploy" / "out"
+    out_root = out_dir("--out", out, HERE / "deploy" / "out")
     return open_local(cluster_file, _config_path(config), out_root, target)
 
 
@@ -387,7 +392,7 @@ def _k8s(cluster, config, out, context, namespace):
     from slurmforge.deploy import open_k8s
 
     cluster_file = Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
-    out_root = Path(out).resolve() if out else HERE / "deploy" / "out"
+    out_root = out_dir("--out", out, HERE / "deploy" / "out")
     return open_k8s(cluster_file, _config_path(config), out_root, namespace, context)
 
 
@@ -457,11 +462,12 @@ def scale(
     parse_scale(spec)  # bad input is refused before anything is contacted
     seconds = _seconds(timeout, 600 if target == "k8s" else 180)
     if target == "k8s":
-        running = _k8s(cluster, config, out, context, namespace)
+        opener = functools.partial(_k8s, cluster, config, out, context, namespace)
     else:
         _local_only(context=context, namespace=namespace)
-        running = _local(cluster, config, out)
-    removed = scale_nodes(running, spec, _config_path(config), seconds)
+        opener = functools.partial(_local, cluster, config, out)
+    cluster_file = Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
+    removed = scale_nodes(opener, cluster_file, spec, _config_path(config), seconds)
     print(f"scaled: {spec}" + (f" (removed {', '.join(removed)})" if removed else ""))
 
 
@@ -469,6 +475,10 @@ def scale(
 @_fails_cleanly
 def login(c, user=None, cluster=None, config=None, out=None):
     """Open a shell inside the jail on the login node."""
+    if user is not None:
+        from slurmforge.deploy.model import check_user
+
+        check_user(user)  # refused before Docker is asked anything
     argv = _local(cluster, config, out).login_argv(user)
     os.execvp(argv[0], argv)
 
@@ -488,6 +498,7 @@ def jail_populate(c, into, set="default", cell=None, keep=None, config=None):
     """Copy the jail image's filesystem into a directory or volume (idempotent, resumable)."""
     from slurmforge import jail
 
+    jail.check_into(into)  # refused before Docker is asked anything
     project = _project(set, [cell] if cell else None, ["jail"], config)
     targets = [t for t in project.targets if t.component == "jail"]
     if len(targets) != 1:

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from slurmforge import refs
 from slurmforge.errors import ConfigError, quote
 
 UNPINNED = "unpinned"
@@ -29,11 +30,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _VERSION3 = r"^\d+\.\d+\.\d+$"
 _COMMIT = r"^[0-9a-f]{40}$"
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
-_IMAGE_REF = re.compile(
-    r"^(?P<name>[a-z0-9]+(?:[._/:-][a-z0-9]+)*)"  # [registry[:port]/]path
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
-)
 # What the GPU images take from 'tools:', and in which form.
 GPU_TOOLS = {"nccl": "userspace", "nccl-tests": "sources", "pyxis": "sources", "enroot": "sources"}
 TAG_FIELDS = frozenset({"slurm", "slurm_series", "cuda", "distro", "component"})
@@ -41,47 +37,34 @@ TAG_FIELDS = frozenset({"slurm", "slurm_series", "cuda", "distro", "component"})
 
 def _sha256(value: str) -> str:
     if value != UNPINNED and not _SHA256.match(value):
-        raise ValueError(f"expected 64 lowercase hex digits or '{UNPINNED}', got {value!r}")
+        raise ValueError(f"expected 64 lowercase hex digits or '{UNPINNED}', got {quote(value)}")
     return value
 
 
 def _url(value: str) -> str:
-    scheme = value.split("://", 1)[0] if "://" in value else ""
-    if scheme not in ("http", "https", "file"):
-        raise ValueError(f"expected an http://, https:// or file:// URL, got {value!r}")
-    return value
+    return refs.url(value, ("http", "https", "file"))
 
 
 _GIT_SCHEMES = ("https", "git", "file")
 
 
 def _git_url(value: str) -> str:
-    scheme = value.split("://", 1)[0] if "://" in value else ""
-    if scheme not in _GIT_SCHEMES:
-        raise ValueError(
-            f"expected a clone URL with scheme {', '.join(s + '://' for s in _GIT_SCHEMES)}, "
-            f"got {value!r}"
-        )
-    return value
+    return refs.url(value, _GIT_SCHEMES)
 
 
 def _image_ref(value: str) -> str:
-    if not _IMAGE_REF.match(value):
-        raise ValueError(
-            f"expected an image reference like 'ubuntu:22.04[@sha256:…]', got {value!r}"
-        )
-    return value
+    return refs.image_ref(value)
 
 
 def _tag_template(value: str) -> str:
     try:
         fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
     except ValueError as exc:
-        raise ValueError(f"malformed tag template {value!r}: {exc}") from None
+        raise ValueError(f"malformed tag template {quote(value)}: {exc}") from None
     unknown = fields - TAG_FIELDS
     if unknown:
         raise ValueError(
-            f"unknown placeholder {{{sorted(unknown)[0]}}} in {value!r}; "
+            f"unknown placeholder {{{sorted(unknown)[0]}}} in {quote(value)}; "
             f"expected some of {{{'}, {'.join(sorted(TAG_FIELDS))}}}"
         )
     return value
@@ -322,9 +305,7 @@ class Axes(Model):
 
 
 class MatrixSet(Model):
-    registry: Annotated[
-        str, Strict(), StringConstraints(pattern=r"^[a-z0-9][a-z0-9.:_/-]*[a-z0-9]$")
-    ]
+    registry: Annotated[str, Strict(), AfterValidator(refs.registry_prefix)]
     tags: tuple[Annotated[str, Strict(), AfterValidator(_tag_template)], ...] = Field(min_length=1)
     matrix: Axes | None = None
     include: tuple[CellSpec, ...] = ()
@@ -541,11 +522,13 @@ def validate(
 
 def load(path: Path) -> Config:
     """Parse and validate ``path`` (and its lock file); raise ConfigError with file and key path."""
-    from slurmforge import sources  # local import: sources imports this module
+    from slurmforge import matrix, sources  # local imports: both import this module
 
     versions = validate(Versions, read_yaml(path), path)
     _check_references(path, versions)
-    return Config(path=path, versions=versions, locked=sources.read_lock(path))
+    config = Config(path=path, versions=versions, locked=sources.read_lock(path))
+    matrix.check_tags(config)
+    return config
 
 
 def _check_references(path: Path, v: Versions) -> None:
@@ -623,6 +606,6 @@ def _unknown(
     path: Path, loc: tuple[str | int, ...], what: str, value: str, known: dict[str, Any]
 ) -> None:
     raise ConfigError(
-        f"{path}: {format_path(loc)}: unknown {what} {value!r}; "
+        f"{path}: {format_path(loc)}: unknown {what} {quote(value)}; "
         f"expected one of {', '.join(sorted(known))}"
     )

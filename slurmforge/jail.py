@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -10,16 +11,65 @@ from typing import IO
 import docker
 
 from slurmforge.engine import Engine
-from slurmforge.errors import BuildError, ConfigError
+from slurmforge.errors import BuildError, ConfigError, quote
 
 MOUNT = "/jail"
-SENTINEL = ".slurmforge/populated"  # written by jail/populate after a complete copy
+# What makes a directory a jail, on disk: jail/populate writes MARKER before it copies anything
+# and SENTINEL (the image ID) after a complete copy. Populate only ever writes into an empty
+# directory or one that carries either file.
+MARKER = ".slurmforge/jail"
+SENTINEL = ".slurmforge/populated"
 LABEL = "io.slurmforge.jail-populate"
+# Never a jail, nor any directory above one of these: populate deletes what the image lacks.
+SYSTEM_DIRS = (
+    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
+    "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr",
+    "/usr/bin", "/usr/lib", "/usr/local", "/usr/sbin", "/usr/share", "/var", "/var/lib",
+    "/var/log", "/var/tmp",
+)  # fmt: skip
+VOLUME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")  # Docker's rule for volume names
+IGNORED = {"lost+found"}  # what a new filesystem holds before anything is written
 
 
 def is_path(into: str) -> bool:
     """A target that names a host directory (a bind mount) rather than a Docker volume."""
     return into.startswith(("/", "./", "../", "~")) or into in (".", "..")
+
+
+def check_into(into: str) -> str:
+    """What ``--into`` names, checked before anything is written: a host directory (resolved:
+    missing, empty, or a jail) or a Docker volume name. Returns the resolved path or the name."""
+    if not is_path(into):
+        if not VOLUME_NAME.fullmatch(into):
+            raise ConfigError(
+                f"--into {quote(into)}: expected a directory (/…, ./…, ~/…) or a Docker volume "
+                "name (letters, digits, _ . -)"
+            )
+        return into
+    target = Path(into).expanduser().resolve()
+    if str(target) == "/" or any(
+        str(target) == d or d.startswith(f"{target}/") for d in SYSTEM_DIRS
+    ):
+        raise ConfigError(f"--into {quote(into)}: {target} is a system directory, never a jail")
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"--into {quote(into)}: {target} exists and is not a directory")
+    if target.is_dir() and not is_jail(target):
+        raise ConfigError(
+            f"--into {quote(into)}: {target} holds files but no {MARKER}: it is not a jail, and "
+            "populate would delete what the image lacks",
+            hint="populate into an empty or new directory",
+        )
+    return str(target)
+
+
+def is_jail(directory: Path) -> bool:
+    """Empty (but for lost+found), or marked by populate."""
+    if (directory / MARKER).is_file() or (directory / SENTINEL).is_file():
+        return True
+    try:
+        return all(entry.name in IGNORED for entry in directory.iterdir())
+    except OSError as exc:
+        raise ConfigError(f"--into {directory}: cannot list it: {exc.strerror}") from None
 
 
 def populate(
@@ -35,12 +85,9 @@ def populate(
     info = engine.inspect(jail_ref)
     if info is None:
         raise ConfigError(f"jail image {jail_ref} is not built", hint="run: invoke build")
+    source = check_into(into)
     if is_path(into):
-        target = Path(into).expanduser().resolve()
-        target.mkdir(parents=True, exist_ok=True)
-        source = str(target)
-    else:
-        source = into
+        Path(source).mkdir(parents=True, exist_ok=True)
     if _holds(engine, source, info.id):
         # the same answer the entrypoint would give, without starting a container for it
         out.write(f"populate: {into} already holds {info.id}\n")

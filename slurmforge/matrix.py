@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from slurmforge import refs
 from slurmforge.config import Config, MatrixSet, format_path
-from slurmforge.errors import ConfigError
+from slurmforge.errors import ConfigError, quote
 
 INTERNAL_REGISTRY = "slurmforge"
 
@@ -183,15 +184,38 @@ def select_cells(cells: Sequence[Cell], names: Iterable[str], set_name: str) -> 
     return [by_name[n] for n in dict.fromkeys(names)]
 
 
-def tags_for(mset: MatrixSet, component: str, cell: Cell) -> list[str]:
-    values = {
+def _values(component: str, cell: Cell) -> dict[str, str]:
+    return {
         "component": component,
         "slurm": cell.slurm,
         "slurm_series": cell.slurm_series,
         "cuda": cell.cuda,
         "distro": cell.distro,
     }
+
+
+def tags_for(mset: MatrixSet, component: str, cell: Cell) -> list[str]:
+    values = _values(component, cell)
     return [f"{mset.registry}/{component}:{t.format(**values)}" for t in mset.tags]
+
+
+def check_tags(config: Config) -> None:
+    """Every tag every set makes, for each of its cells and public components, is a valid image
+    reference (the distribution grammar): refused when versions.yaml is loaded, not by the
+    daemon halfway through a build."""
+    for set_name, mset in config.versions.sets.items():
+        cells = cells_of(config, set_name)
+        for component in (n for n, c in COMPONENTS.items() if c.public):
+            for cell in cells:
+                for i, template in enumerate(mset.tags):
+                    tag = template.format(**_values(component, cell))
+                    try:
+                        refs.tagged(mset.registry, component, tag)
+                    except ValueError as exc:
+                        raise ConfigError(
+                            f"{config.path}: {format_path(('sets', set_name, 'tags', i))}: "
+                            f"{quote(template)} for {component} of {cell.name} {exc}"
+                        ) from None
 
 
 def expand(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 from slurmforge.errors import ConfigError, quote
@@ -42,6 +43,20 @@ def number(
     ):
         raise ConfigError(f"{option} {quote(value)}: expected {kind} {bound}")
     return parsed
+
+
+def out_dir(option: str, value: str | None, default: Path) -> Path:
+    """``--option`` as a directory to write under: resolved, and refused when it (or what would
+    have to be its parent) is something other than a directory."""
+    path = Path(value).expanduser().resolve() if value else default
+    for each in (path, *path.parents):
+        if each.exists():
+            if not each.is_dir():
+                raise ConfigError(
+                    f"{option} {quote(value or str(path))}: {each} is not a directory"
+                )
+            break
+    return path
 
 
 def parse_errors_exit_2() -> None:

@@ -22,9 +22,10 @@ from typing import IO, TYPE_CHECKING, Any
 import docker.auth
 import docker.errors
 import requests.exceptions
+from docker_image import reference
 from tqdm import tqdm
 
-from slurmforge import atomic, tested
+from slurmforge import atomic, refs, tested
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, SlurmforgeError
 from slurmforge.matrix import Target
@@ -68,12 +69,7 @@ class Pushed:
 
 def registry_of(ref: str) -> str:
     """The registry host of an image reference (docker.io when it names none)."""
-    first = ref.split("/", 1)[0]
-    return (
-        first
-        if "/" in ref and ("." in first or ":" in first or first == "localhost")
-        else ("docker.io")
-    )
+    return reference.Reference.parse_normalized_named(ref).domain()
 
 
 def retarget(ref: str, old: str, new: str | None) -> str:
@@ -86,12 +82,12 @@ def retarget(ref: str, old: str, new: str | None) -> str:
 
 
 def check_registry(value: str) -> str:
-    if not re.fullmatch(r"[a-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9._-]+)*", value):
+    try:
+        return refs.registry_prefix(value.rstrip("/"))
+    except ValueError as exc:
         raise ConfigError(
-            f"--registry {value!r}: expected HOST[:PORT][/PATH] in lower case, "
-            "e.g. 127.0.0.1:5000/slurmforge or ghcr.io/acme"
-        )
-    return value.rstrip("/")
+            f"--registry: {exc}", hint="e.g. 127.0.0.1:5000/slurmforge or ghcr.io/acme"
+        ) from None
 
 
 # -- the lock file -------------------------------------------------------------------------------

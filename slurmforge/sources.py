@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import http.client
 import json
+import netrc
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from slurmforge import atomic, gitsource
+from slurmforge import atomic, gitsource, refs
 from slurmforge.config import UNPINNED, Config, ConfigError, GitSource, Source, Wheel
 from slurmforge.errors import ChecksumError, PinError, SourceError
 
@@ -76,6 +77,23 @@ def write_lock(config_path: Path, recorded: dict[str, str]) -> Path:
     return path
 
 
+class _NetrcPasswords(urllib.request.HTTPPasswordMgr):
+    """Basic-auth credentials from ~/.netrc (or $NETRC), as git and pip read them: a source or
+    mirror that needs a login is given none in its URL."""
+
+    def find_user_password(self, realm: str | None, authuri: str) -> tuple[str | None, str | None]:
+        host = urllib.parse.urlsplit(authuri if "://" in authuri else f"//{authuri}").hostname
+        try:
+            found = netrc.netrc().authenticators(host or "")
+        except (OSError, netrc.NetrcParseError):
+            return None, None
+        return (found[0], found[2]) if found else (None, None)
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(_NetrcPasswords()))
+
+
 def mirror_url(url: str, mirror: str | None) -> str:
     """Rewrite ``url`` onto ``mirror``: ``<mirror>/<host>/<path>`` (a URL or a local directory)."""
     if not mirror:
@@ -93,6 +111,11 @@ def resolve_mirror(mirror: str | None) -> str | None:
     """``--mirror``, else ``$SLURMFORGE_MIRROR``; a directory that does not exist is refused."""
     where = "--mirror" if mirror else f"${MIRROR_ENV}"
     mirror = mirror or os.environ.get(MIRROR_ENV) or None
+    if mirror and "://" in mirror:
+        try:
+            refs.url(mirror, ("http", "https", "file"))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}", hint=refs.CREDENTIALS_HINT) from None
     if mirror and "://" not in mirror and not Path(mirror).is_dir():
         raise ConfigError(
             f"{where}: mirror directory {mirror} does not exist",
@@ -210,7 +233,7 @@ class Cache:
         try:
             with os.fdopen(fd, "wb") as out:
                 try:
-                    response = urllib.request.urlopen(url, timeout=60)
+                    response = _opener().open(url, timeout=60)
                 except urllib.error.HTTPError as exc:
                     raise SourceError(f"{url}: HTTP {exc.code} {exc.reason}") from None
                 except (urllib.error.URLError, OSError) as exc:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from slurmforge.errors import ConfigError
 
@@ -64,24 +66,31 @@ def parse_scale(arg: str) -> tuple[str, int]:
     return nodeset, int(count)
 
 
-def scale(target, arg: str, versions_file: Path, timeout: float) -> list[str]:
-    """`invoke scale NODESET=N` on a running cluster of either target (`Local`, `Kube`); returns
-    the removed nodes. The count is kept in the cluster's state and overrides the file's."""
+def scale(
+    open_target: Callable[[], Any],
+    cluster_file: Path,
+    arg: str,
+    versions_file: Path,
+    timeout: float,
+) -> list[str]:
+    """`invoke scale NODESET=N` on a running cluster of either target (``open_target`` makes the
+    `Local` or `Kube`, once the input is known to be good); returns the removed nodes. The count
+    is kept in the cluster's state and overrides the file's; it is written only once the new
+    cluster is valid, fits, and the cluster is deployed."""
     from slurmforge import config
     from slurmforge.deploy import model
 
     nodeset, count = parse_scale(arg)
-    cluster = target.cluster
-    names = [ns.name for ns in cluster.spec.nodesets]
+    versions = config.load(versions_file)
+    current = model.load(cluster_file, versions)
+    names = [ns.name for ns in current.spec.nodesets]
     if nodeset not in names:
         known = ", ".join(names)
         raise ConfigError(f"scale: unknown node set {nodeset!r}; expected one of {known}")
-    before = model.read_scale(cluster.name)
-    model.write_scale(cluster.name, {**before, nodeset: count})
-    try:
-        new = model.load(cluster.path, config.load(versions_file))
-        target.admit(new)  # e.g. more GPUs than the host has: refused before anything changes
-    except ConfigError:
-        model.write_scale(cluster.name, before)
-        raise
+    replicas = {**model.read_scale(current.name), nodeset: count}
+    new = model.load(cluster_file, versions, replicas)
+    target = open_target()
+    target.admit(new)  # e.g. more GPUs than the host has: refused before anything changes
+    target.check_deployed()
+    model.write_scale(current.name, replicas)
     return target.scale(new, timeout)

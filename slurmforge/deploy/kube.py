@@ -264,6 +264,16 @@ class Kube:
         self.apply(timeout)
         return removed
 
+    def check_deployed(self) -> None:
+        argv = self.kubectl("get", "statefulset", CONTROLLER, "-o", "name")
+        proc = self.run(argv)
+        if proc.returncode and "NotFound" in proc.stderr:
+            raise ConfigError(
+                f"cluster {self.cluster.name} is not deployed in namespace {self.namespace}",
+                hint="run: invoke deploy --target k8s",
+            )
+        _checked(proc, "looking for slurmctld")
+
     def admit(self, new: Cluster) -> None:
         """Nothing to check before a scale: the scheduler places GPU pods, or leaves them
         Pending (and the wait for nodes names them)."""

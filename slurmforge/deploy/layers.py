@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmforge.config import format_path, read_yaml
-from slurmforge.errors import ConfigError
+from slurmforge.errors import ConfigError, quote
 
 BASE = "base"
 # What every node set that uses definitions starts from.
@@ -136,7 +136,7 @@ class Layers:
             return own
         where = f"{file}: {format_path((*loc, 'definitions'))}"
         if not isinstance(definitions, list) or not all(isinstance(d, str) for d in definitions):
-            raise ConfigError(f"{where}: expected a list of layer names, got {definitions!r}")
+            raise ConfigError(f"{where}: expected a list of layer names, got {quote(definitions)}")
         merged: dict[str, Any] = copy.deepcopy(BASE_LAYER)
         for i, layer in enumerate(definitions):
             if layer in stack:

@@ -18,7 +18,15 @@ from typing import IO, Any
 from slurmforge import jail, proc
 from slurmforge.deploy import compose, slurmconf, slurmctl
 from slurmforge.deploy import gpus as gpus_mod
-from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster, as_dict, state_dir
+from slurmforge.deploy.model import (
+    CONTROLLER,
+    JAIL,
+    LOGIN,
+    Cluster,
+    as_dict,
+    check_user,
+    state_dir,
+)
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable
 
@@ -117,7 +125,8 @@ class Local:
             bound = mine.attrs["HostConfig"].get("PortBindings") or {}
             if any(b.get("HostPort") == str(login.port) for v in bound.values() for b in v or []):
                 return
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        family = socket.AF_INET6 if ":" in login.address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((login.address, login.port))
@@ -238,6 +247,13 @@ class Local:
         if volumes:
             shutil.rmtree(state_dir(self.cluster.name), ignore_errors=True)
 
+    def check_deployed(self) -> None:
+        if not self.file.exists() or self.container(CONTROLLER) is None:
+            raise ConfigError(
+                f"cluster {self.cluster.name} is not deployed here (no slurmctld container)",
+                hint="run: invoke deploy",
+            )
+
     def admit(self, new: Cluster) -> None:
         """Refuse ``new`` when this host cannot run it (more GPUs than it has)."""
         gpus_mod.assign(new)
@@ -258,6 +274,7 @@ class Local:
         container = self.running(LOGIN)
         if container is None:
             raise DeployError(f"the login node of {self.cluster.name} is not running")
-        inner = ["su", "-", user] if user else ["/bin/bash", "-l"]
+        # `--`: a name is never taken for an option of su (the name is checked too)
+        inner = ["su", "--login", "--", check_user(user)] if user else ["/bin/bash", "-l"]
         tty = ["-it"] if sys.stdin.isatty() else ["-i"]
         return ["docker", "exec", *tty, container.name, "chroot", slurmconf.JAIL_ROOT, *inner]

@@ -16,10 +16,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, StrictInt, StringConstraints
 
-from slurmforge import matrix
+from slurmforge import matrix, refs
 from slurmforge.config import Config, Model, format_path, read_yaml, validate
 from slurmforge.deploy.layers import Layers
-from slurmforge.errors import ConfigError
+from slurmforge.errors import ConfigError, quote
 
 # node and service names: DNS labels short enough for Slurm node names with a "-<index>" suffix
 DNSName = Annotated[
@@ -29,6 +29,8 @@ Word = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.:/=-
 Capability = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Z][A-Z_]+$")]
 AbsPath = Annotated[str, StringConstraints(strict=True, pattern=r"^/[^\s:]*$")]
 EnvName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# a jail user's name, as the jail's createuser accepts it (and useradd after it)
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 # Components that run as part of the cluster (the rest are build stages).
 CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
 
@@ -77,7 +79,9 @@ class Partition(Model):
 
 
 class LoginSpec(Model):
-    address: Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9.]+$")] = "127.0.0.1"
+    address: Annotated[str, StringConstraints(strict=True), AfterValidator(refs.ip_address)] = (
+        "127.0.0.1"
+    )
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 2222
 
 
@@ -92,7 +96,7 @@ def _scratch(path: str) -> str:
     if not top or top in (*NODE_DIRS, "home", "tmp"):
         raise ValueError(
             f"expected a directory outside /, /home, /tmp and the system directories "
-            f"(/{', /'.join(NODE_DIRS)}), got {path!r}"
+            f"(/{', /'.join(NODE_DIRS)}), got {quote(path)}"
         )
     return path.rstrip("/")
 
@@ -120,7 +124,9 @@ class GpuSpec(Model):
 
 def _quantity(value: str) -> str:
     if not re.fullmatch(r"[1-9][0-9]*(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?", value):
-        raise ValueError(f"expected a Kubernetes quantity such as 100Gi or 500M, got {value!r}")
+        raise ValueError(
+            f"expected a Kubernetes quantity such as 100Gi or 500M, got {quote(value)}"
+        )
     return value
 
 
@@ -129,27 +135,21 @@ def _subdomain(value: str) -> str:
     if len(value) > 253 or not re.fullmatch(rf"{label}(\.{label})*", value):
         raise ValueError(
             "expected a storage class name (lower-case DNS subdomain, e.g. 'nfs-client'), "
-            f"got {value!r}"
+            f"got {quote(value)}"
         )
     return value
 
 
 def _kube_version(value: str) -> str:
     if not re.fullmatch(r"1\.[0-9]{2}", value):
-        raise ValueError(f"expected a Kubernetes minor version such as '1.31', got {value!r}")
-    return value
-
-
-def _cron(value: str) -> str:
-    if len(value.split()) != 5 and not value.startswith("@"):
-        raise ValueError(f"expected a cron schedule of 5 fields, e.g. '0 */6 * * *', got {value!r}")
+        raise ValueError(f"expected a Kubernetes minor version such as '1.31', got {quote(value)}")
     return value
 
 
 Quantity = Annotated[str, StringConstraints(strict=True), AfterValidator(_quantity)]
 StorageClass = Annotated[str, StringConstraints(strict=True), AfterValidator(_subdomain)]
 KubeVersion = Annotated[str, StringConstraints(strict=True), AfterValidator(_kube_version)]
-Cron = Annotated[str, StringConstraints(strict=True), AfterValidator(_cron)]
+Cron = Annotated[str, StringConstraints(strict=True), AfterValidator(refs.cron)]
 
 
 class VolumeSpec(Model):
@@ -176,9 +176,9 @@ class KubernetesSpec(Model):
     login_service: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"
     # pull the images from this registry prefix instead of the set's (where `push --registry`
     # put them); images are pinned by digest when build/images.lock.json has them
-    registry: Annotated[str, StringConstraints(strict=True, pattern=r"^[a-z0-9.:/_-]+$")] | None = (
-        None
-    )
+    registry: (
+        Annotated[str, StringConstraints(strict=True), AfterValidator(refs.registry_prefix)] | None
+    ) = None
     image_pull_secrets: tuple[DNSName, ...] = ()
     health_check: HealthCheckSpec = HealthCheckSpec()
     # node pods request what their node set declares (cpus, memory_mb), as their limits, so
@@ -226,6 +226,15 @@ class Cluster:
         return next(ns for ns in self.spec.nodesets if ns.name == name)
 
 
+def check_user(name: str) -> str:
+    """A jail user name (``--user``), as the jail's createuser accepts it."""
+    if not USER_NAME.fullmatch(name):
+        raise ConfigError(
+            f"--user {quote(name)}: expected a user name: a-z or _, then up to 31 of a-z 0-9 _ -"
+        )
+    return name
+
+
 def state_dir(cluster_name: str) -> Path:
     """Where a cluster's secrets and scale live: outside the repository, never in an image."""
     base = os.environ.get("SLURMFORGE_STATE_DIR") or os.path.join(
@@ -234,8 +243,9 @@ def state_dir(cluster_name: str) -> Path:
     return Path(base) / cluster_name
 
 
-def load(path: Path, config: Config) -> Cluster:
-    """The cluster in ``path``, with layers applied, `invoke scale` overrides and images bound."""
+def load(path: Path, config: Config, scale: dict[str, int] | None = None) -> Cluster:
+    """The cluster in ``path``, with layers applied, `invoke scale` overrides (``scale``, else
+    those recorded in its state) and images bound."""
     raw = read_yaml(path)
     nodesets = raw.get("nodesets")
     layers = None
@@ -245,7 +255,7 @@ def load(path: Path, config: Config) -> Cluster:
         raw["nodesets"] = [layers.resolve(i, ns) for i, ns in enumerate(nodesets)]
     name = raw.get("name")
     if isinstance(name, str) and isinstance(raw.get("nodesets"), list):
-        scale = read_scale(name)
+        scale = read_scale(name) if scale is None else scale
         for ns in raw["nodesets"]:
             if isinstance(ns, dict) and ns.get("name") in scale:
                 ns["replicas"] = scale[ns["name"]]
@@ -296,6 +306,11 @@ def _check_references(path: Path, spec: ClusterSpec) -> None:
                 raise ConfigError(
                     f"{path}: nodesets[{i}].gres: {gres!r}: expected gpu[:type]:count"
                 )
+        if ns.gpus and not any(ns.name in p.nodesets for p in spec.partitions):
+            raise ConfigError(
+                f"{path}: nodesets[{i}]: GPU node set {ns.name!r} is in no partition; the GPU "
+                "health check (and every job) needs one: add it to a partition's nodesets"
+            )
     if sum(p.default for p in spec.partitions) > 1:
         raise ConfigError(f"{path}: partitions: more than one partition has default: true")
 

@@ -203,6 +203,14 @@ def test_deploy_before_images_exist_names_the_build(deployed: Deployed, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def test_scale_of_a_cluster_never_deployed_stores_nothing(deployed: Deployed, tmp_path) -> None:
+    write_cluster(tmp_path, "sfnever", free_port())
+    env = {**deployed.env, "SLURMFORGE_STATE_DIR": str(tmp_path / "state")}
+    proc = invoke(env, "scale", "cpu=3", "--cluster", str(tmp_path / "cluster.yaml"))
+    _clean_failure(proc, "cluster sfnever is not deployed here")
+    assert not (tmp_path / "state").exists()
+
+
 def test_deploy_timeout_names_the_failing_node(deployed: Deployed, tmp_path, client) -> None:
     """A node whose munge key is withheld never registers: deploy gives up naming it, with logs."""
     nodesets = [

@@ -85,6 +85,11 @@ def test_a_node_pod_back_under_a_new_address_is_idle_again(deployed: K8sCluster)
                     raise
                 time.sleep(2)
         assert out == "cpu-1"
+        # and slurmctld reaches it at its new address: the job's end (sent by slurmctld to the
+        # node) completes, so the node is idle again instead of stuck completing, and no job is
+        # left behind
+        kube.wait_states({"cpu-1": "idle"}, timeout=30)
+        assert kube.sh("slurmctld-0", "slurmctld", "squeue -h -o '%i %T'") == ""
     finally:
         for holder in holders:
             subprocess.run(["docker", "rm", "-f", holder], capture_output=True, check=False)

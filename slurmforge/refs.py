@@ -1,0 +1,121 @@
+"""Grammars of the references this tool is given: OCI image references and registry prefixes
+(the distribution reference grammar, through docker-image-py), URLs (urllib's RFC 3986 split),
+IP addresses (ipaddress) and cron schedules (cronsim); and `redact`, which every URL goes
+through before it is printed.
+
+Each check returns the value or raises ValueError with what was expected, for pydantic
+validators and option parsing alike.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import urllib.parse
+from datetime import datetime
+
+from docker_image import reference
+
+from slurmforge.errors import quote
+
+CREDENTIALS_HINT = (
+    "keep credentials out of URLs: ~/.netrc (read by downloads, git and pip), pip's config or "
+    "keyring, `docker login` for registries"
+)
+# Kubernetes' CronJob (robfig/cron's standard parser) accepts these besides 5 fields.
+CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+
+
+def image_ref(value: str) -> str:
+    """A complete image reference (``debian:12``, ``ghcr.io/acme/x:1@sha256:…``)."""
+    try:
+        reference.Reference.parse_normalized_named(value)
+    except Exception as exc:  # the library's own hierarchy: one class per rule
+        raise ValueError(f"expected an image reference, got {quote(value)} ({_why(exc)})") from None
+    return value
+
+
+def registry_prefix(value: str) -> str:
+    """Where images are pushed: ``HOST[:PORT][/PATH]``, to which ``/<component>:<tag>`` is added."""
+    if "://" in value:
+        raise ValueError(
+            f"expected a registry without a scheme (HOST[:PORT][/PATH]), got {quote(value)}"
+        )
+    try:
+        reference.Reference.parse_normalized_named(f"{value}/component:tag")
+    except Exception as exc:
+        raise ValueError(
+            f"expected a registry prefix HOST[:PORT][/PATH], got {quote(value)} ({_why(exc)})"
+        ) from None
+    return value
+
+
+def tagged(registry: str, name: str, tag: str) -> str:
+    """``registry/name:tag``, refused unless the tag (made from a template) is a valid tag."""
+    ref = f"{registry}/{name}:{tag}"
+    try:
+        parsed = reference.Reference.parse_normalized_named(ref)
+    except Exception as exc:
+        raise ValueError(f"makes the invalid image reference {quote(ref)} ({_why(exc)})") from None
+    if parsed["tag"] != tag:
+        raise ValueError(f"makes the invalid image reference {quote(ref)} (tag {quote(tag)})")
+    return ref
+
+
+def _why(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def url(value: str, schemes: tuple[str, ...]) -> str:
+    """A URL with one of ``schemes`` and a host (``file:`` an absolute path, no host), and no
+    credentials."""
+    try:
+        parts = urllib.parse.urlsplit(value)
+        host, port = parts.hostname, parts.port  # port: raises on a bad one
+    except ValueError as exc:
+        raise ValueError(f"expected a URL, got {quote(redact(value))} ({exc})") from None
+    del port
+    wanted = ", ".join(f"{s}://" for s in schemes)
+    if parts.scheme not in schemes:
+        raise ValueError(f"expected a URL starting with {wanted}, got {quote(redact(value))}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"expected a URL without credentials, got {quote(redact(value))}")
+    if parts.scheme == "file":
+        if parts.netloc or not parts.path.startswith("/"):
+            raise ValueError(f"expected file:///absolute/path, got {quote(value)}")
+    elif not host:
+        raise ValueError(f"expected a URL with a host, got {quote(redact(value))}")
+    if any(c.isspace() for c in value):
+        raise ValueError(f"expected a URL without spaces, got {quote(redact(value))}")
+    return value
+
+
+_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+
+
+def redact(text: str) -> str:
+    """``text`` (a URL, or a message with URLs in it) with the credentials of every URL
+    replaced by ``***``: whatever prints a URL or a message passes it through here."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def ip_address(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError(f"expected an IP address such as 127.0.0.1, got {quote(value)}") from None
+
+
+def cron(value: str) -> str:
+    """A Kubernetes CronJob schedule: 5 fields, or one of CRON_MACROS."""
+    if value in CRON_MACROS:
+        return value
+    from cronsim import CronSim, CronSimError
+
+    try:
+        CronSim(value, datetime(2000, 1, 1))
+    except CronSimError as exc:
+        raise ValueError(
+            f"expected a cron schedule of 5 fields, e.g. '0 */6 * * *' ({exc}), got {quote(value)}"
+        ) from None
+    return value

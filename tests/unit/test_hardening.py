@@ -1,0 +1,309 @@
+"""Inputs a careful (or careless) user gives, through the real command line: each refused with one
+`error:` line naming the file or option, the key and what was expected, exit status 2, no
+traceback, and nothing written, deleted or leaked."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmforge import jail, refs
+from slurmforge.errors import ConfigError
+from tests.conftest import ROOT
+from tests.unit.inproc import run_cli
+from tests.unit.test_cli import _assert_clean_failure
+from tests.unit.test_deploy import _with
+
+
+def _tree_digest(root: Path) -> str:
+    """Names, modes and contents of everything under ``root``."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(f"{path.relative_to(root)} {path.lstat().st_mode}".encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+# -- populate never writes into what is not a jail ------------------------------------------------
+
+
+def test_populate_refuses_a_directory_with_content_and_leaves_it_untouched(tmp_path: Path) -> None:
+    target = tmp_path / "data"
+    (target / "sub").mkdir(parents=True)
+    (target / "keep.txt").write_text("precious\n")
+    (target / "sub" / "more").write_bytes(os.urandom(256))
+    before = _tree_digest(target)
+    proc = run_cli("jail-populate", "--into", str(target))
+    _assert_clean_failure(proc, f"{target} holds files but no .slurmforge/jail")
+    assert _tree_digest(target) == before
+
+
+@pytest.mark.parametrize(
+    ("into", "expected"),
+    [
+        ("../" * 12 + "etc", "/etc is a system directory"),  # resolved before deciding
+        ("/", "/ is a system directory"),
+        ("/usr", "/usr is a system directory"),
+        ("/var/lib", "/var/lib is a system directory"),
+        ("bad/name", "expected a directory (/…, ./…, ~/…) or a Docker volume name"),
+        ("-rf", "expected a directory (/…, ./…, ~/…) or a Docker volume name"),
+    ],
+)
+def test_populate_refuses_what_cannot_be_a_jail(into: str, expected: str) -> None:
+    _assert_clean_failure(run_cli("jail-populate", "--into", into), expected)
+
+
+def test_populate_refuses_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    _assert_clean_failure(
+        run_cli("jail-populate", "--into", str(tmp_path / "f")), "exists and is not a directory"
+    )
+
+
+def test_a_jail_is_an_empty_or_marked_directory(tmp_path: Path) -> None:
+    assert jail.check_into(str(tmp_path / "new")) == str(tmp_path / "new")  # made by populate
+    (tmp_path / "fresh" / "lost+found").mkdir(parents=True)
+    assert jail.check_into(str(tmp_path / "fresh"))
+    marked = tmp_path / "marked"
+    (marked / ".slurmforge").mkdir(parents=True)
+    (marked / "usr").mkdir()
+    with pytest.raises(ConfigError, match=r"no \.slurmforge/jail"):
+        jail.check_into(str(marked))
+    (marked / jail.MARKER).write_text("")  # what populate writes before its first copy
+    assert jail.check_into(str(marked)) == str(marked)
+    assert jail.check_into("my_jail.1") == "my_jail.1"  # a volume name
+
+
+# -- names that reach a command line --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("user", ["-c id", "--help", "Alice", "a b", "x" * 40, ""])
+def test_login_refuses_a_user_name_that_is_not_one(user: str) -> None:
+    _assert_clean_failure(run_cli("login", "--user", user), "--user")
+
+
+def test_cluster_and_node_set_names_are_dns_labels(write_cluster) -> None:
+    path = write_cluster(_with(name="My_Cluster"))
+    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), f"{path}: name: expected")
+    nodesets = [{"name": "-cpu", "definitions": ["cpu-small"], "replicas": 1}]
+    path = write_cluster(_with(nodesets=nodesets))
+    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "nodesets[0].name: expected")
+
+
+# -- credentials never in a URL, never printed ----------------------------------------------------
+
+
+def test_credentials_in_a_source_url_are_refused_and_not_printed(write_config, shipped) -> None:
+    url = "https://alice:s3cr3t-token@example.org/slurm.tar.gz"
+    shipped["slurm"]["24.11.5"]["sources"][0]["url"] = url
+    proc = run_cli("matrix", "--config", str(write_config(shipped)))
+    _assert_clean_failure(
+        proc, 'slurm."24.11.5".sources[0].url: expected a URL without credentials'
+    )
+    assert "s3cr3t" not in proc.stderr + proc.stdout
+
+
+def test_credentials_in_the_mirror_are_refused_and_not_printed() -> None:
+    proc = run_cli("fetch", env={"SLURMFORGE_MIRROR": "https://bob:hunter2@mirror.example/"})
+    _assert_clean_failure(proc, "$SLURMFORGE_MIRROR: expected a URL without credentials")
+    assert "hunter2" not in proc.stderr
+    assert "hint: keep credentials out of URLs: ~/.netrc" in proc.stderr
+
+
+def test_redact_hides_every_credential_in_a_message() -> None:
+    text = "https://u:t0k@h/x: HTTP 401; then git://me@h2/y.git failed; ssh://git@h3/z"
+    assert (
+        refs.redact(text)
+        == "https://***@h/x: HTTP 401; then git://***@h2/y.git failed; ssh://***@h3/z"
+    )
+
+
+# -- references, addresses, schedules, URLs: by their grammars ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("template", "why"),
+    [
+        ("", "invalid image reference"),
+        ("{slurm} x", "invalid image reference"),
+        ("a/{slurm}", "invalid image reference"),
+        ("{slurm}:x", "invalid image reference"),
+        ("-{slurm}", "invalid image reference"),
+    ],
+)
+def test_tag_templates_must_make_image_references(write_config, shipped, template, why) -> None:
+    shipped["sets"]["default"]["tags"] = [template]
+    proc = run_cli("matrix", "--config", str(write_config(shipped)))
+    _assert_clean_failure(proc, "sets.default.tags[0]: ")
+    assert why in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "registry", ["https://ghcr.io/acme", "reg.example//x", "a b", "/x", "reg.example/x:tag"]
+)
+def test_registries_must_be_registry_prefixes(write_config, shipped, registry) -> None:
+    shipped["sets"]["default"]["registry"] = registry
+    proc = run_cli("matrix", "--config", str(write_config(shipped)))
+    _assert_clean_failure(proc, "sets.default.registry: expected a registry")
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"login": {"address": "999.999.999.999"}}, "login.address: expected an IP address"),
+        ({"kubernetes": {"registry": "https://ghcr.io/acme"}}, "kubernetes.registry: expected a"),
+        ({"kubernetes": {"health_check": {"schedule": "x y z w v"}}}, "expected a cron schedule"),
+        ({"kubernetes": {"health_check": {"schedule": "@every"}}}, "expected a cron schedule"),
+    ],
+)
+def test_cluster_values_by_their_grammars(write_cluster, changes, expected) -> None:
+    path = write_cluster(_with(**changes))
+    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), expected)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("file://relative/x.tar.gz", "expected file:///absolute/path"),
+        ("https:///x.tar.gz", "expected a URL with a host"),
+        ("https://h:99999/x.tar.gz", "expected a URL"),
+        ("ftp://h/x.tar.gz", "expected a URL starting with http://"),
+    ],
+)
+def test_source_urls_need_a_scheme_and_a_host(write_config, shipped, url, expected) -> None:
+    shipped["slurm"]["24.11.5"]["sources"][0]["url"] = url
+    proc = run_cli("matrix", "--config", str(write_config(shipped)))
+    _assert_clean_failure(proc, f'slurm."24.11.5".sources[0].url: {expected}')
+
+
+def test_good_values_pass_their_grammars() -> None:
+    assert refs.cron("*/5 * * * MON-FRI") and refs.cron("@hourly")
+    assert refs.ip_address("::1") == "::1"
+    assert refs.registry_prefix("localhost:5000/a/b")
+    assert refs.image_ref("debian:12") and refs.image_ref(f"x/y@sha256:{'a' * 64}")
+    assert refs.url("file:///srv/mirror/x.tar.gz", ("file",))
+
+
+# -- the loader: strict, bounded ------------------------------------------------------------------
+
+
+def test_a_file_that_is_not_utf8_names_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "versions.yaml"
+    path.write_bytes(b"sets:\n  caf\xe9: {}\n")
+    _assert_clean_failure(run_cli("matrix", "--config", str(path)), f"{path}: byte 11: not UTF-8")
+
+
+def test_a_key_that_is_a_list(tmp_path: Path) -> None:
+    path = tmp_path / "versions.yaml"
+    path.write_text("? [a, b]\n: 1\n")
+    _assert_clean_failure(run_cli("matrix", "--config", str(path)), "a key must be a plain value")
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for prev, name in zip("abcdefghi", "bcdefghij", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    path = tmp_path / "versions.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size < 3000
+    start = time.monotonic()
+    proc = run_cli("matrix", "--config", str(path))
+    _assert_clean_failure(proc, "aliases expand this document past")
+    assert time.monotonic() - start < 5
+
+
+def test_a_huge_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    path = tmp_path / "versions.yaml"
+    path.write_text("x: " + "a" * (20 << 20) + "\n")
+    start = time.monotonic()
+    _assert_clean_failure(run_cli("matrix", "--config", str(path)), "larger than 1024 KiB")
+    assert time.monotonic() - start < 2
+
+
+def test_a_long_value_is_quoted_short(write_config, shipped) -> None:
+    shipped["slurm"]["24.11.5"]["sources"][0]["sha256"] = "z" * 5000
+    proc = run_cli("matrix", "--config", str(write_config(shipped)))
+    _assert_clean_failure(proc, "sha256: expected 64 lowercase hex digits")
+    assert len(proc.stderr.splitlines()[0]) < 300
+
+
+# -- options: typed, and unknown ones exit 2 ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["build", "--jobs", "abc"], "--jobs 'abc': expected an integer > 0"),
+        (["build", "--jobs", "0"], "--jobs '0': expected an integer > 0"),
+        (["push", "--retries", "x"], "--retries 'x': expected an integer >= 0"),
+        (["gpu-check", "--min-busbw", "fast"], "--min-busbw 'fast': expected a number >= 0"),
+        (["deploy", "--timeout", "nan"], "--timeout 'nan': expected a number > 0"),
+        (["build", "--no-such-option"], "No idea what '--no-such-option' is"),
+        (["no-such-task"], "No idea what 'no-such-task' is"),
+        (["push", "--registry", "https://ghcr.io/x"], "--registry: expected a registry"),
+    ],
+)
+def test_options_are_typed_and_unknown_ones_exit_2(args: list[str], expected: str) -> None:
+    _assert_clean_failure(run_cli(*args), expected)
+
+
+def test_out_must_be_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    for args in (["deploy"], ["deploy", "--target", "k8s", "--dry-run"], ["render"]):
+        proc = run_cli(*args, "--out", str(tmp_path / "file" / "sub"))
+        _assert_clean_failure(proc, f"{tmp_path / 'file'} is not a directory")
+
+
+# -- nothing stored on refusal --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("cpu=99999", "replicas: Input should be less than or equal to 256"),
+        ("gpu=1", "unknown node set 'gpu'"),
+        ("cpu=3", ""),  # good, but the cluster was never deployed (here: no Docker either)
+    ],
+)
+def test_scale_refused_stores_no_count(write_cluster, tmp_path, spec, expected) -> None:
+    path = write_cluster(_with(name="never"))
+    state = tmp_path / "state"
+    proc = run_cli("scale", spec, "--cluster", str(path), env={"SLURMFORGE_STATE_DIR": str(state)})
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr and "Traceback" not in proc.stderr
+    assert not (state / "never" / "replicas.json").exists()
+
+
+# -- the right file is blamed ---------------------------------------------------------------------
+
+
+def test_a_typo_in_a_layer_file_names_the_layer_file(write_cluster, tmp_path) -> None:
+    path = write_cluster(_with())
+    layer = tmp_path / "layers" / "cpu-small.yaml"
+    layer.write_text(layer.read_text() + "cpuss: 2\n")
+    proc = run_cli("deploy", "--cluster", str(path))
+    _assert_clean_failure(proc, f"{layer}: cpuss: unknown key")
+    layer.write_text("cpus: many\n")
+    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), f"{layer}: cpus: input should")
+
+
+def test_a_gpu_node_set_in_no_partition(write_cluster) -> None:
+    nodesets = [
+        {"name": "cpu", "definitions": ["cpu-small"], "replicas": 1},
+        {"name": "a100", "definitions": ["gpu"], "replicas": 1, "gres": ["gpu:a100:1"]},
+    ]
+    path = write_cluster(_with(nodesets=nodesets))
+    proc = run_cli("deploy", "--target", "k8s", "--dry-run", "--cluster", str(path))
+    _assert_clean_failure(proc, "nodesets[1]: GPU node set 'a100' is in no partition")
+
+
+def test_shipped_files_still_pass() -> None:
+    assert run_cli("matrix").returncode == 0
+    data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    assert data["name"]
