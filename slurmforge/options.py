@@ -49,12 +49,16 @@ def out_dir(option: str, value: str | None, default: Path) -> Path:
     """``--option`` as a directory to write under: resolved, and refused when it (or what would
     have to be its parent) is something other than a directory."""
     path = Path(value).expanduser().resolve() if value else default
+    return directory(f"{option} {quote(value or str(path))}", path)
+
+
+def directory(label: str, path: Path) -> Path:
+    """``path``, refused (naming it by ``label``) when it, or the nearest of its parents that
+    exists, is not a directory: something would have to be written where a file is."""
     for each in (path, *path.parents):
         if each.exists():
             if not each.is_dir():
-                raise ConfigError(
-                    f"{option} {quote(value or str(path))}: {each} is not a directory"
-                )
+                raise ConfigError(f"{label}: {each} is not a directory")
             break
     return path
 

@@ -12,13 +12,14 @@ import http.client
 import json
 import netrc
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +125,19 @@ def resolve_mirror(mirror: str | None) -> str | None:
     return mirror
 
 
+@contextlib.contextmanager
+def _made_on_failure(path: Path) -> Iterator[None]:
+    """Remove, if the block fails, the directories it made on the way to ``path`` (the topmost of
+    them did not exist before, so nothing in it is anyone else's)."""
+    missing = next((p for p in reversed((path, *path.parents)) if not p.exists()), None)
+    try:
+        yield
+    except BaseException:
+        if missing is not None:
+            shutil.rmtree(missing, ignore_errors=True)
+        raise
+
+
 class Cache:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -141,8 +155,19 @@ class Cache:
         allow_unpinned: bool = False,
         trusted: tuple[str, ...] = (),
     ) -> Fetched:
-        """Return the first candidate that is cached or downloads with the right checksum."""
-        candidates = tuple(candidates)
+        """Return the first candidate that is cached or downloads with the right checksum. A
+        fetch that fails leaves no directory it made."""
+        with _made_on_failure(self.root):
+            return self._fetch(config, tuple(candidates), mirror, allow_unpinned, trusted)
+
+    def _fetch(
+        self,
+        config: Config,
+        candidates: tuple[Source | GitSource | Wheel, ...],
+        mirror: str | None,
+        allow_unpinned: bool,
+        trusted: tuple[str, ...],
+    ) -> Fetched:
         for source in candidates:
             sha = config.sha256_of(source)
             if sha != UNPINNED and (hit := self.lookup(sha, source.filename)):

@@ -25,6 +25,7 @@ from slurmforge.deploy.model import (
     Cluster,
     as_dict,
     check_user,
+    forget_state,
     state_dir,
 )
 from slurmforge.engine import Engine
@@ -245,7 +246,7 @@ class Local:
             raise ConfigError(f"{self.cluster.name} has no generated Compose file at {self.file}")
         self.compose("down", "--remove-orphans", *(["--volumes"] if volumes else []))
         if volumes:
-            shutil.rmtree(state_dir(self.cluster.name), ignore_errors=True)
+            forget_state(self.cluster.name)
 
     def check_deployed(self) -> None:
         if not self.file.exists() or self.container(CONTROLLER) is None:

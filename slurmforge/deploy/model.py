@@ -7,6 +7,7 @@ renderer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, StrictInt, StringConstraints
 
-from slurmforge import matrix, refs
+from slurmforge import matrix, options, refs
 from slurmforge.config import Config, Model, format_path, read_yaml, validate
 from slurmforge.deploy.layers import Layers
 from slurmforge.errors import ConfigError, quote
@@ -237,10 +238,13 @@ def check_user(name: str) -> str:
 
 def state_dir(cluster_name: str) -> Path:
     """Where a cluster's secrets and scale live: outside the repository, never in an image."""
-    base = os.environ.get("SLURMFORGE_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "slurmforge"
-    )
-    return Path(base) / cluster_name
+    given = os.environ.get("SLURMFORGE_STATE_DIR")
+    base = Path(given or os.environ.get("XDG_STATE_HOME") or "~/.local/state").expanduser()
+    where = "$SLURMFORGE_STATE_DIR" if given else "the state directory"
+    if not base.is_absolute():
+        raise ConfigError(f"{where} {quote(str(base))}: expected an absolute path")
+    options.directory(f"{where} {quote(str(base))}", base)
+    return (base if given else base / "slurmforge") / cluster_name
 
 
 def load(path: Path, config: Config, scale: dict[str, int] | None = None) -> Cluster:
@@ -263,6 +267,19 @@ def load(path: Path, config: Config, scale: dict[str, int] | None = None) -> Clu
     _check_references(path, spec)
     cell, images, hint = _bind_images(path, spec, config)
     return Cluster(spec, path, cell, images, hint)
+
+
+STATE_FILES = ("munge.key", "replicas.json")  # all a cluster's state directory holds
+
+
+def forget_state(cluster_name: str) -> None:
+    """Delete the cluster's state files (and the directory, once empty): only those this tool
+    writes, never whatever else $SLURMFORGE_STATE_DIR points at."""
+    directory = state_dir(cluster_name)
+    for name in STATE_FILES:
+        (directory / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not there, or it holds something not ours
+        directory.rmdir()
 
 
 def read_scale(cluster_name: str) -> dict[str, int]:

@@ -164,7 +164,8 @@ def write(
     for directory, names in ((node_dir, list(files)), (jail_dir, JAIL_FILES)):
         directory.mkdir(parents=True, exist_ok=True)
         for stale in directory.iterdir():
-            if stale.name not in names:
+            # only what an earlier render wrote (gres.conf, once a cluster has no GPUs)
+            if stale.name in (*NODE_FILES, "gres.conf") and stale.name not in names:
                 stale.unlink()
         for name in names:
             _write_if_changed(directory / name, files[name])

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from slurmforge import jail, refs
-from slurmforge.errors import ConfigError
+from slurmforge.errors import ConfigError, SourceError
 from tests.conftest import ROOT
 from tests.unit.inproc import run_cli
 from tests.unit.test_cli import _assert_clean_failure
@@ -307,3 +307,46 @@ def test_shipped_files_still_pass() -> None:
     assert run_cli("matrix").returncode == 0
     data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
     assert data["name"]
+
+
+def test_a_failed_fetch_leaves_no_directory_it_made(tmp_path: Path) -> None:
+    from slurmforge import config, sources
+
+    cfg = config.load(ROOT / "versions.yaml")
+    cache = sources.Cache(tmp_path / "new" / "cache")
+    missing = config.Source(url=(tmp_path / "nowhere.tar.gz").as_uri(), sha256="a" * 64)
+    with pytest.raises(SourceError, match=r"nowhere\.tar\.gz"):
+        cache.fetch(cfg, [missing])
+    assert not (tmp_path / "new").exists()
+
+
+def test_forgetting_state_deletes_only_state_files(tmp_path: Path, monkeypatch) -> None:
+    from slurmforge.deploy import model
+
+    monkeypatch.setenv("SLURMFORGE_STATE_DIR", str(tmp_path))
+    model.write_scale("etc", {"cpu": 3})
+    (tmp_path / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/bash\n")  # not ours
+    model.forget_state("etc")
+    assert not (tmp_path / "etc" / "replicas.json").exists()
+    assert (tmp_path / "etc" / "passwd").read_text().startswith("root:")
+    model.write_scale("mine", {"cpu": 1})
+    model.forget_state("mine")
+    assert not (tmp_path / "mine").exists()
+
+
+def test_a_relative_state_dir_is_refused(write_cluster) -> None:
+    path = write_cluster(_with())
+    proc = run_cli("scale", "cpu=3", "--cluster", str(path), env={"SLURMFORGE_STATE_DIR": "st"})
+    _assert_clean_failure(proc, "$SLURMFORGE_STATE_DIR 'st': expected an absolute path")
+
+
+def test_rendering_k8s_again_keeps_files_it_did_not_write(tmp_path: Path) -> None:
+    from slurmforge.deploy import k8s
+
+    out = tmp_path / "k8s"
+    obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}
+    k8s.write(out, {"namespace.yaml": obj, "old.yaml": obj}, "a", "cluster.yaml")
+    (out / "notes.txt").write_text("mine\n")
+    k8s.write(out, {"namespace.yaml": obj}, "a", "cluster.yaml")
+    assert not (out / "old.yaml").exists()  # an earlier render's, gone
+    assert (out / "notes.txt").read_text() == "mine\n"
