@@ -175,3 +175,20 @@ def test_upgrade_keeps_user_state(client, images, volumes) -> None:
         assert check[10] == "1000"  # the home's owner is untouched
     finally:
         client.images.remove(tag, force=True)
+
+
+def test_populate_refuses_a_volume_that_is_not_a_jail(client, images, volumes) -> None:
+    """The entrypoint's own check (what guards the k8s populate Job's claim): a volume with files
+    and no .slurmforge/jail is refused, exit 2, and left exactly as it was."""
+    volume = volumes()
+    checksum = "cd /jail && find . -printf '%p %m %s\\n' | sort | md5sum && md5sum data/precious"
+    _in_volume(
+        client,
+        images["jail"],
+        volume,
+        "mkdir -p /jail/data && head -c 4096 /dev/urandom > /jail/data/precious",
+    )
+    before = _in_volume(client, images["jail"], volume, checksum)
+    with pytest.raises(jail.ConfigError, match="refused"):
+        _populate(client, images["jail"], volume)
+    assert _in_volume(client, images["jail"], volume, checksum) == before
