@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 
 from slurmforge import config as config_mod
-from slurmforge import fastpath, matrix
+from slurmforge import fastpath, matrix, options
 from slurmforge.build import BuildOptions, Result, Runner
 from slurmforge.config import UNPINNED, Config
 from slurmforge.engine import Engine
@@ -214,8 +214,11 @@ class Project:
         return {t.id: sources(t).skipped for t in self.targets if not is_bootstrap(self.config, t)}
 
     def oci_labels(self) -> dict[str, str]:
-        epoch = os.environ.get("SOURCE_DATE_EPOCH")
-        created = datetime.fromtimestamp(int(epoch), UTC) if epoch else datetime.now(UTC)
+        epoch = options.number(
+            "$SOURCE_DATE_EPOCH", os.environ.get("SOURCE_DATE_EPOCH") or None, integer=True,
+            inclusive=True,
+        )  # fmt: skip
+        created = datetime.fromtimestamp(epoch, UTC) if epoch is not None else datetime.now(UTC)
         return {
             "org.opencontainers.image.created": created.isoformat(timespec="seconds"),
             "org.opencontainers.image.revision": git_revision(self.root),

@@ -29,7 +29,7 @@ from slurmforge.deploy.model import (
     state_dir,
 )
 from slurmforge.engine import Engine
-from slurmforge.errors import ConfigError, DeployError, EngineUnavailable
+from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
 
 PROJECT_LABEL = "com.docker.compose.project"  # set by Compose v1 and v2 alike
 SERVICE_LABEL = "com.docker.compose.service"
@@ -39,7 +39,10 @@ def compose_cli() -> list[str]:
     """`docker compose` (v2) when the plugin answers, else `docker-compose` (v1)."""
     override = os.environ.get("SLURMFORGE_COMPOSE")
     if override:
-        return shlex.split(override)
+        try:
+            return shlex.split(override)
+        except ValueError as exc:
+            raise ConfigError(f"$SLURMFORGE_COMPOSE {quote(override)}: {exc}") from None
     if shutil.which("docker"):
         probe = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
         if probe.returncode == 0:

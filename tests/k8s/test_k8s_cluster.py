@@ -5,6 +5,7 @@ redeploy with a changed cluster file, and `invoke scale` up and down under runni
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -21,8 +22,10 @@ pytestmark = pytest.mark.k8s
 
 @pytest.fixture(scope="module")
 def deployed(k8s_cluster: K8sCluster) -> K8sCluster:
+    """Deployed, with a jail user alice (made as a user would, with createuser)."""
     proc = k8s_cluster.deploy()
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    k8s_cluster.kube.sh("login-0", "login", "chroot /jail createuser --non-interactive alice")
     return k8s_cluster
 
 
@@ -42,7 +45,6 @@ def test_every_pod_starts_every_node_is_idle_and_a_user_runs_jobs(deployed: K8sC
         "cpu-1",
     }, phases
     assert kube.states() == {"cpu-0": "idle", "cpu-1": "idle"}
-    kube.sh("login-0", "login", "chroot /jail createuser --non-interactive alice")
     out = kube.sh("login-0", "login", "srun -N2 hostname", user="alice")
     assert sorted(out.split()) == ["cpu-0", "cpu-1"]
     out = kube.sh("login-0", "login", "cd ~ && sbatch --wait --wrap 'id -un'", user="alice")
@@ -50,7 +52,9 @@ def test_every_pod_starts_every_node_is_idle_and_a_user_runs_jobs(deployed: K8sC
     assert kube.sh("login-0", "login", f"cat ~/slurm-{job}.out", user="alice") == "alice"
 
 
-def test_no_pod_holds_a_token_and_probes_leave_the_logs_alone(deployed: K8sCluster) -> None:
+def test_no_token_no_probe_noise_and_the_secret_exists_before_its_mounts(
+    deployed: K8sCluster,
+) -> None:
     kube = deployed.kube
     for pod, container in (("slurmctld-0", "slurmctld"), ("cpu-0", "slurmd"), ("login-0", "login")):
         found = kube.sh(pod, container, "ls /var/run/secrets/kubernetes.io 2>&1 || true")
@@ -58,6 +62,10 @@ def test_no_pod_holds_a_token_and_probes_leave_the_logs_alone(deployed: K8sClust
     # a TCP readiness probe made slurmd log an error every 10 s
     log = kube.run("logs", "cpu-0", "-c", "slurmd")
     assert "Zero Bytes were transmitted" not in log
+    # the munge Secret exists before anything mounts it (it used to come after the pods)
+    events = kube.run("get", "events", "--field-selector", "reason=FailedMount", "-o", "json")
+    messages = [e["message"] for e in json.loads(events)["items"]]
+    assert not [m for m in messages if "munge" in m], messages
 
 
 def test_a_node_pod_back_under_a_new_address_is_idle_again(deployed: K8sCluster) -> None:
@@ -85,9 +93,17 @@ def test_a_node_pod_back_under_a_new_address_is_idle_again(deployed: K8sCluster)
                     raise
                 time.sleep(2)
         assert out == "cpu-1"
-        # and slurmctld reaches it at its new address: the job's end (sent by slurmctld to the
-        # node) completes, so the node is idle again instead of stuck completing, and no job is
-        # left behind
+        # and slurmctld reaches it at its new address: a batch job (which slurmctld itself
+        # launches on the node) runs there, the job's end completes, and the node is idle again
+        # instead of stuck completing, with no job left behind
+        out = kube.sh(
+            "login-0",
+            "login",
+            "cd ~ && timeout 60 sbatch --wait -w cpu-1 -o readdressed.out --wrap hostname"
+            " >/dev/null && cat readdressed.out",
+            user="alice",
+        )
+        assert out == "cpu-1"
         kube.wait_states({"cpu-1": "idle"}, timeout=30)
         assert kube.sh("slurmctld-0", "slurmctld", "squeue -h -o '%i %T'") == ""
     finally:
