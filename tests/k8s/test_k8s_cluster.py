@@ -18,6 +18,9 @@ from tests.k8s.conftest import K8sCluster
 from tests.k8s.lab import LAB
 
 pytestmark = pytest.mark.k8s
+# how long a re-addressed node is watched: past slurmctld's pings of it (SlurmdTimeout=60: every
+# 20 s a node not heard from is pinged, and marked not responding after 60 s)
+PING_WATCH_S = 100
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +109,11 @@ def test_a_node_pod_back_under_a_new_address_is_idle_again(deployed: K8sCluster)
         assert out == "cpu-1"
         kube.wait_states({"cpu-1": "idle"}, timeout=30)
         assert kube.sh("slurmctld-0", "slurmctld", "squeue -h -o '%i %T'") == ""
+        # slurmctld's own pings reach it too: a node it pings at a stale address turns idle*
+        # (not responding) within a minute, and down* later
+        while time.monotonic() - start < PING_WATCH_S:
+            assert kube.states()["cpu-1"] == "idle", kube.states()
+            time.sleep(5)
     finally:
         for holder in holders:
             subprocess.run(["docker", "rm", "-f", holder], capture_output=True, check=False)

@@ -7,7 +7,6 @@ DOCKER_HOST points at a socket that does not exist.
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,20 +16,15 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.gitrepos import make_repo
+from tests.unit.inproc import run_cli
 
 INVOKE = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
 NO_DAEMON = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
 
 def _invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*INVOKE, *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, **NO_DAEMON, **(env or {})},
-        timeout=60,
-    )
+    """The real command line, run in this process (see inproc.py)."""
+    return run_cli(*args, env=env)
 
 
 def _assert_clean_failure(proc: subprocess.CompletedProcess[str], expected: str) -> None:

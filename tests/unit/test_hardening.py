@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from slurmforge import jail, refs
 from slurmforge.errors import ConfigError, SourceError
 from tests.conftest import ROOT
 from tests.unit.inproc import run_cli
-from tests.unit.test_cli import _assert_clean_failure
+from tests.unit.test_cli import INVOKE, _assert_clean_failure
 from tests.unit.test_deploy import _with
 
 
@@ -350,3 +351,13 @@ def test_rendering_k8s_again_keeps_files_it_did_not_write(tmp_path: Path) -> Non
     k8s.write(out, {"namespace.yaml": obj}, "a", "cluster.yaml")
     assert not (out / "old.yaml").exists()  # an earlier render's, gone
     assert (out / "notes.txt").read_text() == "mine\n"
+
+
+def test_the_entry_point_itself_exits_2_with_one_line() -> None:
+    """The same through a fresh `python -m invoke` process, as a user runs it."""
+    proc = subprocess.run(
+        [*INVOKE, "build", "--jobs", "many"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    _assert_clean_failure(proc, "--jobs 'many': expected an integer > 0")
+    proc = subprocess.run([*INVOKE, "bulid"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    _assert_clean_failure(proc, "No idea what 'bulid' is")
