@@ -10,15 +10,14 @@ from typing import IO
 
 import docker
 
+from slurmforge import jail_contract
 from slurmforge.engine import Engine
 from slurmforge.errors import BuildError, ConfigError, quote
 
-MOUNT = "/jail"
-# What makes a directory a jail, on disk: jail/populate writes MARKER before it copies anything
-# and SENTINEL (the image ID) after a complete copy. Populate only ever writes into an empty
-# directory or one that carries either file.
-MARKER = ".slurmforge/jail"
-SENTINEL = ".slurmforge/populated"
+MOUNT = jail_contract.ROOT
+# What makes a directory a jail, on disk (see jail_contract): populate only ever writes into an
+# empty directory or one that carries either file.
+MARKER, SENTINEL = jail_contract.MARKER, jail_contract.SENTINEL
 LABEL = "io.slurmforge.jail-populate"
 # Never a jail, nor any directory above one of these: populate deletes what the image lacks.
 SYSTEM_DIRS = (
@@ -95,11 +94,7 @@ def populate(
     container = engine.client.containers.run(
         info.id,
         command=[MOUNT],
-        environment={
-            "SLURMFORGE_JAIL_DIGEST": info.id,
-            "SLURMFORGE_JAIL_KEEP": " ".join(keep),
-            "SLURMFORGE_JAIL_RSYNC_OPTS": rsync_opts,
-        },
+        environment=jail_contract.populate_env(info.id, keep, rsync_opts),
         volumes={source: {"bind": MOUNT, "mode": "rw"}},
         labels={LABEL: into},
         detach=True,

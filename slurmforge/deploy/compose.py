@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from slurmforge import jail_contract
 from slurmforge.deploy import slurmconf
 from slurmforge.deploy.gpus import Assignment
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
@@ -94,7 +95,7 @@ def render(
             "ports": [f"{_host(cluster.spec.login.address)}:{cluster.spec.login.port}:22"],
             "volumes": [node_conf, jail_conf, key, jail],
             **(
-                {"environment": {"SLURMFORGE_JAIL_SCRATCH": " ".join(cluster.spec.jail.scratch)}}
+                {"environment": {jail_contract.SCRATCH_ENV: " ".join(cluster.spec.jail.scratch)}}
                 if cluster.spec.jail.scratch
                 else {}
             ),
@@ -124,10 +125,7 @@ def render(
         "image": cluster.images[JAIL],
         "profiles": ["setup"],
         "command": [slurmconf.JAIL_ROOT],
-        "environment": {
-            "SLURMFORGE_JAIL_DIGEST": jail_id,
-            "SLURMFORGE_JAIL_KEEP": " ".join(cluster.spec.jail.kept),
-        },
+        "environment": jail_contract.populate_env(jail_id, cluster.spec.jail.kept),
         "volumes": [jail],
         "labels": labels(POPULATE),
         "restart": "no",

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from slurmforge import jail_contract
 from slurmforge.deploy import slurmconf
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster, NodeSet
 from slurmforge.errors import ConfigError
@@ -192,7 +193,7 @@ class Renderer:
 
     def wait_for_jail(self) -> dict[str, Any]:
         """An init container that holds the pod until the jail holds this digest's populate."""
-        marker = f"{slurmconf.JAIL_ROOT}/.slurmforge/populated"
+        marker = jail_contract.sentinel(slurmconf.JAIL_ROOT)
         digest = shlex.quote(self.images.jail_digest)
         script = (
             f"until grep -qxF {digest} {marker} 2>/dev/null; do "
@@ -305,8 +306,10 @@ class Renderer:
             "image": self.images.refs[JAIL],
             "args": [slurmconf.JAIL_ROOT],
             "env": [
-                {"name": "SLURMFORGE_JAIL_DIGEST", "value": self.images.jail_digest},
-                {"name": "SLURMFORGE_JAIL_KEEP", "value": " ".join(self.spec.jail.kept)},
+                {"name": k, "value": v}
+                for k, v in jail_contract.populate_env(
+                    self.images.jail_digest, self.spec.jail.kept
+                ).items()
             ],
             "volumeMounts": [{"name": "jail", "mountPath": slurmconf.JAIL_ROOT}],
             "securityContext": self.security(CAPABILITIES[POPULATE]),
@@ -518,7 +521,7 @@ class Renderer:
             "env": [
                 MUNGE_ENV,
                 *(
-                    [{"name": "SLURMFORGE_JAIL_SCRATCH", "value": " ".join(scratch)}]
+                    [{"name": jail_contract.SCRATCH_ENV, "value": " ".join(scratch)}]
                     if (scratch := self.spec.jail.scratch)
                     else []
                 ),

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import jinja2
 
+from slurmforge import jail_contract
 from slurmforge.deploy.model import CONTROLLER, Cluster
 
 STATE_DIR = "/var/spool/slurmctld"
 SPOOL_DIR = "/var/spool/slurmd"
-JAIL_ROOT = "/jail"
+JAIL_ROOT = jail_contract.ROOT
 JAIL_CONF = "/etc/slurmforge/jail/slurm"  # where the nodes see the jail's client config
 SPANK_PLUGIN = "/usr/lib/slurmforge/spank/jail.so"
 PYXIS_PLUGIN = "/usr/lib/slurmforge/spank/pyxis.so"  # slurmforge-pyxis, when built
