@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 
 from slurmforge import config as config_mod
-from slurmforge import fastpath, matrix, options
+from slurmforge import fastpath, matrix, options, state
 from slurmforge.build import BuildOptions, Result, Runner
 from slurmforge.config import UNPINNED, Config
 from slurmforge.engine import Engine
@@ -33,7 +33,7 @@ from slurmforge.plan import (
 )
 from slurmforge.proc import git_origin, git_revision
 from slurmforge.render import Renderer
-from slurmforge.sources import Cache, Fetched, resolve_mirror, write_lock
+from slurmforge.sources import Cache, Fetched, resolve_mirror
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class Project:
             if self.config.sha256_of(f.source) == UNPINNED
             and f.source.url.startswith(options.trusted)
         }
-        return fetched, skipped, write_lock(self.config.path, recorded)
+        return fetched, skipped, state.write_sources_lock(self.config.path, recorded)
 
     # -- plan / build ----------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from slurmforge import refs
+from slurmforge import refs, state
 from slurmforge.errors import ConfigError, quote
 
 UNPINNED = "unpinned"
@@ -522,11 +522,11 @@ def validate(
 
 def load(path: Path) -> Config:
     """Parse and validate ``path`` (and its lock file); raise ConfigError with file and key path."""
-    from slurmforge import matrix, sources  # local imports: both import this module
+    from slurmforge import matrix  # here: matrix imports this module
 
     versions = validate(Versions, read_yaml(path), path)
     _check_references(path, versions)
-    config = Config(path=path, versions=versions, locked=sources.read_lock(path))
+    config = Config(path=path, versions=versions, locked=state.read_sources_lock(path))
     matrix.check_tags(config)
     return config
 

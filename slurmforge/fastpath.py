@@ -13,7 +13,6 @@ Standard library only: importing pydantic, jinja2 and the Docker SDK costs more 
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import os
@@ -23,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from slurmforge import atomic
+from slurmforge import state
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -45,7 +44,7 @@ def write_summary(log_dir: Path, rows: list[dict[str, Any]]) -> None:
 
 def _snapshot(config_path: Path) -> dict[str, list[int]]:
     root = config_path.parent
-    paths = [config_path, config_path.with_name("versions.lock"), root / "tasks.py"]
+    paths = [config_path, state.sources_lock_path(config_path), root / "tasks.py"]
     for tree in (root / "images", root / "jail", root / "rootfs", PACKAGE):
         paths += [p for p in tree.rglob("*") if "__pycache__" not in p.parts]
     out = {}
@@ -57,11 +56,6 @@ def _snapshot(config_path: Path) -> dict[str, list[int]]:
         if path.is_file():
             out[str(path)] = [st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode]
     return out
-
-
-def _stamp_path(config_path: Path, selection: list[str]) -> Path:
-    key = hashlib.sha256(json.dumps([str(config_path.resolve()), *selection]).encode()).hexdigest()
-    return config_path.parent / ".cache" / "state" / f"build-{key[:16]}.json"
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -101,9 +95,8 @@ def record(
     config_path: Path, selection: list[str], images: dict[str, str], rows: list[dict[str, Any]]
 ) -> None:
     """Remember a fully successful build (tag → image ID, and its summary rows)."""
-    path = _stamp_path(config_path, selection)
     data = {"inputs": _snapshot(config_path), "images": images, "rows": rows}
-    atomic.write_text(path, json.dumps(data))
+    state.write_stamp(config_path, selection, data)
 
 
 def _unchanged(note: str) -> str:
@@ -114,11 +107,8 @@ def _unchanged(note: str) -> str:
 
 def check(config_path: Path, selection: list[str]) -> list[dict[str, Any]] | None:
     """The summary rows (all cached) if nothing changed since the recorded build, else None."""
-    try:
-        data = json.loads(_stamp_path(config_path, selection).read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("inputs") != _snapshot(config_path):
+    data = state.read_stamp(config_path, selection)
+    if data is None or data.get("inputs") != _snapshot(config_path):
         return None
     images = data.get("images") or {}
     if not images or _image_ids(sorted(images)) != images:

@@ -10,11 +10,10 @@ Kubernetes target uses to pin images by digest.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -25,7 +24,7 @@ import requests.exceptions
 from docker_image import reference
 from tqdm import tqdm
 
-from slurmforge import atomic, refs, tested
+from slurmforge import refs, state
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, SlurmforgeError
 from slurmforge.matrix import Target
@@ -33,7 +32,6 @@ from slurmforge.matrix import Target
 if TYPE_CHECKING:
     from slurmforge.app import Project
 
-LOCK_FILE = Path("build") / "images.lock.json"
 # Daemon messages (of the registry's answers) that a later attempt may not see again.
 TRANSIENT = re.compile(
     r"connection reset|connection refused|broken pipe|\bEOF\b|timeout|timed out|"
@@ -90,35 +88,6 @@ def check_registry(value: str) -> str:
         ) from None
 
 
-# -- the lock file -------------------------------------------------------------------------------
-
-
-def read_lock(root: Path) -> dict[str, str]:
-    """Image ref → manifest digest of what was pushed from this checkout."""
-    file = root / LOCK_FILE
-    try:
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"{file}: unreadable lock file ({exc}); delete it and push again"
-        ) from None
-    if not isinstance(data, dict) or not all(
-        isinstance(v, str) and v.startswith("sha256:") for v in data.values()
-    ):
-        raise ConfigError(f"{file}: expected a mapping of image ref to sha256:… digests")
-    return data
-
-
-def write_lock(root: Path, pushed: Iterable[Pushed]) -> Path:
-    file = root / LOCK_FILE
-    data = read_lock(root)
-    data.update({p.ref: p.digest for p in pushed})
-    atomic.write_text(file, json.dumps(dict(sorted(data.items())), indent=2) + "\n")
-    return file
-
-
 # -- preflight -----------------------------------------------------------------------------------
 
 
@@ -138,7 +107,7 @@ def preflight(project: Project, targets: list[Target], force: bool) -> dict[str,
             f"not built: {', '.join(missing)}; nothing was pushed",
             hint=f"run: {project.hint('build')}",
         )
-    untested = [t.ref for t in targets if not tested.passed(root, ids[t.id])]
+    untested = [t.ref for t in targets if not state.passed_tests(root, ids[t.id])]
     if untested and not force:
         raise ConfigError(
             f"the image tests have not passed for this build of {', '.join(untested)}; "
@@ -286,9 +255,9 @@ def push(
     for target in targets:
         refs = [retarget(t, old, new) for t in target.tags]
         pushed = pusher.push(ids[target.id], refs, keep=target.tags)
-        write_lock(root, pushed)
+        state.write_images_lock(root, {p.ref: p.digest for p in pushed})
         done += pushed
-    return done, root / LOCK_FILE
+    return done, root / state.IMAGES_LOCK
 
 
 def summary(pushed: list[Pushed]) -> list[list[Any]]:

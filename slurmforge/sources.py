@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
-import json
 import netrc
 import os
 import shutil
@@ -25,12 +24,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from slurmforge import atomic, gitsource, refs
+from slurmforge import gitsource, refs
 from slurmforge.config import UNPINNED, Config, ConfigError, GitSource, Source, Wheel
 from slurmforge.errors import ChecksumError, PinError, SourceError
 
 MIRROR_ENV = "SLURMFORGE_MIRROR"
-LOCK_NAME = "versions.lock"
 _CHUNK = 1 << 20
 _PLATFORMS = ("manylinux2014_x86_64", "manylinux1_x86_64")  # the amd64 wheels NVIDIA publishes
 
@@ -48,34 +46,6 @@ class Fetched:
     source: Source | GitSource | Wheel
     path: Path
     sha256: str
-
-
-def lock_path(config_path: Path) -> Path:
-    return config_path.with_name(LOCK_NAME)
-
-
-def read_lock(config_path: Path) -> dict[str, str]:
-    path = lock_path(config_path)
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-        recorded = data["sources"]
-        if not isinstance(recorded, dict):
-            raise TypeError
-    except (ValueError, KeyError, TypeError):
-        raise ConfigError(
-            f'{path}: expected JSON {{"sources": {{url: sha256}}}}',
-            hint=f"delete {path.name} and run `invoke lock` again",
-        ) from None
-    return {str(k): str(v) for k, v in recorded.items()}
-
-
-def write_lock(config_path: Path, recorded: dict[str, str]) -> Path:
-    path = lock_path(config_path)
-    merged = {**read_lock(config_path), **recorded}
-    atomic.write_text(path, json.dumps({"sources": dict(sorted(merged.items()))}, indent=2) + "\n")
-    return path
 
 
 class _NetrcPasswords(urllib.request.HTTPPasswordMgr):

@@ -77,7 +77,7 @@ def scale(
     `Local` or `Kube`, once the input is known to be good); returns the removed nodes. The count
     is kept in the cluster's state and overrides the file's; it is written only once the new
     cluster is valid, fits, and the cluster is deployed."""
-    from slurmforge import config
+    from slurmforge import config, state
     from slurmforge.deploy import model
 
     nodeset, count = parse_scale(arg)
@@ -87,10 +87,10 @@ def scale(
     if nodeset not in names:
         known = ", ".join(names)
         raise ConfigError(f"scale: unknown node set {nodeset!r}; expected one of {known}")
-    replicas = {**model.read_scale(current.name), nodeset: count}
+    replicas = {**state.read_scale(current.name), nodeset: count}
     new = model.load(cluster_file, versions, replicas)
     target = open_target()
     target.admit(new)  # e.g. more GPUs than the host has: refused before anything changes
     target.check_deployed()
-    model.write_scale(current.name, replicas)
+    state.write_scale(current.name, replicas)
     return target.scale(new, timeout)

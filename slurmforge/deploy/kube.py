@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import yaml
 
+from slurmforge import state
 from slurmforge.deploy import k8s, slurmconf, slurmctl
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
 from slurmforge.errors import ConfigError, DeployError
@@ -109,9 +110,8 @@ class Kube:
                 if info is not None:
                     local_ids[component] = info.id
                     pyxis = pyxis or (component == JAIL and "pyxis" in info.features)
-        from slurmforge import push  # here: it brings the Docker SDK, which errors do not need
 
-        images = k8s.resolve_images(self.cluster, push.read_lock(self.root), local_ids)
+        images = k8s.resolve_images(self.cluster, state.read_images_lock(self.root), local_ids)
         renderer = k8s.Renderer(self.cluster, images, self.namespace)
         self.objects = renderer.render(pyxis)
         self.populate_job = next(

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from slurmforge import jail, proc
+from slurmforge import jail, proc, state
 from slurmforge.deploy import compose, slurmconf, slurmctl
 from slurmforge.deploy import gpus as gpus_mod
 from slurmforge.deploy.model import (
@@ -25,8 +25,6 @@ from slurmforge.deploy.model import (
     Cluster,
     as_dict,
     check_user,
-    forget_state,
-    state_dir,
 )
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
@@ -143,15 +141,8 @@ class Local:
 
     def munge_key(self) -> Path:
         """1024 random bytes, mode 0400, outside the repository; made once, reused on redeploy."""
-        path = state_dir(self.cluster.name) / "munge.key"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = path.with_name("munge.key.tmp")
-            tmp.unlink(missing_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(os.urandom(1024))
-            os.replace(tmp, path)
+        path, made = state.ensure_munge_key(self.cluster.name)
+        if made:
             print(f"generated munge key {path}", file=self.log)
         return path
 
@@ -249,7 +240,7 @@ class Local:
             raise ConfigError(f"{self.cluster.name} has no generated Compose file at {self.file}")
         self.compose("down", "--remove-orphans", *(["--volumes"] if volumes else []))
         if volumes:
-            forget_state(self.cluster.name)
+            state.forget_cluster(self.cluster.name)
 
     def check_deployed(self) -> None:
         if not self.file.exists() or self.container(CONTROLLER) is None:

@@ -7,9 +7,6 @@ renderer.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, StrictInt, StringConstraints
 
-from slurmforge import matrix, options, refs
+from slurmforge import matrix, refs, state
 from slurmforge.config import Config, Model, format_path, read_yaml, validate
 from slurmforge.deploy.layers import Layers
 from slurmforge.errors import ConfigError, quote
@@ -236,17 +233,6 @@ def check_user(name: str) -> str:
     return name
 
 
-def state_dir(cluster_name: str) -> Path:
-    """Where a cluster's secrets and scale live: outside the repository, never in an image."""
-    given = os.environ.get("SLURMFORGE_STATE_DIR")
-    base = Path(given or os.environ.get("XDG_STATE_HOME") or "~/.local/state").expanduser()
-    where = "$SLURMFORGE_STATE_DIR" if given else "the state directory"
-    if not base.is_absolute():
-        raise ConfigError(f"{where} {quote(str(base))}: expected an absolute path")
-    options.directory(f"{where} {quote(str(base))}", base)
-    return (base if given else base / "slurmforge") / cluster_name
-
-
 def load(path: Path, config: Config, scale: dict[str, int] | None = None) -> Cluster:
     """The cluster in ``path``, with layers applied, `invoke scale` overrides (``scale``, else
     those recorded in its state) and images bound."""
@@ -259,7 +245,7 @@ def load(path: Path, config: Config, scale: dict[str, int] | None = None) -> Clu
         raw["nodesets"] = [layers.resolve(i, ns) for i, ns in enumerate(nodesets)]
     name = raw.get("name")
     if isinstance(name, str) and isinstance(raw.get("nodesets"), list):
-        scale = read_scale(name) if scale is None else scale
+        scale = state.read_scale(name) if scale is None else scale
         for ns in raw["nodesets"]:
             if isinstance(ns, dict) and ns.get("name") in scale:
                 ns["replicas"] = scale[ns["name"]]
@@ -267,36 +253,6 @@ def load(path: Path, config: Config, scale: dict[str, int] | None = None) -> Clu
     _check_references(path, spec)
     cell, images, hint = _bind_images(path, spec, config)
     return Cluster(spec, path, cell, images, hint)
-
-
-STATE_FILES = ("munge.key", "replicas.json")  # all a cluster's state directory holds
-
-
-def forget_state(cluster_name: str) -> None:
-    """Delete the cluster's state files (and the directory, once empty): only those this tool
-    writes, never whatever else $SLURMFORGE_STATE_DIR points at."""
-    directory = state_dir(cluster_name)
-    for name in STATE_FILES:
-        (directory / name).unlink(missing_ok=True)
-    with contextlib.suppress(OSError):  # not there, or it holds something not ours
-        directory.rmdir()
-
-
-def read_scale(cluster_name: str) -> dict[str, int]:
-    file = state_dir(cluster_name) / "replicas.json"
-    try:
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{file}: unreadable scale state ({exc}); delete it") from None
-    return {str(k): v for k, v in data.items()}
-
-
-def write_scale(cluster_name: str, replicas: dict[str, int]) -> None:
-    file = state_dir(cluster_name) / "replicas.json"
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(json.dumps(replicas, indent=2, sort_keys=True) + "\n")
 
 
 def _check_references(path: Path, spec: ClusterSpec) -> None:

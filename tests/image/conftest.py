@@ -11,7 +11,7 @@ import docker
 import pytest
 import testinfra
 
-from slurmforge import matrix, tested
+from slurmforge import matrix, state
 from slurmforge.app import Project
 from slurmforge.config import load
 from tests.conftest import ROOT, TEST_CELLS, TEST_CONFIG, build, select
@@ -97,4 +97,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     narrowed = opts.keyword or opts.markexpr or opts.deselect or getattr(opts, "lf", False)
     complete = _tier["collected"] and _tier["passed"] == _tier["collected"]
     if _tested and complete and not _tier["failed"] and not narrowed:
-        tested.record(ROOT, _tested.items(), "tests/image")
+        state.record_tested(ROOT, _tested.items(), "tests/image")

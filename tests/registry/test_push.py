@@ -18,7 +18,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from slurmforge import push, tested
+from slurmforge import push, state
 from slurmforge.app import Project, Selection
 from tests.conftest import ROOT
 from tests.local_registry import DroppingProxy, free_port, registry
@@ -43,7 +43,7 @@ def workdir(tmp_path: Path, images: dict[str, str]) -> Path:
 
 def record_tested(work: Path, client: docker.DockerClient, refs: list[str]) -> None:
     """What the image tier does after all its tests passed (tests/image/conftest.py)."""
-    tested.record(work, [(client.images.get(r).id, r) for r in refs], "tests/image")
+    state.record_tested(work, [(client.images.get(r).id, r) for r in refs], "tests/image")
 
 
 def invoke(work: Path, *args: str, env: dict[str, str] | None = None):
@@ -81,7 +81,7 @@ def test_push_records_digests_that_pull_back_as_the_same_image(
     with registry(tmp_path / "registry") as host:
         proc = invoke(workdir, "--component", COMPONENT, "--registry", f"{host}/sf")
         assert proc.returncode == 0, proc.stderr
-        lock = json.loads((workdir / push.LOCK_FILE).read_text())
+        lock = json.loads((workdir / state.IMAGES_LOCK).read_text())
         project = Project(Selection(workdir / "versions.yaml", "default", (), (COMPONENT,)))
         (target,) = project.publishable()
         old = project.config.versions.sets["default"].registry
@@ -105,12 +105,12 @@ def test_re_push_of_unchanged_images_sends_nothing(workdir, images, client, tmp_
     with registry(tmp_path / "registry") as host:
         first = invoke(workdir, "--component", COMPONENT, "--registry", host)
         assert first.returncode == 0, first.stderr
-        lock = (workdir / push.LOCK_FILE).read_text()
+        lock = (workdir / state.IMAGES_LOCK).read_text()
         again = invoke(workdir, "--component", COMPONENT, "--registry", host)
         assert again.returncode == 0, again.stderr
         rows = [line.split() for line in again.stdout.splitlines()[2:]]
         assert rows and all(r[2] == "0.0" and int(r[4]) > 0 for r in rows), again.stdout
-        assert (workdir / push.LOCK_FILE).read_text() == lock
+        assert (workdir / state.IMAGES_LOCK).read_text() == lock
 
 
 def test_push_survives_a_proxy_that_drops_the_first_connections(
@@ -128,7 +128,7 @@ def test_push_survives_a_proxy_that_drops_the_first_connections(
         assert "retry 1/4" in proc.stderr
         tries = [int(line.split()[5]) for line in proc.stdout.splitlines()[2:]]
         assert tries[0] > 1, proc.stdout
-        lock = json.loads((workdir / push.LOCK_FILE).read_text())
+        lock = json.loads((workdir / state.IMAGES_LOCK).read_text())
         ref = next(iter(lock))
         repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
         assert manifest(host, repo, tag)[0] == lock[ref]
@@ -150,7 +150,7 @@ def test_registry_with_basic_auth(workdir, images, client, tmp_path) -> None:
         assert len(errors) == 1 and "authentication failed" in errors[0] and host in errors[0]
         assert "no credentials" in errors[0] and f"docker login {host}" in refused.stderr
         assert "Traceback" not in refused.stderr
-        assert not (workdir / push.LOCK_FILE).exists()
+        assert not (workdir / state.IMAGES_LOCK).exists()
 
         creds = tmp_path / "creds"
         creds.mkdir()
@@ -161,7 +161,7 @@ def test_registry_with_basic_auth(workdir, images, client, tmp_path) -> None:
         )
         assert ok.returncode == 0, ok.stderr
         assert secret not in ok.stdout + ok.stderr and auth not in ok.stdout + ok.stderr
-        lock = json.loads((workdir / push.LOCK_FILE).read_text())
+        lock = json.loads((workdir / state.IMAGES_LOCK).read_text())
         ref = next(iter(lock))
         repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
         assert manifest(host, repo, tag, auth)[0] == lock[ref]
@@ -173,7 +173,7 @@ def test_untested_images_are_refused_unless_forced(workdir, images, tmp_path) ->
         assert refused.returncode == 2
         assert "image tests have not passed" in refused.stderr
         assert "invoke test-images --set default" in refused.stderr
-        assert catalog(host) == [] and not (workdir / push.LOCK_FILE).exists()
+        assert catalog(host) == [] and not (workdir / state.IMAGES_LOCK).exists()
         forced = invoke(workdir, "--component", COMPONENT, "--registry", host, "--force")
         assert forced.returncode == 0, forced.stderr
         assert catalog(host) == [f"{COMPONENT}"]
@@ -186,7 +186,7 @@ def test_unreachable_registry(workdir, images, client) -> None:
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"registry {host} is unreachable (2 attempts)" in errors[0]
-    assert "Traceback" not in proc.stderr and not (workdir / push.LOCK_FILE).exists()
+    assert "Traceback" not in proc.stderr and not (workdir / state.IMAGES_LOCK).exists()
 
 
 def test_pushing_a_cell_that_was_not_built(workdir, images, tmp_path, shipped) -> None:

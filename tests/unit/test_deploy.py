@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge import config
+from slurmforge import config, state
 from slurmforge.deploy import compose, model, parse_scale, slurmconf
 from slurmforge.errors import ConfigError
 from tests.conftest import ROOT
@@ -44,7 +44,7 @@ def test_shipped_cluster_resolves_its_layers(versions) -> None:
 
 def test_scale_state_overrides_replicas(write_cluster, versions) -> None:
     path = write_cluster(_with(name="scaled"))
-    model.write_scale("scaled", {"cpu": 5})
+    state.write_scale("scaled", {"cpu": 5})
     assert len(model.load(path, versions).nodes) == 5
 
 

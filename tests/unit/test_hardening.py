@@ -322,16 +322,16 @@ def test_a_failed_fetch_leaves_no_directory_it_made(tmp_path: Path) -> None:
 
 
 def test_forgetting_state_deletes_only_state_files(tmp_path: Path, monkeypatch) -> None:
-    from slurmforge.deploy import model
+    from slurmforge import state
 
     monkeypatch.setenv("SLURMFORGE_STATE_DIR", str(tmp_path))
-    model.write_scale("etc", {"cpu": 3})
+    state.write_scale("etc", {"cpu": 3})
     (tmp_path / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/bash\n")  # not ours
-    model.forget_state("etc")
+    state.forget_cluster("etc")
     assert not (tmp_path / "etc" / "replicas.json").exists()
     assert (tmp_path / "etc" / "passwd").read_text().startswith("root:")
-    model.write_scale("mine", {"cpu": 1})
-    model.forget_state("mine")
+    state.write_scale("mine", {"cpu": 1})
+    state.forget_cluster("mine")
     assert not (tmp_path / "mine").exists()
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slurmforge import config, push
+from slurmforge import config, state
 from slurmforge.deploy import k8s, model, open_k8s
 from slurmforge.deploy.kube import Kube, kubectl_path
 from slurmforge.errors import ConfigError, DeployError
@@ -57,7 +57,7 @@ def checkout(tmp_path: Path, write_cluster) -> tuple[Path, Path]:
     cluster = model.load(cluster_file, versions)
     lock = {ref: f"sha256:{i:064x}" for i, ref in enumerate(sorted(cluster.images.values()))}
     (tmp_path / "build").mkdir()
-    (tmp_path / push.LOCK_FILE).write_text(json.dumps(lock))
+    (tmp_path / state.IMAGES_LOCK).write_text(json.dumps(lock))
     return cluster_file, tmp_path
 
 
@@ -121,7 +121,7 @@ def test_every_object_is_valid_and_kustomize_renders_the_directory(checkout) -> 
 def test_structure(checkout) -> None:
     cluster_file, root = checkout
     kube = _kube(cluster_file, root)
-    lock = push.read_lock(root)
+    lock = state.read_images_lock(root)
     pinned = {f"{ref.rsplit(':', 1)[0]}@{digest}" for ref, digest in lock.items()}
     for name, obj in kube.objects.items():
         labels = obj["metadata"]["labels"]
@@ -208,7 +208,7 @@ def test_node_sets_gpus_and_storage_follow_the_model(checkout) -> None:
 def test_populate_job_is_named_after_everything_that_defines_it(checkout, write_cluster) -> None:
     cluster_file, root = checkout
     kube = _kube(cluster_file, root)
-    digest = push.read_lock(root)[kube.cluster.images["jail"]]
+    digest = state.read_images_lock(root)[kube.cluster.images["jail"]]
     (name,) = [n for n in kube.objects if n.startswith("job-jail-populate-")]
     job = kube.objects[name]
     env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}

@@ -14,7 +14,8 @@ import pytest
 from slurmforge import config
 from slurmforge.config import Source
 from slurmforge.errors import ChecksumError, ConfigError, SourceError
-from slurmforge.sources import Cache, mirror_url, read_lock, write_lock
+from slurmforge.sources import Cache, mirror_url
+from slurmforge.state import read_sources_lock, write_sources_lock
 
 PAYLOAD = b"slurm tarball bytes\n" * 5000
 SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -159,6 +160,6 @@ def test_unpinned_is_refused_unless_allowed(tmp_path: Path, server: str, cfg) ->
 
 def test_lock_file_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "versions.yaml"
-    write_lock(path, {"https://a/x.tar.gz": SHA})
-    write_lock(path, {"https://b/y.tar.gz": WRONG})
-    assert read_lock(path) == {"https://a/x.tar.gz": SHA, "https://b/y.tar.gz": WRONG}
+    write_sources_lock(path, {"https://a/x.tar.gz": SHA})
+    write_sources_lock(path, {"https://b/y.tar.gz": WRONG})
+    assert read_sources_lock(path) == {"https://a/x.tar.gz": SHA, "https://b/y.tar.gz": WRONG}
