@@ -18,11 +18,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
-import docker.errors
 from tqdm import tqdm
 
 from slurmforge import bootstrap, fastpath
-from slurmforge.engine import Engine, ImageInfo
+from slurmforge.engine import APIError, Engine, EngineError, ImageInfo
 from slurmforge.errors import SlurmforgeError
 from slurmforge.matrix import Axis, Target
 from slurmforge.plan import Action, Decision, Planner
@@ -177,7 +176,7 @@ class Runner:
         except (
             _BuildFailed,
             SlurmforgeError,
-            docker.errors.DockerException,
+            EngineError,
             OSError,
             subprocess.CalledProcessError,
             RuntimeError,
@@ -287,6 +286,6 @@ def _record(event: dict[str, Any], log: IO[str], bar: tqdm) -> None:
 
 
 def _short(exc: Exception) -> str:
-    if isinstance(exc, docker.errors.APIError):
+    if isinstance(exc, APIError):
         return str(exc.explanation or exc)[:160]
     return str(exc).strip().splitlines()[-1][:160] if str(exc).strip() else type(exc).__name__

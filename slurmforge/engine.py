@@ -1,4 +1,11 @@
-"""The container engine behind a small interface (Docker via its Python SDK)."""
+"""The container engine behind a small interface (Docker via its Python SDK).
+
+The only module that imports the Docker SDK: building, importing, tagging, inspecting and
+removing images, pushing them, running a one-off container, finding a volume's directory and
+the containers a Compose project runs. Callers catch ``EngineError`` (any failure of the
+engine), ``APIError`` (the daemon answered with an error; ``.explanation`` says why) and
+``ConnectionFailed`` (the daemon connection dropped mid-stream).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +16,19 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import docker
+import docker.auth
 import docker.errors
+import requests.exceptions
 
 from slurmforge.errors import EngineUnavailable
+
+EngineError = docker.errors.DockerException
+APIError = docker.errors.APIError
+
+
+class ConnectionFailed(Exception):
+    """The connection to the daemon failed while a stream (a push) was running."""
+
 
 HASH_LABEL = "io.slurmforge.inputs-hash"
 MANIFEST_LABEL = "io.slurmforge.inputs"
@@ -113,3 +130,59 @@ class Engine:
         except docker.errors.ImageNotFound:
             return False
         return True
+
+    def untag(self, ref: str) -> None:
+        """Remove the tag ``ref`` only (the image stays while another tag names it)."""
+        self.api.remove_image(ref, noprune=True)
+
+    def push(self, ref: str) -> Iterator[dict[str, Any]]:
+        """Push ``ref``: the daemon's JSON events."""
+        repo, _, tag = ref.rpartition(":")
+        try:
+            yield from self.api.push(repo, tag=tag, stream=True, decode=True)
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            raise ConnectionFailed(str(exc)) from None
+
+    def has_credentials(self, registry: str) -> bool:
+        """Whether the docker config holds credentials for ``registry``."""
+        return bool(docker.auth.resolve_authconfig(self.api._auth_configs, registry))
+
+    def run(
+        self,
+        image: str,
+        command: list[str],
+        environment: dict[str, str],
+        volumes: dict[str, str],
+        labels: dict[str, str],
+        out: IO[str],
+    ) -> int:
+        """Run a one-off container (``volumes``: source → mount point, read-write), stream its
+        output to ``out``, remove it; its exit status."""
+        container = self.client.containers.run(
+            image,
+            command=command,
+            environment=environment,
+            volumes={src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()},
+            labels=labels,
+            detach=True,
+        )
+        try:
+            for chunk in container.logs(stream=True, follow=True):
+                out.write(chunk.decode(errors="replace"))
+                out.flush()
+            return int(container.wait()["StatusCode"])
+        finally:
+            container.remove(force=True)
+
+    def volume_path(self, name: str) -> str | None:
+        """Where the volume ``name`` lives on the daemon's host; None when it does not exist (or
+        the daemon does not say)."""
+        try:
+            return str(self.client.volumes.get(name).attrs["Mountpoint"])
+        except (docker.errors.NotFound, docker.errors.APIError, KeyError):
+            return None
+
+    def containers(self, labels: list[str]) -> list[Any]:
+        """Containers (running or not) carrying every one of ``labels`` (``key=value``): the
+        SDK's container objects (status, name, attrs, exec_run, logs)."""
+        return self.client.containers.list(all=True, filters={"label": labels})

@@ -8,8 +8,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
-import docker
-
 from slurmforge import jail_contract
 from slurmforge.engine import Engine
 from slurmforge.errors import BuildError, ConfigError, quote
@@ -91,21 +89,14 @@ def populate(
         # the same answer the entrypoint would give, without starting a container for it
         out.write(f"populate: {into} already holds {info.id}\n")
         return info.id
-    container = engine.client.containers.run(
+    code = engine.run(
         info.id,
-        command=[MOUNT],
-        environment=jail_contract.populate_env(info.id, keep, rsync_opts),
-        volumes={source: {"bind": MOUNT, "mode": "rw"}},
-        labels={LABEL: into},
-        detach=True,
+        [MOUNT],
+        jail_contract.populate_env(info.id, keep, rsync_opts),
+        {source: MOUNT},
+        {LABEL: into},
+        out,
     )
-    try:
-        for chunk in container.logs(stream=True, follow=True):
-            out.write(chunk.decode(errors="replace"))
-            out.flush()
-        code = container.wait()["StatusCode"]
-    finally:
-        container.remove(force=True)
     if code == 2:
         raise ConfigError(f"jail populate refused {into} (see its message above)")
     if code:
@@ -119,10 +110,10 @@ def _holds(engine: Engine, source: str, digest: str) -> bool:
     if source.startswith("/"):
         root = Path(source)
     else:
-        try:
-            root = Path(engine.client.volumes.get(source).attrs["Mountpoint"])
-        except (docker.errors.NotFound, docker.errors.APIError, KeyError):  # not there yet
+        where = engine.volume_path(source)
+        if where is None:  # not there yet
             return False
+        root = Path(where)
     try:
         return (root / SENTINEL).read_text().strip() == digest
     except OSError:  # not there, or not readable from here (a remote daemon)

@@ -18,14 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-import docker.auth
-import docker.errors
-import requests.exceptions
 from docker_image import reference
 from tqdm import tqdm
 
 from slurmforge import refs, state
-from slurmforge.engine import Engine
+from slurmforge.engine import APIError, ConnectionFailed, Engine
 from slurmforge.errors import ConfigError, SlurmforgeError
 from slurmforge.matrix import Target
 
@@ -155,7 +152,7 @@ class Pusher:
                     results.append(self._with_retries(ref, bar))
                 finally:
                     if ref not in keep:
-                        self.engine.api.remove_image(ref, noprune=True)
+                        self.engine.untag(ref)
         return results
 
     def _with_retries(self, ref: str, bar: tqdm) -> Pushed:
@@ -183,13 +180,12 @@ class Pusher:
         raise AssertionError("unreachable")
 
     def _once(self, ref: str, bar: tqdm) -> tuple[str, int, int]:
-        repo, _, tag = ref.rpartition(":")
         layers: dict[str, list[int]] = {}  # layer id → [sent, total]
         existed = 0
         digest = None
         base = bar.n
         try:
-            for event in self.engine.api.push(repo, tag=tag, stream=True, decode=True):
+            for event in self.engine.push(ref):
                 if "error" in event:
                     self._fail(ref, str(event.get("error")))
                 status = event.get("status", "")
@@ -209,9 +205,9 @@ class Pusher:
                 if total and (bar.total or 0) < base + total:
                     bar.total = base + total
                 bar.update(base + sent - bar.n)
-        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+        except ConnectionFailed as exc:
             raise _Transient(f"the Docker daemon connection failed: {exc}") from None
-        except docker.errors.APIError as exc:
+        except APIError as exc:
             self._fail(ref, str(exc.explanation or exc))
         if digest is None:
             raise _Transient("the push ended without a digest")
@@ -220,7 +216,7 @@ class Pusher:
     def _fail(self, ref: str, message: str) -> None:
         registry = registry_of(ref)
         if AUTH.search(message):
-            has = docker.auth.resolve_authconfig(self.engine.api._auth_configs, registry)
+            has = self.engine.has_credentials(registry)
             why = (
                 "the credentials for it in the docker config were rejected"
                 if has

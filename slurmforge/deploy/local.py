@@ -81,7 +81,7 @@ class Local:
         labels = [f"{PROJECT_LABEL}={self.cluster.name}"]
         if service is not None:
             labels.append(f"{SERVICE_LABEL}={service}")
-        found = self.engine.client.containers.list(all=True, filters={"label": labels})
+        found = self.engine.containers(labels)
         return {c.labels.get(SERVICE_LABEL, ""): c for c in found}
 
     def container(self, service: str) -> Any | None:
