@@ -115,7 +115,7 @@ def build(
     if not dry_run and not allow_unpinned:
         from slurmforge import fastpath
 
-        key = [set, *sorted(cell or ()), "|", *sorted(component or ())]
+        key = fastpath.selection_key(set, cell or (), component or ())
         rows = fastpath.check(_config_path(config), key)
         if rows is not None:
             _print_summary(rows)
@@ -342,10 +342,14 @@ TARGET_HELP = {
 }
 
 
+def _cluster_file(cluster: str | None) -> Path:
+    return Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
+
+
 def _local(cluster: str | None, config: str | None, out: str | None, target: str = "local"):
     from slurmforge.deploy import open_local
 
-    cluster_file = Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
+    cluster_file = _cluster_file(cluster)
     out_root = out_dir("--out", out, HERE / "deploy" / "out")
     return open_local(cluster_file, _config_path(config), out_root, target)
 
@@ -391,7 +395,7 @@ def deploy(
 def _k8s(cluster, config, out, context, namespace):
     from slurmforge.deploy import open_k8s
 
-    cluster_file = Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
+    cluster_file = _cluster_file(cluster)
     out_root = out_dir("--out", out, HERE / "deploy" / "out")
     return open_k8s(cluster_file, _config_path(config), out_root, namespace, context)
 
@@ -466,7 +470,7 @@ def scale(
     else:
         _local_only(context=context, namespace=namespace)
         opener = functools.partial(_local, cluster, config, out)
-    cluster_file = Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
+    cluster_file = _cluster_file(cluster)
     removed = scale_nodes(opener, cluster_file, spec, _config_path(config), seconds)
     print(f"scaled: {spec}" + (f" (removed {', '.join(removed)})" if removed else ""))
 
@@ -500,13 +504,7 @@ def jail_populate(c, into, set="default", cell=None, keep=None, config=None):
 
     jail.check_into(into)  # refused before Docker is asked anything
     project = _project(set, [cell] if cell else None, ["jail"], config)
-    targets = [t for t in project.targets if t.component == "jail"]
-    if len(targets) != 1:
-        from slurmforge.errors import ConfigError
-
-        cells = ", ".join(c.name for c in project.cells)
-        raise ConfigError(f"set {set!r} has several cells ({cells}); pick one with --cell")
-    jail.populate(project.engine, targets[0].ref, into, keep or ())
+    jail.populate(project.engine, project.jail_ref, into, keep or ())
 
 
 @task(

@@ -163,7 +163,19 @@ class Project:
     @property
     def stamp_key(self) -> list[str]:
         s = self.selection
-        return [s.set_name, *sorted(s.cells), "|", *sorted(s.components)]
+        return fastpath.selection_key(s.set_name, s.cells, s.components)
+
+    @property
+    def jail_ref(self) -> str:
+        """The jail image of the selected cell (one cell: --cell picks it when the set has
+        several)."""
+        targets = [t for t in self.targets if t.component == "jail"]
+        if len(targets) != 1:
+            cells = ", ".join(c.name for c in self.cells)
+            raise ConfigError(
+                f"set {self.selection.set_name!r} has several cells ({cells}); pick one with --cell"
+            )
+        return targets[0].ref
 
     def build(
         self, fetch: FetchOptions, jobs: int, fail_fast: bool

@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import urllib.parse
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,11 @@ def _unchanged(note: str) -> str:
     """The no-op note, keeping what the image goes without (optional features skipped)."""
     lack = next((part for part in note.split("; ") if part.startswith("without ")), "")
     return "unchanged since last build" + (f"; {lack}" if lack else "")
+
+
+def selection_key(set_name: str, cells: Iterable[str], components: Iterable[str]) -> list[str]:
+    """What a build's stamp is kept under: the set and the --cell/--component selection."""
+    return [set_name, *sorted(cells), "|", *sorted(components)]
 
 
 def check(config_path: Path, selection: list[str]) -> list[dict[str, Any]] | None:

@@ -302,7 +302,7 @@ static int enter(const char *cwd)
 
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
-	char cwd[PATH_MAX];
+	char cwd[PATH_MAX], proc[PATH_MAX];
 	const unsigned long hardened = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 
 	(void) ac;
@@ -325,8 +325,11 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 		return FAILED;
 	}
 	/* hidepid=invisible needs Linux 5.8; older kernels accept the numeric form. */
-	if (mount("proc", in_jail("/proc", (char[PATH_MAX]){0}), "proc", hardened,
-		  "hidepid=invisible") < 0 &&
+	if (!in_jail("/proc", proc)) {
+		slurm_error(TAG ": %s/proc: path too long", root_dir);
+		return FAILED;
+	}
+	if (mount("proc", proc, "proc", hardened, "hidepid=invisible") < 0 &&
 	    do_mount("proc", "/proc", "proc", hardened, "hidepid=2"))
 		return FAILED;
 	/* /dev brings the job's /dev/shm, and "/tmp" is the job's here too (slurm_spank_init) */

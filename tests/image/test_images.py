@@ -215,3 +215,31 @@ def test_mpi_plugins_find_the_libraries_they_open_at_run_time(hosts, role: str) 
             dirs = _dynamic(elf, "DT_RUNPATH")
             found = f"\t{name} (" in cache or any(host.file(f"{d}/{name}").exists for d in dirs)
             assert found, f"{plugin} opens {name}, which {role} does not have"
+
+
+def test_the_jail_plugin_exports_only_what_slurm_loads_and_is_hardened(hosts) -> None:
+    """slurmstepd loads it as root: full RELRO (BIND_NOW), a non-executable stack, stack
+    protection, and nothing exported but SPANK's symbols and the slurm_spank_* callbacks."""
+    elf = ELFFile(io.BytesIO(hosts["slurmd"].file(f"{PLUGIN_DIRS[1]}/jail.so").content))
+    dynsym = elf.get_section_by_name(".dynsym")
+    exported = {
+        s.name
+        for s in dynsym.iter_symbols()
+        if s.entry.st_shndx != "SHN_UNDEF" and s.entry.st_info.bind == "STB_GLOBAL" and s.name
+    }
+    callbacks = {n for n in exported if n.startswith("slurm_spank_")}
+    assert exported - callbacks == {
+        "plugin_name",
+        "plugin_type",
+        "plugin_version",
+        "spank_plugin_version",
+    }
+    assert {"slurm_spank_init", "slurm_spank_task_init_privileged"} <= callbacks
+    section = next(s for s in elf.iter_sections() if isinstance(s, DynamicSection))
+    flags = {t.entry.d_tag: t.entry.d_val for t in section.iter_tags()}
+    assert flags.get("DT_BIND_NOW") is not None or flags.get("DT_FLAGS", 0) & 0x8  # DF_BIND_NOW
+    assert any(seg["p_type"] == "PT_GNU_RELRO" for seg in elf.iter_segments())
+    stack = next(seg for seg in elf.iter_segments() if seg["p_type"] == "PT_GNU_STACK")
+    assert not stack["p_flags"] & 0x1  # not executable
+    undefined = {s.name for s in dynsym.iter_symbols() if s.entry.st_shndx == "SHN_UNDEF"}
+    assert "__stack_chk_fail" in undefined
