@@ -207,4 +207,8 @@ def test_pushing_a_cell_that_was_not_built(workdir, images, tmp_path, shipped) -
 def test_bad_registry_value(workdir, images) -> None:
     proc = invoke(workdir, "--registry", "Not A Registry")
     assert proc.returncode == 2
-    assert "--registry 'Not A Registry': expected HOST[:PORT][/PATH]" in proc.stderr
+    assert (
+        "error: --registry: expected a registry prefix HOST[:PORT][/PATH], got 'Not A Registry'"
+        in proc.stderr
+    )
+    assert "Traceback" not in proc.stderr
