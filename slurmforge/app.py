@@ -16,7 +16,7 @@ from pathlib import Path
 
 from slurmforge import config as config_mod
 from slurmforge import fastpath, matrix, options, state
-from slurmforge.build import BuildOptions, Result, Runner
+from slurmforge.build import BuildOptions, BuildRunner, Result
 from slurmforge.config import UNPINNED, Config
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, SourceError
@@ -32,7 +32,7 @@ from slurmforge.plan import (
     parent_refs,
 )
 from slurmforge.proc import git_origin, git_revision
-from slurmforge.render import Renderer
+from slurmforge.render import DockerfileRenderer
 from slurmforge.sources import Cache, Fetched, resolve_mirror
 
 
@@ -62,7 +62,7 @@ class Project:
             self.config, selection.set_name, self.cells, selection.components
         )
         self.cache = Cache(self.root / ".cache" / "sources")
-        self.renderer = Renderer(self.config)
+        self.renderer = DockerfileRenderer(self.config)
 
     @cached_property
     def engine(self) -> Engine:
@@ -196,7 +196,7 @@ class Project:
             tmp_root=self.root / ".cache" / "tmp",
             oci=self.oci_labels(),
         )
-        runner = Runner(self.planner(fetched), engine, options, known=decisions)
+        runner = BuildRunner(self.planner(fetched), engine, options, known=decisions)
         results = runner.run(self.targets, self.lacking(fetched))
         if all(r.ok for r in results) and not fetch.allow_unpinned:
             images = {tag: r.image_id for r in results for tag in r.target.tags}

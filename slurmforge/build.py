@@ -71,7 +71,7 @@ class BuildOptions:
     oci: dict[str, str] = field(default_factory=dict)  # org.opencontainers.image.* common labels
 
 
-class Runner:
+class BuildRunner:
     def __init__(
         self,
         planner: Planner,

@@ -12,7 +12,7 @@ from slurmforge import bootstrap
 from slurmforge.config import UNPINNED, Config, GitSource, Source, Userspace, Wheel
 from slurmforge.engine import HASH_LABEL, MANIFEST_LABEL, Engine, ImageInfo
 from slurmforge.matrix import COMPONENTS, Axis, Target
-from slurmforge.render import ContextFile, ContextFiles, Rendered, Renderer, inputs_hash
+from slurmforge.render import ContextFile, ContextFiles, DockerfileRenderer, Rendered, inputs_hash
 from slurmforge.sources import Cache
 
 
@@ -168,7 +168,7 @@ class Planner:
         self,
         config: Config,
         engine: Engine,
-        renderer: Renderer,
+        renderer: DockerfileRenderer,
         sources: ContextSources,
         targets: Iterable[Target],
     ) -> None:

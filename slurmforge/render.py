@@ -101,7 +101,7 @@ def _gencode(cuda: Cuda | None) -> str:
     return " ".join([*flags, f"-gencode=arch=compute_{numbers[-1]},code=compute_{numbers[-1]}"])
 
 
-class Renderer:
+class DockerfileRenderer:
     def __init__(self, config: Config, images_dir: Path | None = None) -> None:
         self.config = config
         self.images_dir = images_dir or config.root / "images"

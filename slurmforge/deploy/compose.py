@@ -1,5 +1,5 @@
-"""Renderer `local`: the cluster as a Docker Compose file (valid for `docker compose` v2 and
-`docker-compose` v1: file format 3.8, no features either lacks).
+"""The `local` target's renderer (local.py runs it): the cluster as a Docker Compose file, valid
+for `docker compose` v2 and `docker-compose` v1 (file format 3.8, no features either lacks).
 
 Services: slurmctld, login, one per compute node (named after the Slurm node, so Compose's DNS
 resolves it), and jail-populate (profile "setup", so `up` leaves it alone: `invoke deploy` runs the

@@ -1,4 +1,5 @@
-"""Renderer `k8s`: the same cluster model as `local`, as a kustomize directory.
+"""The `k8s` target's renderer (kube.py runs it): the same cluster model as `local`, as a
+kustomize directory.
 
 One file per object plus ``kustomization.yaml``, under ``deploy/out/k8s/<cluster>/``:
 
@@ -100,7 +101,7 @@ def resolve_images(
     return Images(refs, jail)
 
 
-class Renderer:
+class ManifestRenderer:
     def __init__(self, cluster: Cluster, images: Images, namespace: str | None = None) -> None:
         self.cluster = cluster
         self.spec = cluster.spec

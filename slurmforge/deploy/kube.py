@@ -1,4 +1,5 @@
-"""Target `k8s`: render the kustomize directory, validate it, and apply it with kubectl.
+"""The `k8s` target's runner (k8s.py renders for it): render the kustomize directory, validate
+it, and apply it with kubectl.
 
 `invoke deploy --target k8s --dry-run` stops after writing and validating: every object against
 the strict OpenAPI schemas of each Kubernetes version in ``kubernetes.versions``
@@ -7,7 +8,7 @@ nodes a smaller node set leaves out are drained; server-side apply of the Namesp
 key Secret, created once (generated here into a private temporary file that is removed right
 after), then the rest, leaving out (and naming) kinds the server does not serve; ``kubectl wait``
 for the populate Job; a rollout status per StatefulSet; running pods brought to the applied
-config (a changed node list does not roll pods, see k8s.Renderer.render) and ``scontrol
+config (a changed node list does not roll pods, see k8s.ManifestRenderer.render) and ``scontrol
 reconfigure``; and a wait, through ``kubectl exec`` in slurmctld, until every node is in service.
 """
 
@@ -34,7 +35,7 @@ from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
 from slurmforge.errors import ConfigError, DeployError
 
 CONFIG_ANNOTATION = "slurmforge.io/config"  # on a pod: the Slurm config it was told to load
-Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
+Kubectl = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
 
 def kubectl_path() -> str:
@@ -86,7 +87,7 @@ class Kube:
         engine: Any | None = None,
         namespace: str | None = None,
         context: str | None = None,
-        run: Runner = _run,
+        run: Kubectl = _run,
         log: IO[str] | None = None,
     ) -> None:
         self.cluster = cluster
@@ -112,7 +113,7 @@ class Kube:
                     pyxis = pyxis or (component == JAIL and "pyxis" in info.features)
 
         images = k8s.resolve_images(self.cluster, state.read_images_lock(self.root), local_ids)
-        renderer = k8s.Renderer(self.cluster, images, self.namespace)
+        renderer = k8s.ManifestRenderer(self.cluster, images, self.namespace)
         self.objects = renderer.render(pyxis)
         self.populate_job = next(
             o["metadata"]["name"] for o in self.objects.values() if o["kind"] == "Job"

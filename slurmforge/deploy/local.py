@@ -1,5 +1,6 @@
-"""Target `local`: write the Compose file and Slurm config, apply them with the real Compose CLI,
-and operate the result (status, scale, down, login)."""
+"""The `local` target's runner (compose.py renders for it): write the Compose file and Slurm
+config, apply them with the real Compose CLI, and operate the result (status, scale, down,
+login)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from slurmforge import config, matrix
 from slurmforge.config import Wheel
 from slurmforge.errors import ChecksumError, ConfigError, SourceError
 from slurmforge.plan import ContextSources
-from slurmforge.render import Renderer
+from slurmforge.render import DockerfileRenderer
 from slurmforge.sources import Cache
 from tests.conftest import ROOT
 from tests.unit.test_dockerfiles import HADOLINT
@@ -209,7 +209,7 @@ def _render(cfg: config.Config, cache: Cache, component: str) -> str:
     target = targets[component]
     parents = {p.split("/")[0]: "parent:" + p for p in target.parents}
     upstream = ContextSources(cfg, cache)(target)
-    return Renderer(cfg, ROOT / "images").render(target, parents, upstream).dockerfile
+    return DockerfileRenderer(cfg, ROOT / "images").render(target, parents, upstream).dockerfile
 
 
 def _cache_all(cfg: config.Config, cache: Cache) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from slurmforge import config, matrix
 from slurmforge.plan import changes
-from slurmforge.render import Renderer, inputs_hash
+from slurmforge.render import DockerfileRenderer, inputs_hash
 from tests.conftest import ROOT
 
 PARENTS = {
@@ -34,7 +34,7 @@ def _login_hash(project: Path, parents: dict[str, str] = PARENTS) -> tuple[str, 
     }
     login = targets["login"]
     refs = {p.split("/")[0]: targets[p.split("/")[0]].ref for p in login.parents}
-    manifest = Renderer(cfg).render(login, refs).manifest(parents)
+    manifest = DockerfileRenderer(cfg).render(login, refs).manifest(parents)
     return inputs_hash(manifest), manifest
 
 
@@ -102,7 +102,7 @@ def test_build_context_tar_is_deterministic(project: Path) -> None:
         for t in matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))
         if t.component == "login"
     )
-    rendered = Renderer(cfg).render(login, {"runtime": "r", "slurm-debs": "d"})
+    rendered = DockerfileRenderer(cfg).render(login, {"runtime": "r", "slurm-debs": "d"})
     first, second = io.BytesIO(), io.BytesIO()
     rendered.write_context(first)
     os.utime(project / "images/login/ssh-host-keys.sh", (5, 5))
