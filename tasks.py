@@ -374,10 +374,7 @@ def deploy(
     dry_run=False,
 ):
     """Generate the manifests, populate the jail, start the cluster and wait for its nodes."""
-    from slurmforge.deploy import check_target
-
-    check_target(target)
-    wait = _seconds(timeout, 600 if target == "k8s" else 180)
+    wait = _target_wait(target, timeout)
     if target == "k8s":
         _deploy_k8s(cluster, config, out, context, namespace, dry_run, wait)
         return
@@ -400,8 +397,12 @@ def _k8s(cluster, config, out, context, namespace):
     return open_k8s(cluster_file, _config_path(config), out_root, namespace, context)
 
 
-def _seconds(value: str | None, default: float) -> float:
-    return number("--timeout", value, default)
+def _target_wait(target: str, timeout: str | None) -> float:
+    """--target checked, and --timeout in seconds (default: 600 on k8s, per wait; else 180)."""
+    from slurmforge.deploy import check_target
+
+    check_target(target)
+    return number("--timeout", timeout, 600 if target == "k8s" else 180)
 
 
 def _local_only(**options) -> None:
@@ -459,12 +460,11 @@ def scale(
     namespace=None,
 ):
     """Change a node set's node count: removed nodes are drained first, new ones join idle."""
-    from slurmforge.deploy import check_target, parse_scale
+    from slurmforge.deploy import parse_scale
     from slurmforge.deploy import scale as scale_nodes
 
-    check_target(target)
+    seconds = _target_wait(target, timeout)
     parse_scale(spec)  # bad input is refused before anything is contacted
-    seconds = _seconds(timeout, 600 if target == "k8s" else 180)
     if target == "k8s":
         opener = functools.partial(_k8s, cluster, config, out, context, namespace)
     else:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from bench.common import ROOT
 from tests.unit import test_fuzz
 from tests.unit.inproc import run_cli
+from tests.unit.test_cli import INVOKE
 
 EXAMPLES = int(os.environ.get("SLURMFORGE_FUZZ_EXAMPLES", "300"))
 
@@ -87,18 +87,7 @@ def refusal_seconds(path: Path) -> float:
     for _ in range(3):
         start = time.perf_counter()
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "invoke",
-                "--search-root",
-                str(ROOT),
-                "matrix",
-                "--config",
-                str(path),
-            ],
-            capture_output=True,
-            text=True,
+            [*INVOKE, "matrix", "--config", str(path)], capture_output=True, text=True
         )
         best = min(best, time.perf_counter() - start)
         assert proc.returncode == 2, proc.stderr

@@ -10,11 +10,11 @@ QUOTE_LIMIT = 80
 def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
     """``repr(value)`` for an error message, cut to ``limit`` characters: a message names the
     value, it does not reproduce a pasted file (or an alias bomb's expansion)."""
-    text = reprlib_repr(value, limit * 2)
+    text = _repr(value, limit * 2)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def reprlib_repr(value: object, budget: int) -> str:
+def _repr(value: object, budget: int) -> str:
     """repr that stops early on large containers and strings (reprlib with a size budget)."""
     r = reprlib.Repr()
     r.maxstring = r.maxother = budget

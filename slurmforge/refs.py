@@ -71,10 +71,10 @@ def url(value: str, schemes: tuple[str, ...]) -> str:
     credentials."""
     try:
         parts = urllib.parse.urlsplit(value)
-        host, port = parts.hostname, parts.port  # port: raises on a bad one
+        host = parts.hostname
+        parts.port  # noqa: B018 (reading it raises on a port that is not one)
     except ValueError as exc:
         raise ValueError(f"expected a URL, got {quote(redact(value))} ({exc})") from None
-    del port
     wanted = ", ".join(f"{s}://" for s in schemes)
     if parts.scheme not in schemes:
         raise ValueError(f"expected a URL starting with {wanted}, got {quote(redact(value))}")

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from slurmforge import options
 from slurmforge.errors import ConfigError, quote
 
 SOURCES_LOCK = "versions.lock"
@@ -152,8 +153,6 @@ def write_stamp(config_path: Path, selection: list[str], data: dict[str, Any]) -
 def cluster_dir(cluster_name: str) -> Path:
     """Where a cluster's secrets and scale live: outside the repository, never in an image
     ($SLURMFORGE_STATE_DIR, else $XDG_STATE_HOME/slurmforge, else ~/.local/state/slurmforge)."""
-    from slurmforge import options
-
     given = os.environ.get("SLURMFORGE_STATE_DIR")
     base = Path(given or os.environ.get("XDG_STATE_HOME") or "~/.local/state").expanduser()
     where = "$SLURMFORGE_STATE_DIR" if given else "the state directory"

@@ -212,13 +212,13 @@ class Kube:
             + f"\n  not applied: {', '.join(missing) or 'nothing'}"
         )
 
-    def apply(self, timeout: float) -> str:
+    def apply(self, timeout: float, removed: list[str] | None = None) -> str:
         """Drain the nodes a smaller node set leaves out; apply (the Namespace, then the munge key
         Secret, then the rest, so that nothing waits for what mounts it); wait for populate and
         the rollouts; hand running pods a changed node list; wait for every node. `sinfo -N -l`."""
         skipped = self.unsupported()
         names = [n for n in self.objects if n not in skipped]
-        removed = self.removed_nodes()
+        removed = self.removed_nodes() if removed is None else removed
         states = slurmctl.node_states(self.controller_sh) if removed else None
         known = [n for n in removed if states and n in states]
         if known:
@@ -262,7 +262,7 @@ class Kube:
         self.render()
         self.validate()
         removed = self.removed_nodes()
-        self.apply(timeout)
+        self.apply(timeout, removed)
         return removed
 
     def check_deployed(self) -> None:
