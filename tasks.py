@@ -63,10 +63,16 @@ def _project(set: str, cell: list[str] | None, component: list[str] | None, conf
 
 def _print_summary(rows: list[dict[str, Any]]) -> None:
     table = [
-        [r["target"], r["status"], f"{r['seconds']:.1f}s", _size(r["size"]), r["note"]]
-        for r in rows
+        [r["target"], r["status"], f"{r['seconds']:.1f}s", _size(r["size"]), _note(r)] for r in rows
     ]
     print(_table(table, ["target", "status", "time", "size", "note"]))
+    if any(r.get("lacking") for r in rows):
+        print(SKIPPED_HINT, file=sys.stderr)
+
+
+def _note(row: dict[str, Any]) -> str:
+    lack = f"without {', '.join(row['lacking'])}" if row.get("lacking") else ""
+    return "; ".join(part for part in (row["note"], lack) if part)
 
 
 def _fetch_options(mirror: str | None, allow_unpinned: bool, trust: list[str] | None = None):
@@ -115,12 +121,9 @@ def build(
     if not dry_run and not allow_unpinned:
         from slurmforge import fastpath
 
-        key = fastpath.selection_key(set, cell or (), component or ())
-        rows = fastpath.check(_config_path(config), key)
+        rows = fastpath.check(_config_path(config), set, cell or (), component or ())
         if rows is not None:
             _print_summary(rows)
-            if any("without " in r["note"] for r in rows):
-                print(SKIPPED_HINT, file=sys.stderr)
             return
     project = _project(set, cell, component, config)
     if dry_run:
@@ -128,7 +131,7 @@ def build(
         return
     results, skipped = project.build(_fetch_options(mirror, allow_unpinned), jobs, fail_fast)
     _print_summary([r.row() for r in results])
-    _print_skipped(skipped)
+    _print_skipped(skipped, hint=False)
     failed = [r for r in results if not r.ok]
     if failed:
         from slurmforge.errors import BuildError
@@ -147,10 +150,11 @@ SKIPPED_HINT = (
 )
 
 
-def _print_skipped(skipped: dict[str, str]) -> None:
+def _print_skipped(skipped: dict[str, str], hint: bool = True) -> None:
+    """Why each optional feature was skipped (a build's summary gives the hint itself)."""
     for feature, why in sorted(skipped.items()):
         print(f"skipped {feature}: {why}", file=sys.stderr)
-    if skipped:
+    if skipped and hint:
         print(SKIPPED_HINT, file=sys.stderr)
 
 
@@ -346,12 +350,17 @@ def _cluster_file(cluster: str | None) -> Path:
     return Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
 
 
-def _local(cluster: str | None, config: str | None, out: str | None, target: str = "local"):
-    from slurmforge.deploy import open_local
+def _where(cluster, config, out, target="local", context=None, namespace=None):
+    from slurmforge.deploy import Where
 
-    cluster_file = _cluster_file(cluster)
     out_root = out_dir("--out", out, HERE / "deploy" / "out")
-    return open_local(cluster_file, _config_path(config), out_root, target)
+    return Where(_cluster_file(cluster), _config_path(config), out_root, target, context, namespace)
+
+
+def _local(cluster: str | None, config: str | None, out: str | None):
+    from slurmforge.deploy import open_target
+
+    return open_target(_where(cluster, config, out))
 
 
 @task(
@@ -374,56 +383,11 @@ def deploy(
     dry_run=False,
 ):
     """Generate the manifests, populate the jail, start the cluster and wait for its nodes."""
-    wait = _target_wait(target, timeout)
-    if target == "k8s":
-        _deploy_k8s(cluster, config, out, context, namespace, dry_run, wait)
-        return
-    _local_only(context=context, namespace=namespace, dry_run=dry_run)
-    local = _local(cluster, config, out, target)
-    seconds = local.deploy(wait)
-    spec = local.cluster.spec
-    nodes = len(local.cluster.nodes)
-    print(f"cluster {spec.name}: {nodes} nodes idle after {seconds:.1f} s (manifests: {local.dir})")
-    print("log in:  invoke login            (root shell in the jail on the login node)")
-    print("         invoke login --user NAME")
-    print(f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from createuser)")
+    from slurmforge.deploy import deploy as deploy_cluster
 
-
-def _k8s(cluster, config, out, context, namespace):
-    from slurmforge.deploy import open_k8s
-
-    cluster_file = _cluster_file(cluster)
-    out_root = out_dir("--out", out, HERE / "deploy" / "out")
-    return open_k8s(cluster_file, _config_path(config), out_root, namespace, context)
-
-
-def _target_wait(target: str, timeout: str | None) -> float:
-    """--target checked, and --timeout in seconds (default: 600 on k8s, per wait; else 180)."""
-    from slurmforge.deploy import check_target
-
-    check_target(target)
-    return number("--timeout", timeout, 600 if target == "k8s" else 180)
-
-
-def _local_only(**options) -> None:
-    given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v]
-    if given:
-        from slurmforge.errors import ConfigError
-
-        raise ConfigError(f"{', '.join(given)}: for --target k8s only")
-
-
-def _deploy_k8s(cluster, config, out, context, namespace, dry_run, timeout) -> None:
-    kube = _k8s(cluster, config, out, context, namespace)
-    directory = kube.render()
-    versions = kube.validate()
-    print(
-        f"wrote {len(kube.objects)} objects to {directory} "
-        f"(valid for Kubernetes {', '.join(versions)}; `kubectl kustomize` renders it)"
-    )
-    if dry_run:
-        return
-    print(kube.apply(timeout))
+    where = _where(cluster, config, out, target, context, namespace)
+    for line in deploy_cluster(where, timeout, dry_run):
+        print(line)
 
 
 @task(help=DEPLOY_HELP)
@@ -460,18 +424,10 @@ def scale(
     namespace=None,
 ):
     """Change a node set's node count: removed nodes are drained first, new ones join idle."""
-    from slurmforge.deploy import parse_scale
     from slurmforge.deploy import scale as scale_nodes
 
-    seconds = _target_wait(target, timeout)
-    parse_scale(spec)  # bad input is refused before anything is contacted
-    if target == "k8s":
-        opener = functools.partial(_k8s, cluster, config, out, context, namespace)
-    else:
-        _local_only(context=context, namespace=namespace)
-        opener = functools.partial(_local, cluster, config, out)
-    cluster_file = _cluster_file(cluster)
-    removed = scale_nodes(opener, cluster_file, spec, _config_path(config), seconds)
+    where = _where(cluster, config, out, target, context, namespace)
+    removed = scale_nodes(where, spec, timeout)
     print(f"scaled: {spec}" + (f" (removed {', '.join(removed)})" if removed else ""))
 
 
@@ -540,16 +496,16 @@ def gpu_check(c, cluster=None, config=None, out=None, min_busbw=None, command=No
 @_fails_cleanly
 def gpu_detect(c, driver_root="/", format="json"):
     """Find the running NVIDIA driver's files and devices; print the read-only mount plan or CDI."""
-    from slurmforge import gpu
+    from slurmforge import gpu_driver
     from slurmforge.errors import ConfigError
 
     if format not in ("json", "cdi"):
         raise ConfigError(f"--format {format!r}: expected json or cdi")
-    driver = gpu.discover(Path(driver_root))
+    driver = gpu_driver.discover(Path(driver_root))
     if driver is None:
+        files = " or ".join(gpu_driver.VERSION_FILES)
         print(
-            f"no NVIDIA driver loaded under {driver_root} (no {' or '.join(gpu.VERSION_FILES)}): "
-            "CPU mode, nothing to mount",
+            f"no NVIDIA driver loaded under {driver_root} (no {files}): CPU mode, nothing to mount",
             file=sys.stderr,
         )
         if format == "json":

@@ -15,20 +15,18 @@ import time
 
 from bench.common import ROOT, built, invoke
 from slurmforge.app import Project, Selection
-from slurmforge.plan import is_bootstrap, parent_refs
+from slurmforge.render import Rendered
 
 RUNS = 5
 
 
 def docker_build_all(project: Project) -> float:
     """Seconds for `docker build` (classic builder, warm cache) of every Dockerfile target."""
-    sources = project.context_sources()
-    by_id = {t.id: t for t in project.targets}
     total = 0.0
     for target in project.targets:
-        if is_bootstrap(project.config, target):
+        rendered = project.rendered(target)
+        if not isinstance(rendered, Rendered):
             continue  # no Dockerfile: the base is imported from mmdebstrap
-        rendered = project.renderer.render(target, parent_refs(target, by_id), sources(target))
         with tempfile.TemporaryFile() as ctx:
             rendered.write_context(ctx)
             ctx.seek(0)
@@ -62,7 +60,7 @@ def main() -> None:
     project = Project(Selection(ROOT / "versions.yaml", "default"))
     baseline = [docker_build_all(project) for _ in range(3)]
     ours, theirs = statistics.median(noop), statistics.median(baseline)
-    n = sum(not is_bootstrap(project.config, t) for t in project.targets)
+    n = sum(isinstance(project.rendered(t), Rendered) for t in project.targets)
     print(
         f"B1 no-op `invoke build --set default`: {ours:.2f} s (median of {RUNS}: "
         f"{', '.join(f'{x:.2f}' for x in noop)})"

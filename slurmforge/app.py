@@ -17,22 +17,14 @@ from pathlib import Path
 from slurmforge import config as config_mod
 from slurmforge import fastpath, matrix, options, state
 from slurmforge.build import BuildOptions, BuildRunner, Result
-from slurmforge.config import UNPINNED, Config
+from slurmforge.config import UNPINNED, Bootstrap, Config
+from slurmforge.context import ContextSources, Need, bootstrap_of, needs, parent_refs
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, SourceError
 from slurmforge.matrix import Target
-from slurmforge.plan import (
-    Action,
-    ContextSources,
-    Decision,
-    Need,
-    Planner,
-    is_bootstrap,
-    needs,
-    parent_refs,
-)
+from slurmforge.plan import Action, Decision, Planner
 from slurmforge.proc import git_origin, git_revision
-from slurmforge.render import DockerfileRenderer
+from slurmforge.render import ContextFiles, DockerfileRenderer, Rendered
 from slurmforge.sources import Cache, Fetched, resolve_mirror
 
 
@@ -61,20 +53,49 @@ class Project:
         self.targets = matrix.expand(
             self.config, selection.set_name, self.cells, selection.components
         )
+        self.by_id = {t.id: t for t in self.targets}
         self.cache = Cache(self.root / ".cache" / "sources")
         self.renderer = DockerfileRenderer(self.config)
+        self.fetched: dict[str, str] = {}  # artifact key → sha256 of what this run downloaded
+        self._contexts: dict[str, ContextFiles] = {}
 
     @cached_property
     def engine(self) -> Engine:
         return Engine.connect()
 
-    def context_sources(self, fetched: Iterable[Fetched] = ()) -> ContextSources:
-        return ContextSources(self.config, self.cache, {f.source.key: f.sha256 for f in fetched})
+    def remember(self, fetched: Iterable[Fetched]) -> None:
+        """Downloads of this run name their artifacts from now on (unpinned ones included)."""
+        self.fetched.update({f.source.key: f.sha256 for f in fetched})
+        self._contexts.clear()
 
-    def planner(self, fetched: Iterable[Fetched] = ()) -> Planner:
-        return Planner(
-            self.config, self.engine, self.renderer, self.context_sources(fetched), self.targets
-        )
+    def context(self, target: Target) -> ContextFiles:
+        """``target``'s upstream build-context entries, and the optional features it lacks."""
+        if target.id not in self._contexts:
+            sources = ContextSources(self.config, self.cache, self.fetched)
+            self._contexts[target.id] = sources(target)
+        return self._contexts[target.id]
+
+    def rendered(self, target: Target) -> Rendered | Bootstrap:
+        """What ``target`` is built from: its Dockerfile and context, or a base's bootstrap spec.
+
+        The one entry to rendering: parents, sources and the features a parent went without
+        (a slurmd whose slurm-debs skipped pyxis does not carry it) all come from the project.
+        """
+        spec = bootstrap_of(self.config, target)
+        if spec is not None:
+            return spec
+        lacking: set[str] = set()
+        todo = list(target.parents)
+        while todo:
+            parent = self.by_id[todo.pop()]
+            todo += parent.parents
+            if bootstrap_of(self.config, parent) is None:
+                lacking.update(self.context(parent).skipped)
+        refs = parent_refs(target, self.by_id)
+        return self.renderer.render(target, refs, self.context(target), tuple(sorted(lacking)))
+
+    def planner(self) -> Planner:
+        return Planner(self.engine, self.rendered)
 
     # -- sources ---------------------------------------------------------------------------
 
@@ -88,7 +109,9 @@ class Project:
             for need in needs(self.config, target):
                 if not need.optional:
                     wanted[tuple(s.key for s in need.candidates)] = need
-        return [self._fetch(need, options, mirror) for need in wanted.values()]
+        fetched = [self._fetch(need, options, mirror) for need in wanted.values()]
+        self.remember(fetched)
+        return fetched
 
     def _fetch(self, need: Need, options: FetchOptions, mirror: str | None) -> Fetched:
         return self.cache.fetch(
@@ -108,19 +131,14 @@ class Project:
         mirror = resolve_mirror(options.mirror)
         fetched: list[Fetched] = []
         skipped: dict[str, str] = {}
-        sources = self.context_sources()
+        sources = ContextSources(self.config, self.cache, self.fetched)
         seen: set[tuple[str, ...]] = set()
         for target in self.targets:
             for need in needs(self.config, target):
                 key = tuple(s.key for s in need.candidates)
-                if not need.optional or key in seen:
+                if not need.optional or key in seen or need.feature in skipped:
                     continue
                 seen.add(key)
-                if need.requires and need.requires in skipped:
-                    continue
-                if not need.candidates:
-                    skipped[need.requires] = f"no {need.feature} (compiler) configured for it"
-                    continue
                 if sources.cached(need):
                     continue
                 try:
@@ -130,6 +148,7 @@ class Project:
                     skipped[need.feature] = f"its sha256 is '{UNPINNED}' ({url}), so not fetched"
                 except SourceError as exc:
                     skipped[need.feature] = f"could not be fetched: {exc.message}"
+        self.remember(fetched)
         return fetched, skipped
 
     def lock(self, options: FetchOptions) -> tuple[list[Fetched], dict[str, str], Path]:
@@ -149,8 +168,8 @@ class Project:
 
     # -- plan / build ----------------------------------------------------------------------
 
-    def plan(self, fetched: Iterable[Fetched] = ()) -> list[Decision]:
-        planner = self.planner(fetched)
+    def plan(self) -> list[Decision]:
+        planner = self.planner()
         decisions: dict[str, Decision] = {}
         for target in self.targets:
             parents: dict[str, Decision | str] = {}
@@ -186,7 +205,7 @@ class Project:
         fetched, skipped = self.fetch_optional(fetch)
         # Required sources are fetched (and verified) before anything is built, but only for
         # targets that may need building: a cached slurm-debs does not need its tarball.
-        decisions = {d.target.id: d for d in self.plan(fetched)}
+        decisions = {d.target.id: d for d in self.plan()}
         todo = [d.target for d in decisions.values() if d.action is Action.BUILD]
         fetched += self.fetch(fetch, todo)
         options = BuildOptions(
@@ -196,8 +215,8 @@ class Project:
             tmp_root=self.root / ".cache" / "tmp",
             oci=self.oci_labels(),
         )
-        runner = BuildRunner(self.planner(fetched), engine, options, known=decisions)
-        results = runner.run(self.targets, self.lacking(fetched))
+        runner = BuildRunner(self.planner(), engine, options, known=decisions)
+        results = runner.run(self.targets)
         if all(r.ok for r in results) and not fetch.allow_unpinned:
             images = {tag: r.image_id for r in results for tag in r.target.tags}
             fastpath.record(self.config.path, self.stamp_key, images, [r.row() for r in results])
@@ -220,11 +239,6 @@ class Project:
         words += [w for c in s.components for w in ("--component", c)]
         return " ".join(words)
 
-    def lacking(self, fetched: Iterable[Fetched] = ()) -> dict[str, tuple[str, ...]]:
-        """Target id → the optional features its image goes without."""
-        sources = self.context_sources(fetched)
-        return {t.id: sources(t).skipped for t in self.targets if not is_bootstrap(self.config, t)}
-
     def oci_labels(self) -> dict[str, str]:
         epoch = options.number(
             "$SOURCE_DATE_EPOCH", os.environ.get("SOURCE_DATE_EPOCH") or None, integer=True,
@@ -244,20 +258,16 @@ class Project:
         from slurmforge import bootstrap
 
         written = []
-        sources = self.context_sources()
-        by_id = {t.id: t for t in self.targets}
         for target in self.targets:
             dest = out / target.component / target.id.split("/", 1)[1]
             dest.mkdir(parents=True, exist_ok=True)
-            if is_bootstrap(self.config, target):
-                spec = self.config.versions.distros[target.id.split("/", 1)[1]].bootstrap
-                assert spec is not None
-                path = dest / "mmdebstrap.cmd"
-                path.write_text(" ".join(bootstrap.command(spec, Path("rootfs.tar"))) + "\n")
-            else:
-                rendered = self.renderer.render(target, parent_refs(target, by_id), sources(target))
+            recipe = self.rendered(target)
+            if isinstance(recipe, Rendered):
                 path = dest / "Dockerfile"
-                path.write_text(rendered.dockerfile)
+                path.write_text(recipe.dockerfile)
+            else:
+                path = dest / "mmdebstrap.cmd"
+                path.write_text(" ".join(bootstrap.command(recipe, Path("rootfs.tar"))) + "\n")
             written.append(path)
         return written
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import graphlib
 import re
 import subprocess
@@ -21,9 +20,10 @@ from typing import IO, Any
 from tqdm import tqdm
 
 from slurmforge import bootstrap, fastpath
+from slurmforge.config import Bootstrap
 from slurmforge.engine import APIError, Engine, EngineError, ImageInfo
 from slurmforge.errors import SlurmforgeError
-from slurmforge.matrix import Axis, Target
+from slurmforge.matrix import Target
 from slurmforge.plan import Action, Decision, Planner
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) :")
@@ -47,6 +47,7 @@ class Result:
     image_id: str = ""
     note: str = ""
     log: Path | None = None
+    lacking: tuple[str, ...] = ()  # optional features the image goes without
 
     @property
     def ok(self) -> bool:
@@ -59,6 +60,7 @@ class Result:
             "seconds": round(self.seconds, 2),
             "size": self.size,
             "note": self.note,
+            "lacking": list(self.lacking),
         }
 
 
@@ -91,10 +93,8 @@ class BuildRunner:
         self._lock = threading.Lock()
         self.log_dir = fastpath.new_log_dir(options.log_root)
 
-    def run(
-        self, targets: Sequence[Target], lacking: Mapping[str, tuple[str, ...]] | None = None
-    ) -> list[Result]:
-        """Build ``targets``; ``lacking``: target id → optional features it goes without."""
+    def run(self, targets: Sequence[Target]) -> list[Result]:
+        """Build ``targets`` in dependency order; a result per target, in their order."""
         graph = {t.id: set(t.parents) for t in targets}
         by_id = {t.id: t for t in targets}
         sorter = graphlib.TopologicalSorter(graph)
@@ -120,7 +120,7 @@ class BuildRunner:
                     result = fut.result()
                     self._finish(result)
                     sorter.done(tid)
-        results = [_without(self.results[t.id], (lacking or {}).get(t.id, ())) for t in targets]
+        results = [self.results[t.id] for t in targets]
         fastpath.write_summary(self.log_dir, [r.row() for r in results])
         return results
 
@@ -151,6 +151,7 @@ class BuildRunner:
                 time.monotonic() - start,
                 decision.existing.size,
                 decision.existing.id,
+                lacking=decision.lacking,
             )
         log_path = self.log_dir / f"{target.id.replace('/', '_')}.log"
         with self._lock:
@@ -168,6 +169,7 @@ class BuildRunner:
                 info.id,
                 decision.reason,
                 log_path,
+                decision.lacking,
             )
         except _Cancelled:
             return Result(
@@ -200,16 +202,14 @@ class BuildRunner:
             **self.options.oci,
             "org.opencontainers.image.version": version,
             "org.opencontainers.image.title": target.component,
-            "io.slurmforge.slurm": target.coord(Axis.SLURM) or "",
+            "io.slurmforge.slurm": target.slurm or "",
             **decision.labels(),
         }
 
     def _build(self, decision: Decision, log: IO[str], slot: int) -> ImageInfo:
         target = decision.target
         labels = self._labels(decision)
-        if decision.rendered is None:
-            spec = self.planner.config.versions.distros[target.coord(Axis.DISTRO) or ""].bootstrap
-            assert spec is not None
+        if isinstance(spec := decision.recipe, Bootstrap):
             with _bar(target, slot, bar_format="{desc}: bootstrapping {elapsed}"):
                 bootstrap.build_base(
                     self.engine, spec, target.ref, labels, log, self.options.tmp_root
@@ -256,13 +256,6 @@ class _Cancelled(Exception):
 
 class _BuildFailed(Exception):
     pass
-
-
-def _without(result: Result, features: tuple[str, ...]) -> Result:
-    if not features or not result.ok:
-        return result
-    lack = "without " + ", ".join(features)
-    return dataclasses.replace(result, note=f"{result.note}; {lack}" if result.note else lack)
 
 
 def _bar(target: Target, slot: int, **kwargs: Any) -> tqdm:

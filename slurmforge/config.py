@@ -19,10 +19,11 @@ from pydantic import (
     StringConstraints,
     Tag,
     ValidationError,
+    create_model,
     model_validator,
 )
 
-from slurmforge import refs, state
+from slurmforge import features, refs, state
 from slurmforge.errors import ConfigError, quote
 
 UNPINNED = "unpinned"
@@ -30,8 +31,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _VERSION3 = r"^\d+\.\d+\.\d+$"
 _COMMIT = r"^[0-9a-f]{40}$"
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
-# What the GPU images take from 'tools:', and in which form.
-GPU_TOOLS = {"nccl": "userspace", "nccl-tests": "sources", "pyxis": "sources", "enroot": "sources"}
 TAG_FIELDS = frozenset({"slurm", "slurm_series", "cuda", "distro", "component"})
 
 
@@ -262,24 +261,73 @@ class Release(Model):
 
 
 class Tool(Model):
-    """One version ('version' + 'sources' or 'userspace'), or several 'releases' of which each
-    Slurm version picks one under slurm.<version>.tools (a plugin built against Slurm's headers)."""
+    """A tool compiled from source: one version ('version' + 'sources'), or several 'releases' of
+    which each Slurm version picks one under slurm.<version>.tools (a plugin built against
+    Slurm's headers)."""
 
     version: Str | None = None
     sources: tuple[AnySource, ...] = ()
-    userspace: Userspace | None = None
     releases: dict[Version3, Release] = {}
 
     @model_validator(mode="after")
     def _has_origin(self) -> Tool:
         if self.releases:
-            if self.version is not None or self.sources or self.userspace is not None:
+            if self.version is not None or self.sources:
                 raise ValueError("expected either 'releases' or 'version' with its sources")
         elif self.version is None:
             raise ValueError("expected 'version' (or 'releases')")
-        elif not self.sources and self.userspace is None:
-            raise ValueError("expected 'sources' or 'userspace'")
+        elif not self.sources:
+            raise ValueError(
+                "expected 'sources' (a URL with sha256, or git with commit) or 'releases'"
+            )
         return self
+
+
+class UserspaceTool(Model):
+    """A tool unpacked into the CUDA prefix from wheels, Debian packages or a vendor apt repo."""
+
+    version: Str
+    userspace: Userspace
+
+
+AnyTool = Tool | UserspaceTool
+
+
+class ToolsBase(Model):
+    """``tools:``, one typed field per row of features.FEATURES (built by ``_tools_model``)."""
+
+    def get(self, name: str) -> AnyTool | None:
+        return getattr(self, name.replace("-", "_"), None)
+
+    def __getitem__(self, name: str) -> AnyTool:
+        tool = self.get(name)
+        if tool is None:
+            raise KeyError(name)
+        return tool
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def items(self) -> list[tuple[str, AnyTool]]:
+        pairs = ((name, self.get(name)) for name in features.tools())
+        return [(name, tool) for name, tool in pairs if tool is not None]
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.items()]
+
+
+def _tools_model() -> type[ToolsBase]:
+    fields: dict[str, Any] = {}
+    for name, feature in features.tools().items():
+        kind: Any = UserspaceTool if feature.origin is features.Origin.USERSPACE else Tool
+        if feature.optional:
+            fields[name.replace("-", "_")] = (kind | None, Field(None, alias=name))
+        else:
+            fields[name.replace("-", "_")] = (kind, Field(alias=name))
+    return create_model("Tools", __base__=ToolsBase, **fields)
+
+
+Tools = _tools_model()
 
 
 class Account(Model):
@@ -322,12 +370,14 @@ class Versions(Model):
     distros: dict[Name, Distro] = Field(min_length=1)
     slurm: dict[Version3, Slurm] = Field(min_length=1)
     cuda: dict[Version3, Cuda] = Field(min_length=1)
-    tools: dict[Name, Tool] = {}
+    tools: Tools  # type: ignore[valid-type]
     sets: dict[Name, MatrixSet] = Field(min_length=1)
 
     def tool(self, name: str, slurm: str | None) -> tuple[str, tuple[Source | GitSource, ...]]:
         """The version and sources of tool ``name`` as built for Slurm ``slurm``."""
         tool = self.tools[name]
+        if isinstance(tool, UserspaceTool):
+            return tool.version, ()
         if not tool.releases:
             assert tool.version is not None
             return tool.version, tool.sources
@@ -563,31 +613,20 @@ def _check_references(path: Path, v: Versions) -> None:
                         value,
                         known[axis],
                     )
-    for name, kind in GPU_TOOLS.items():
-        tool = v.tools.get(name)
-        if tool is None:
-            raise ConfigError(
-                f"{path}: tools.{name}: required key is missing (the worker needs it)"
-            )
-        if kind == "userspace" and tool.userspace is None:
-            raise ConfigError(f"{path}: tools.{name}: expected 'userspace' (wheels or apt)")
-        if kind == "sources" and not (tool.sources or tool.releases):
-            raise ConfigError(
-                f"{path}: tools.{name}: expected 'sources' (a URL with sha256, or git with commit)"
-            )
     for name, tool in v.tools.items():
+        releases = tool.releases if isinstance(tool, Tool) else {}
         for version, slurm in v.slurm.items():
             picked = slurm.tools.get(name)
             where = format_path(("slurm", version, "tools", name))
-            if tool.releases and picked is None:
+            if releases and picked is None:
                 raise ConfigError(
                     f"{path}: {where}: required key is missing (tools.{name} has several "
-                    f"releases; pick one of {', '.join(tool.releases)} for Slurm {version})"
+                    f"releases; pick one of {', '.join(releases)} for Slurm {version})"
                 )
-            if picked is not None and picked not in tool.releases:
+            if picked is not None and picked not in releases:
                 raise ConfigError(
                     f"{path}: {where}: unknown release {picked!r}; expected one of "
-                    f"{', '.join(tool.releases) or '(none: the tool has no releases)'}"
+                    f"{', '.join(releases) or '(none: the tool has no releases)'}"
                 )
     for version, slurm in v.slurm.items():
         for name in slurm.tools:

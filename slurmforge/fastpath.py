@@ -100,27 +100,24 @@ def record(
     state.write_stamp(config_path, selection, data)
 
 
-def _unchanged(note: str) -> str:
-    """The no-op note, keeping what the image goes without (optional features skipped)."""
-    lack = next((part for part in note.split("; ") if part.startswith("without ")), "")
-    return "unchanged since last build" + (f"; {lack}" if lack else "")
-
-
 def selection_key(set_name: str, cells: Iterable[str], components: Iterable[str]) -> list[str]:
     """What a build's stamp is kept under: the set and the --cell/--component selection."""
     return [set_name, *sorted(cells), "|", *sorted(components)]
 
 
-def check(config_path: Path, selection: list[str]) -> list[dict[str, Any]] | None:
-    """The summary rows (all cached) if nothing changed since the recorded build, else None."""
-    data = state.read_stamp(config_path, selection)
+def check(
+    config_path: Path, set_name: str, cells: Iterable[str], components: Iterable[str]
+) -> list[dict[str, Any]] | None:
+    """The summary rows (all cached) if nothing changed since the recorded build of this
+    selection (the set, --cell and --component), else None."""
+    data = state.read_stamp(config_path, selection_key(set_name, cells, components))
     if data is None or data.get("inputs") != _snapshot(config_path):
         return None
     images = data.get("images") or {}
     if not images or _image_ids(sorted(images)) != images:
         return None
     rows = [
-        {**row, "status": "cached", "seconds": 0.0, "note": _unchanged(row.get("note", ""))}
+        {**row, "status": "cached", "seconds": 0.0, "note": "unchanged since last build"}
         for row in data["rows"]
     ]
     write_summary(new_log_dir(config_path.parent / ".cache" / "logs"), rows)

@@ -33,14 +33,11 @@ class Component:
     parents: tuple[str, ...]
     public: bool
     help: str
-    sources: tuple[str, ...] = ()  # upstream artifacts its build context needs
+    # upstream artifacts its build context needs besides its features' (features.py)
+    sources: tuple[str, ...] = ()
     # project directories (besides images/<name>/) whose files join its build context
     context: tuple[str, ...] = ()
 
-
-# What the GPU images take from upstream ('name?' would mark an optional feature: skipped and
-# labelled when it cannot be had). cuda-build (the compiler) serves nccl-tests only.
-GPU_SOURCES = ("cuda", "nccl", "nccl-tests", "cuda-build")
 
 COMPONENTS: dict[str, Component] = {
     c.name: c
@@ -52,7 +49,7 @@ COMPONENTS: dict[str, Component] = {
             ("base",),
             False,
             "Slurm, the jail SPANK plugin, pyxis and enroot compiled into .debs (internal builder)",
-            sources=("slurm", "pyxis", "enroot"),
+            sources=("slurm",),
             context=("jail/spank",),
         ),
         Component(
@@ -86,7 +83,6 @@ COMPONENTS: dict[str, Component] = {
             ("slurmd", "slurm-debs", "base"),
             True,
             "GPU compute node: slurmd (with enroot, pyxis) + CUDA user space, NCCL, nccl-tests",
-            sources=GPU_SOURCES,
             context=("images/gpu", "jail/gpu"),
         ),
         Component(
@@ -95,7 +91,6 @@ COMPONENTS: dict[str, Component] = {
             ("base", "slurm-debs"),
             True,
             "the users' shared root filesystem (with CUDA user space); populates a volume",
-            sources=GPU_SOURCES,
             context=("rootfs", "jail/populate", "images/gpu"),
         ),
     )
@@ -138,6 +133,18 @@ class Target:
 
     def coord(self, axis: Axis) -> str | None:
         return dict(self.coords).get(axis)
+
+    @property
+    def distro(self) -> str:  # every component has the distro axis
+        return dict(self.coords)[Axis.DISTRO]
+
+    @property
+    def slurm(self) -> str | None:
+        return self.coord(Axis.SLURM)
+
+    @property
+    def cuda(self) -> str | None:
+        return self.coord(Axis.CUDA)
 
 
 @dataclass

@@ -1,19 +1,23 @@
-"""Decide, per target, whether to build or reuse, and say why (which input changed)."""
+"""Decide, per target, whether to build or reuse, and say why (which input changed).
+
+What a target is built from (its rendered Dockerfile and context, or a bootstrap spec) comes
+from the project (``Project.rendered``); this module only compares it with the image the engine
+has under the target's reference.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from slurmforge import bootstrap
-from slurmforge.config import UNPINNED, Config, GitSource, Source, Userspace, Wheel
+from slurmforge.config import UNPINNED, Bootstrap
 from slurmforge.engine import HASH_LABEL, MANIFEST_LABEL, Engine, ImageInfo
-from slurmforge.matrix import COMPONENTS, Axis, Target
-from slurmforge.render import ContextFile, ContextFiles, DockerfileRenderer, Rendered, inputs_hash
-from slurmforge.sources import Cache
+from slurmforge.matrix import Target
+from slurmforge.render import Rendered, inputs_hash
 
 
 class Action(StrEnum):
@@ -28,8 +32,17 @@ class Decision:
     reason: str
     inputs_hash: str | None  # None while a parent is still to be built
     manifest: dict[str, Any] | None
-    rendered: Rendered | None  # None for bootstrapped bases
+    recipe: Rendered | Bootstrap  # a Dockerfile and its context, or a bootstrapped base's spec
     existing: ImageInfo | None
+
+    @property
+    def rendered(self) -> Rendered | None:
+        return self.recipe if isinstance(self.recipe, Rendered) else None
+
+    @property
+    def lacking(self) -> tuple[str, ...]:
+        """The optional features the image goes without."""
+        return self.rendered.lacking if self.rendered else ()
 
     def labels(self) -> dict[str, str]:
         assert self.inputs_hash is not None and self.manifest is not None
@@ -37,61 +50,6 @@ class Decision:
             HASH_LABEL: self.inputs_hash,
             MANIFEST_LABEL: json.dumps(self.manifest, sort_keys=True, separators=(",", ":")),
         }
-
-
-Artifact = Source | GitSource | Wheel
-
-
-@dataclass(frozen=True)
-class Need:
-    """One upstream artifact a target's build context needs (``candidates`` are alternatives)."""
-
-    name: str  # render key: 'slurm', 'pyxis', 'cuda/0', …
-    candidates: tuple[Artifact, ...]
-    optional: bool = False  # a feature: skipped, and said so, when it cannot be had
-    requires: str = ""  # wanted only when this optional need is present
-
-    @property
-    def feature(self) -> str:
-        return self.name.split("/", 1)[0]
-
-    def arcname(self, artifact: Artifact) -> str:
-        if self.name == "slurm":  # at the context root, as the cached Slurm compile layer expects
-            return artifact.filename
-        if isinstance(artifact, Wheel):
-            return f"wheels/{artifact.filename}"
-        return f"sources/{self.feature}/{artifact.filename}"
-
-
-def _userspace_needs(group: str, space: Userspace | None, **kw: Any) -> list[Need]:
-    if space is None:
-        return []
-    artifacts: tuple[Artifact, ...] = (
-        (space.apt.keyring,) if space.apt is not None else (*space.wheels, *space.debs)
-    )
-    # one need per wheel or package (or the apt keyring), named '<group>/<index>'
-    return [Need(f"{group}/{i}", (a,), **kw) for i, a in enumerate(artifacts)]
-
-
-def needs(config: Config, target: Target) -> list[Need]:
-    """A target's upstream artifacts, from its component's ``sources`` (``name?``: optional)."""
-    v = config.versions
-    cuda = v.cuda.get(target.coord(Axis.CUDA) or "")
-    out: list[Need] = []
-    for spec in COMPONENTS[target.component].sources:
-        name = spec.rstrip("?")
-        if name == "slurm":
-            out.append(Need(name, v.slurm[target.coord(Axis.SLURM) or ""].sources))
-        elif name == "cuda" and cuda is not None:
-            out += _userspace_needs("cuda", cuda.runtime)
-        elif name == "cuda-build" and cuda is not None:
-            out += _userspace_needs("cuda-build", cuda.build)
-        elif name in v.tools and v.tools[name].userspace is not None:
-            out += _userspace_needs(name, v.tools[name].userspace)
-        elif name in v.tools:
-            _, sources = v.tool(name, target.coord(Axis.SLURM))
-            out.append(Need(name, sources, optional=spec.endswith("?")))
-    return out
 
 
 def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -108,95 +66,29 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-class ContextSources:
-    """Build-context entries for a target's upstream sources (no Docker needed).
-
-    A required source is named by its pinned (or locked, or fetched) sha256 and need not be cached
-    yet: its content is already defined by the checksum. An optional one is in only when it is
-    cached, so the same inputs always render the same Dockerfile.
-    """
-
-    def __init__(self, config: Config, cache: Cache, fetched: dict[str, str] | None = None) -> None:
-        self.config = config
-        self.cache = cache
-        self.fetched = fetched or {}  # artifact key → sha256 of what this run downloaded
-
-    def _sha(self, source: Artifact) -> str:
-        return self.fetched.get(source.key) or self.config.sha256_of(source)
-
-    def cached(self, need: Need) -> tuple[Artifact, str] | None:
-        for cand in need.candidates:
-            sha = self._sha(cand)
-            if sha != UNPINNED and self.cache.lookup(sha, cand.filename):
-                return cand, sha
-        return None
-
-    def __call__(self, target: Target) -> ContextFiles:
-        files: dict[str, ContextFile] = {}
-        skipped: list[str] = []
-        wanted = needs(self.config, target)
-        for need in wanted:
-            hit = self.cached(need)
-            if need.optional and (hit is None or (need.requires and need.requires in skipped)):
-                if need.feature not in skipped:
-                    skipped.append(need.feature)
-                continue
-            source, sha = hit or (need.candidates[0], self._sha(need.candidates[0]))
-            path = self.cache.root / sha / source.filename
-            files[need.name] = ContextFile(need.arcname(source), path, sha, 0o644)
-        dependents = {n.requires: n.feature for n in wanted if n.requires}
-        for feature, helper in dependents.items():  # e.g. nccl-tests cannot build without nvcc
-            if helper in skipped and feature not in skipped:
-                files = {k: f for k, f in files.items() if k.split("/", 1)[0] != feature}
-                skipped.append(feature)
-        return ContextFiles(
-            files, tuple(sorted(f for f in skipped if f not in dependents.values()))
-        )
-
-
-def is_bootstrap(config: Config, target: Target) -> bool:
-    distro = config.versions.distros[target.coord(Axis.DISTRO) or ""]
-    return target.component == "base" and distro.bootstrap is not None
-
-
-def parent_refs(target: Target, targets: dict[str, Target]) -> dict[str, str]:
-    return {pid.split("/", 1)[0]: targets[pid].ref for pid in target.parents}
-
-
 class Planner:
     def __init__(
         self,
-        config: Config,
         engine: Engine,
-        renderer: DockerfileRenderer,
-        sources: ContextSources,
-        targets: Iterable[Target],
+        recipe: Callable[[Target], Rendered | Bootstrap],
     ) -> None:
-        self.config = config
-        self.targets = {t.id: t for t in targets}
         self.engine = engine
-        self.renderer = renderer
-        self.sources = sources
+        self.recipe = recipe  # Project.rendered
 
     def evaluate(self, target: Target, parents: dict[str, Decision | str]) -> Decision:
         """``parents``: parent target id → its image ID, or its (pending) decision."""
         existing = self.engine.inspect(target.ref)
         pending = [pid for pid, p in parents.items() if isinstance(p, Decision)]
-        rendered = None
-        if is_bootstrap(self.config, target):
-            spec = self.config.versions.distros[target.coord(Axis.DISTRO) or ""].bootstrap
-            assert spec is not None
-            manifest: dict[str, Any] = bootstrap.manifest(spec)
-        else:
-            rendered = self.renderer.render(
-                target, parent_refs(target, self.targets), self.sources(target)
-            )
+        recipe = self.recipe(target)
+        if isinstance(recipe, Rendered):
             ids = {pid: p for pid, p in parents.items() if isinstance(p, str)}
-            manifest = rendered.manifest(ids)
-        unpinned = any(f.sha256 == UNPINNED for f in (rendered.files if rendered else ()))
+            manifest = recipe.manifest(ids)
+            unpinned = any(f.sha256 == UNPINNED for f in recipe.files)
+        else:
+            manifest, unpinned = bootstrap.manifest(recipe), False
         if pending or unpinned:  # the hash cannot be known yet
             why = f"parent {pending[0]} will be rebuilt" if pending else "source not pinned yet"
-            return Decision(target, Action.BUILD, why, None, None, rendered, existing)
+            return Decision(target, Action.BUILD, why, None, None, recipe, existing)
         digest = inputs_hash(manifest)
         if existing is None:
             reason, action = "no image yet", Action.BUILD
@@ -207,4 +99,4 @@ class Planner:
         else:
             changed = changes(existing.manifest, manifest) or ["inputs"]
             reason, action = "changed: " + ", ".join(changed), Action.BUILD
-        return Decision(target, action, reason, digest, manifest, rendered, existing)
+        return Decision(target, action, reason, digest, manifest, recipe, existing)

@@ -12,9 +12,10 @@ from typing import IO
 
 import jinja2
 
-from slurmforge.config import Config, Cuda
+from slurmforge import features
+from slurmforge.config import Config, Cuda, UserspaceTool
 from slurmforge.errors import ConfigError
-from slurmforge.matrix import COMPONENTS, Axis, Target
+from slurmforge.matrix import COMPONENTS, Target
 
 TEMPLATE = "Dockerfile.j2"
 
@@ -32,7 +33,7 @@ class ContextFiles:
     """What a target's build context gets from upstream, and which optional features it lacks."""
 
     files: dict[str, ContextFile]  # need name → entry
-    skipped: tuple[str, ...] = ()  # optional features (need names) left out
+    skipped: tuple[str, ...] = ()  # optional features whose sources could not be had
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Rendered:
     target: Target
     dockerfile: str
     files: tuple[ContextFile, ...]
+    lacking: tuple[str, ...] = ()  # features the image would carry but goes without
 
     def manifest(self, parent_ids: dict[str, str]) -> dict[str, object]:
         """Everything that defines the image, as sorted data; its hash is the cache key."""
@@ -124,11 +126,16 @@ class DockerfileRenderer:
         target: Target,
         parent_refs: dict[str, str],
         upstream: ContextFiles | None = None,
+        lacking: tuple[str, ...] = (),
     ) -> Rendered:
-        """``parent_refs``: component → image reference; ``upstream``: fetched artifacts."""
+        """``parent_refs``: component → image reference; ``upstream``: fetched artifacts;
+        ``lacking``: optional features skipped here or in a parent (project.rendered says)."""
         upstream = upstream or ContextFiles({})
         v = self.config.versions
-        distro = v.distros[target.coord(Axis.DISTRO) or ""]
+        distro = v.distros[target.distro]
+        absent = set(lacking) | set(upstream.skipped)
+        carried = [f for f in features.carried_by(target.component) if f not in absent]
+        built = [f.name for f in features.built_in(target.component) if f.name not in absent]
         wheels: dict[str, list[str]] = {}
         singles: dict[str, str] = {}
         for name, f in upstream.files.items():
@@ -138,24 +145,29 @@ class DockerfileRenderer:
             else:
                 singles[group] = f.arcname
         values = {
-            "distro": target.coord(Axis.DISTRO),
-            "slurm": target.coord(Axis.SLURM),
-            "cuda": target.coord(Axis.CUDA),
+            "distro": target.distro,
+            "slurm": target.slurm,
+            "cuda": target.cuda,
             "distro_image": distro.image,
             "accounts": v.accounts,
             "parents": {k.replace("-", "_"): ref for k, ref in parent_refs.items()},
-            "cuda_spec": v.cuda.get(target.coord(Axis.CUDA) or ""),
+            "cuda_spec": v.cuda.get(target.cuda or ""),
             "tools": v.tools,
             # tool → the version built for this target (its Slurm's pick, for multi-release tools)
             "tool_versions": {
-                name: v.tool(name, target.coord(Axis.SLURM))[0]
+                name: v.tool(name, target.slurm)[0]
                 for name, tool in v.tools.items()
-                if not tool.releases or target.coord(Axis.SLURM)
+                if isinstance(tool, UserspaceTool) or not tool.releases or target.slurm
             },
             "sources": singles,  # feature → arcname, only the features that are present
             "wheels": wheels,  # userspace group → arcnames of its wheels (or apt keyring)
-            "skipped": upstream.skipped,
-            "nvcc_gencode": _gencode(v.cuda.get(target.coord(Axis.CUDA) or "")),
+            # features built or installed here ({% if "pyxis" in features %}), the ones the image
+            # carries (its io.slurmforge.features label) and the ones it goes without
+            "features": built + carried,
+            "carried": carried,
+            "feature_debs": [d for f in carried for d in features.FEATURES[f].debs],
+            "skipped": sorted(absent & set(features.carried_by(target.component))),
+            "nvcc_gencode": _gencode(v.cuda.get(target.cuda or "")),
             "slurm_tarball": singles.get("slurm"),
         }
         name = f"{target.component}/{TEMPLATE}"
@@ -166,4 +178,5 @@ class DockerfileRenderer:
         except jinja2.TemplateError as exc:
             raise ConfigError(f"{self.images_dir / name}: {exc.message}") from None
         files = self.component_files(target.component) + list(upstream.files.values())
-        return Rendered(target, dockerfile, tuple(sorted(files, key=lambda f: f.arcname)))
+        files.sort(key=lambda f: f.arcname)
+        return Rendered(target, dockerfile, tuple(files), tuple(values["skipped"]))

@@ -1,23 +1,96 @@
-"""Deployment: one typed cluster model, rendered to Slurm config and to a target's manifests."""
+"""Deployment: one typed cluster model, rendered to Slurm config and to a target's manifests.
+
+Where to add a deploy target: ``TARGETS`` and ``open_target`` here, a ``<name>_render`` module
+that turns the model (model.py, slurmconf.py) into its manifests and a ``<name>_run`` module
+whose class runs them with the methods ``deploy`` and ``scale`` call (``admit``,
+``check_deployed``, ``scale``, and ``deploy``/``render``+``apply``).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurmforge import options
 from slurmforge.errors import ConfigError
 
 TARGETS = ("local", "k8s")
+DEFAULT_WAIT = {"local": 180.0, "k8s": 600.0}  # seconds; on k8s, per wait
+
+
+@dataclass(frozen=True)
+class Where:
+    """Which cluster, on which target: what every deploy-side task is told."""
+
+    cluster_file: Path
+    versions_file: Path
+    out_root: Path
+    target: str = "local"
+    context: str | None = None  # k8s only
+    namespace: str | None = None  # k8s only
+
+    def check(self) -> None:
+        """A bad --target, or a k8s-only option on local, refused before anything is read."""
+        check_target(self.target)
+        if self.target != "k8s":
+            local_only(context=self.context, namespace=self.namespace)
+
+    def wait(self, timeout: str | None) -> float:
+        """``--timeout`` in seconds, or the target's default."""
+        return options.number("--timeout", timeout, DEFAULT_WAIT[self.target])
+
+
+def local_only(**given: Any) -> None:
+    """Refuse options (``name=value``) that only --target k8s takes."""
+    names = [f"--{k.replace('_', '-')}" for k, v in given.items() if v]
+    if names:
+        raise ConfigError(f"{', '.join(names)}: for --target k8s only")
+
+
+def open_target(where: Where) -> Any:
+    """The target's runner: `Local` or `Kube` (loads both files, connects what it needs)."""
+    where.check()
+    if where.target == "k8s":
+        return open_k8s(
+            where.cluster_file, where.versions_file, where.out_root, where.namespace, where.context
+        )
+    return open_local(where.cluster_file, where.versions_file, where.out_root, where.target)
+
+
+def deploy(where: Where, timeout: str | None, dry_run: bool = False) -> list[str]:
+    """`invoke deploy` on either target; the lines to show the user."""
+    check_target(where.target)
+    seconds = where.wait(timeout)
+    if where.target != "k8s":
+        local_only(context=where.context, namespace=where.namespace, dry_run=dry_run)
+    target = open_target(where)
+    if where.target == "k8s":
+        directory = target.render()
+        versions = target.validate()
+        lines = [
+            f"wrote {len(target.objects)} objects to {directory} "
+            f"(valid for Kubernetes {', '.join(versions)}; `kubectl kustomize` renders it)"
+        ]
+        return lines if dry_run else [*lines, target.apply(seconds)]
+    took = target.deploy(seconds)
+    spec = target.cluster.spec
+    return [
+        f"cluster {spec.name}: {len(target.cluster.nodes)} nodes idle after {took:.1f} s "
+        f"(manifests: {target.dir})",
+        "log in:  invoke login            (root shell in the jail on the login node)",
+        "         invoke login --user NAME",
+        f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from createuser)",
+    ]
 
 
 def open_local(cluster_file: Path, versions_file: Path, out_root: Path, target: str = "local"):
     """The `local` target for ``cluster_file`` (loads versions.yaml, connects to Docker)."""
     from slurmforge import config
     from slurmforge.deploy import model
-    from slurmforge.deploy.local import Local
+    from slurmforge.deploy.local_run import Local
     from slurmforge.engine import Engine
 
     check_target(target)
@@ -40,7 +113,7 @@ def open_k8s(
     """The `k8s` target: images are found in the push lock, else in the local engine."""
     from slurmforge import config
     from slurmforge.deploy import model
-    from slurmforge.deploy.kube import Kube
+    from slurmforge.deploy.k8s_run import Kube
     from slurmforge.engine import Engine
     from slurmforge.errors import EngineUnavailable
 
@@ -66,31 +139,26 @@ def parse_scale(arg: str) -> tuple[str, int]:
     return nodeset, int(count)
 
 
-def scale(
-    open_target: Callable[[], Any],
-    cluster_file: Path,
-    arg: str,
-    versions_file: Path,
-    timeout: float,
-) -> list[str]:
-    """`invoke scale NODESET=N` on a running cluster of either target (``open_target`` makes the
-    `Local` or `Kube`, once the input is known to be good); returns the removed nodes. The count
-    is kept in the cluster's state and overrides the file's; it is written only once the new
-    cluster is valid, fits, and the cluster is deployed."""
+def scale(where: Where, arg: str, timeout: str | None) -> list[str]:
+    """`invoke scale NODESET=N` on a running cluster of either target; returns the removed
+    nodes. The count is kept in the cluster's state and overrides the file's; it is written only
+    once the new cluster is valid, fits, and the cluster is deployed."""
     from slurmforge import config, state
     from slurmforge.deploy import model
 
-    nodeset, count = parse_scale(arg)
-    versions = config.load(versions_file)
-    current = model.load(cluster_file, versions)
+    where.check()
+    seconds = where.wait(timeout)
+    nodeset, count = parse_scale(arg)  # bad input is refused before anything is contacted
+    versions = config.load(where.versions_file)
+    current = model.load(where.cluster_file, versions)
     names = [ns.name for ns in current.spec.nodesets]
     if nodeset not in names:
         known = ", ".join(names)
         raise ConfigError(f"scale: unknown node set {nodeset!r}; expected one of {known}")
     replicas = {**state.read_scale(current.name), nodeset: count}
-    new = model.load(cluster_file, versions, replicas)
-    target = open_target()
+    new = model.load(where.cluster_file, versions, replicas)
+    target = open_target(where)
     target.admit(new)  # e.g. more GPUs than the host has: refused before anything changes
     target.check_deployed()
     state.write_scale(current.name, replicas)
-    return target.scale(new, timeout)
+    return target.scale(new, seconds)

@@ -14,7 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from slurmforge.deploy.local import Local
+from slurmforge.deploy.local_run import Local
 from slurmforge.deploy.model import CONTROLLER, LOGIN
 from slurmforge.errors import ConfigError, DeployError
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, StrictInt, StringConstraints
 
-from slurmforge import matrix, refs, state
+from slurmforge import features, matrix, refs, state
 from slurmforge.config import Config, Model, format_path, read_yaml, validate
 from slurmforge.deploy.layers import Layers
 from slurmforge.errors import ConfigError, quote
@@ -321,10 +321,8 @@ def _bind_images(
                 f"{path}: nodesets[{i}].image: no {ns.image!r} node image for cell {cell.name} "
                 f"of set {set_name!r}; expected one of {', '.join(usable)}"
             )
-        if ns.gpus and "cuda" not in matrix.COMPONENTS[ns.image].sources:
-            gpu_images = sorted(
-                c for c in usable_nodes(refs) if "cuda" in matrix.COMPONENTS[c].sources
-            )
+        if ns.gpus and "cuda" not in features.carried_by(ns.image):
+            gpu_images = sorted(c for c in usable_nodes(refs) if "cuda" in features.carried_by(c))
             raise ConfigError(
                 f"{path}: nodesets[{i}].image: node set {ns.name!r} requests GPUs "
                 f"({', '.join(ns.gres)}) but {ns.image!r} has no GPU user space; expected "

@@ -20,14 +20,17 @@ def test_shipped_file_loads() -> None:
     assert v.distros["ubuntu22.04"].image == "ubuntu:22.04"
     assert set(v.slurm) == {"23.11.11", "24.05.8", "24.11.5"}
     assert all(s.pinned for slurm in v.slurm.values() for s in slurm.sources)
-    assert set(v.tools) >= {"pyxis", "enroot", "nccl", "nccl-tests"}
+    assert set(v.tools.names()) >= {"pyxis", "enroot", "nccl", "nccl-tests"}
     assert [c.name for c in matrix.cells_of(cfg, "default")] == ["24.05.8-cuda12.2.2-debian12"]
     assert {(c.distro, c.slurm) for c in matrix.cells_of(cfg, "ci")} == {
         ("debian12", "23.11.11"),
         ("debian12", "24.05.8"),
     }
     # Every shipped source is pinned: no set needs --allow-unpinned anywhere.
-    for tool in v.tools.values():
+    for _, tool in v.tools.items():
+        if isinstance(tool, config.UserspaceTool):
+            assert all(w.sha256 != config.UNPINNED for w in tool.userspace.wheels)
+            continue
         for source in (*tool.sources, *(s for r in tool.releases.values() for s in r.sources)):
             assert source.pinned
     # pyxis is picked per Slurm series, from the releases declared under tools.pyxis.

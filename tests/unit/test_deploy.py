@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from slurmforge import config, state
-from slurmforge.deploy import compose, model, parse_scale, slurmconf
+from slurmforge.deploy import local_render, model, parse_scale, slurmconf
 from slurmforge.errors import ConfigError
 from tests.conftest import ROOT
 from tests.unit.test_cli import _assert_clean_failure, _invoke
@@ -85,7 +85,7 @@ def test_scratch_is_made_by_login_and_kept_by_populate(write_cluster, versions, 
         write_cluster(_with(jail={"keep": ["/srv/"], "scratch": ["/data/"]})), versions
     )
     assert cluster.spec.jail.scratch == ("/data",)
-    services = compose.render(cluster, tmp_path / "munge.key", "sha256:abc")["services"]
+    services = local_render.render(cluster, tmp_path / "munge.key", "sha256:abc")["services"]
     assert services["login"]["environment"] == {"SLURMFORGE_JAIL_SCRATCH": "/data"}
     assert services["jail-populate"]["environment"]["SLURMFORGE_JAIL_KEEP"] == "/srv/ /data"
 
@@ -205,7 +205,7 @@ def test_jail_gets_only_the_client_files(write_cluster, versions, tmp_path: Path
 
 def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: Path) -> None:
     cluster = _two_sets(write_cluster, versions)
-    data = compose.render(cluster, tmp_path / "munge.key", "sha256:abc")
+    data = local_render.render(cluster, tmp_path / "munge.key", "sha256:abc")
     services = data["services"]
     assert set(services) == {
         "slurmctld",
@@ -234,7 +234,9 @@ def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: 
 def test_compose_cli_accepts_the_file(write_cluster, versions, tmp_path: Path) -> None:
     cluster = _two_sets(write_cluster, versions)
     file = tmp_path / "compose.yaml"
-    file.write_text(compose.dump(compose.render(cluster, tmp_path / "k", "sha256:0"), "x"))
+    file.write_text(
+        local_render.dump(local_render.render(cluster, tmp_path / "k", "sha256:0"), "x")
+    )
     for cli in (["docker-compose"], ["docker", "compose"]):
         if (
             cli == ["docker", "compose"]

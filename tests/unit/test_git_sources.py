@@ -14,7 +14,6 @@ from slurmforge import config
 from slurmforge.app import FetchOptions, Project, Selection
 from slurmforge.config import GitSource
 from slurmforge.errors import ConfigError, PinError
-from slurmforge.matrix import Axis
 from slurmforge.sources import Cache, Fetched, resolve_mirror
 from tests.gitrepos import Repo, add_submodule, git, make_repo
 
@@ -134,12 +133,12 @@ def test_two_releases_of_one_repository_stay_apart(cfg) -> None:
         (source,) = cfg.versions.tools["pyxis"].releases[release].sources
         tar = project.cache.root / source.commit / source.filename
         fetched.append(Fetched(source, tar, source.commit))
-    sources = project.context_sources(fetched)
+    project.remember(fetched)
     debs = [t for t in project.targets if t.component == "slurm-debs"]
     assert len(debs) == 2
     for target in debs:
-        version, (source,) = cfg.versions.tool("pyxis", target.coord(Axis.SLURM))
-        got = sources(target).files["pyxis"]
+        version, (source,) = cfg.versions.tool("pyxis", target.slurm)
+        got = project.context(target).files["pyxis"]
         assert got.arcname == f"sources/pyxis/pyxis-v{version}.tar"
         assert got.path == project.cache.root / source.commit / f"pyxis-v{version}.tar"
 

@@ -4,6 +4,7 @@ enroot, nccl-tests) rendered into every image that carries them."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import http.server
@@ -16,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge import config, matrix
+from slurmforge import config, features, matrix
+from slurmforge.app import Project, Selection
 from slurmforge.config import Wheel
+from slurmforge.context import ContextSources
 from slurmforge.errors import ChecksumError, ConfigError, SourceError
-from slurmforge.plan import ContextSources
-from slurmforge.render import DockerfileRenderer
+from slurmforge.render import DockerfileRenderer, Rendered
 from slurmforge.sources import Cache
 from tests.conftest import ROOT
 from tests.unit.test_dockerfiles import HADOLINT
@@ -185,7 +187,12 @@ def test_unknown_file_kind_is_refused(tmp_path: Path) -> None:
          'cuda."12.2.2".runtime.wheels[0].requirement: expected a value matching'),
         (lambda d: d["tools"].pop("nccl"), "tools.nccl: required key is missing"),
         (lambda d: d["tools"]["enroot"].pop("sources"),
-         "tools.enroot: expected 'sources' or 'userspace'"),
+         "tools.enroot: expected 'sources' (a URL with sha256, or git with commit) or 'releases'"),
+        # the feature table says how each tool is had: nccl is unpacked, never compiled here
+        (lambda d: d["tools"]["nccl"].update(sources=d["tools"]["enroot"]["sources"]),
+         "tools.nccl.sources: unknown key"),
+        (lambda d: d["tools"].update(horovod=d["tools"]["enroot"]),
+         "tools.horovod: unknown key"),
         (lambda d: d["cuda"]["12.2.2"].pop("build"),
          'cuda."12.2.2".build: required key is missing'),
         (lambda d: d["cuda"]["12.2.2"].update(arches=["80"]),
@@ -275,6 +282,54 @@ def test_apt_kind_renders_one_recipe_and_passes_hadolint(shipped, write_config, 
         assert "signed-by=/usr/share/keyrings/slurmforge-cuda.asc" in text
         assert "apt-get install -y --no-install-recommends cuda-cudart-12-2=12.2.140-1" in text
         out.write_text(text)
+        lint = subprocess.run(
+            [HADOLINT, "--config", str(ROOT / ".hadolint.yaml"), str(out)],
+            capture_output=True,
+            text=True,
+        )
+        assert lint.returncode == 0, lint.stdout
+
+
+def test_an_optional_feature_that_cannot_be_had_is_left_out_and_said(
+    cfg, tmp_path, monkeypatch
+) -> None:
+    """A row of the feature table marked optional: when its sources are not in the cache, every
+    image that builds or carries it goes without, labels that, and still passes hadolint; a
+    child image (slurmd) lacks what its builder (slurm-debs) skipped."""
+    for name in ("nccl-tests", "pyxis"):
+        row = dataclasses.replace(features.FEATURES[name], optional=True)
+        monkeypatch.setitem(features.FEATURES, name, row)
+    for tree in ("images", "jail", "rootfs"):  # the project's own files beside the config
+        (tmp_path / tree).symlink_to(ROOT / tree)
+    project = Project(Selection(cfg.path, "default"))
+    _cache_all(cfg, project.cache)
+    for name in ("nccl-tests", "pyxis"):
+        (source,) = cfg.versions.tool(name, "24.05.8")[1]
+        (project.cache.root / cfg.sha256_of(source) / source.filename).unlink()
+    targets = {t.component: t for t in project.targets}
+    sources = project.context
+    rendered = {c: project.rendered(targets[c]) for c in ("slurm-debs", "slurmd", "worker", "jail")}
+    assert sources(targets["worker"]).skipped == ("nccl-tests",)
+    assert sources(targets["slurm-debs"]).skipped == ("pyxis",)
+    assert all(isinstance(r, Rendered) for r in rendered.values())
+    debs = rendered["slurm-debs"].dockerfile
+    assert "pyxis" not in debs and "COPY --from=enroot" in debs
+    slurmd = rendered["slurmd"]
+    assert slurmd.lacking == ("pyxis",) and "slurmforge-pyxis" not in slurmd.dockerfile
+    assert 'io.slurmforge.features="enroot" \\\n      io.slurmforge.skipped="pyxis"' in (
+        slurmd.dockerfile
+    )
+    out = tmp_path / "Dockerfile"
+    for component in ("worker", "jail"):
+        image = rendered[component]
+        assert image.lacking == ("nccl-tests", "pyxis")
+        assert " AS nccl-tests" not in image.dockerfile
+        assert "COPY --from=nccl-tests" not in image.dockerfile
+        assert "sources/cuda-build" not in image.dockerfile  # needed by nccl-tests alone
+        assert 'io.slurmforge.features="cuda,enroot,nccl"' in image.dockerfile
+        assert 'io.slurmforge.skipped="nccl-tests,pyxis"' in image.dockerfile
+        assert not any("cuda-build" in f.arcname for f in image.files)
+        out.write_text(image.dockerfile)
         lint = subprocess.run(
             [HADOLINT, "--config", str(ROOT / ".hadolint.yaml"), str(out)],
             capture_output=True,

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from slurmforge import config, state
-from slurmforge.deploy import k8s, model, open_k8s
-from slurmforge.deploy.kube import Kube, kubectl_path
+from slurmforge.deploy import k8s_render, model, open_k8s
+from slurmforge.deploy.k8s_run import Kube, kubectl_path
 from slurmforge.errors import ConfigError, DeployError
 from tests.unit.test_cli import _assert_clean_failure, _invoke
 from tests.unit.test_deploy import _with
@@ -267,8 +267,8 @@ def test_pods_get_no_token_and_the_munge_key_collides_with_nothing(checkout) -> 
             for m in c.get("volumeMounts", []):
                 assert not m["mountPath"].startswith(("/run/secrets", "/var/run/secrets")), name
                 if m["name"] == "munge-key":
-                    assert m["mountPath"] == k8s.MUNGE_DIR
-                    assert k8s.MUNGE_ENV in c["env"], (name, c["name"])
+                    assert m["mountPath"] == k8s_render.MUNGE_DIR
+                    assert k8s_render.MUNGE_ENV in c["env"], (name, c["name"])
             for port in c.get("ports", []):
                 assert port["protocol"] == "TCP", (name, port)
             if "readinessProbe" in c:
@@ -548,7 +548,7 @@ def test_registry_override_moves_and_pins_images(write_cluster, tmp_path) -> Non
         c: "registry.example.com/hpc/" + r.rsplit("/", 1)[1] for c, r in cluster.images.items()
     }
     lock = {moved["jail"]: "sha256:" + "a" * 64}
-    images = k8s.resolve_images(cluster, lock)
+    images = k8s_render.resolve_images(cluster, lock)
     assert images.refs["jail"] == moved["jail"].rsplit(":", 1)[0] + "@sha256:" + "a" * 64
     assert images.refs["slurmctld"] == moved["slurmctld"]  # not pushed there: by tag
     assert images.jail_digest == "sha256:" + "a" * 64

@@ -1,4 +1,4 @@
-"""The `k8s` target's renderer (kube.py runs it): the same cluster model as `local`, as a
+"""The `k8s` target's renderer (k8s_run.py runs it): the same cluster model as `local`, as a
 kustomize directory.
 
 One file per object plus ``kustomization.yaml``, under ``deploy/out/k8s/<cluster>/``:

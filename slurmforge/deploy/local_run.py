@@ -1,4 +1,4 @@
-"""The `local` target's runner (compose.py renders for it): write the Compose file and Slurm
+"""The `local` target's runner (local_render.py renders for it): write the Compose file and Slurm
 config, apply them with the real Compose CLI, and operate the result (status, scale, down,
 login)."""
 
@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from slurmforge import jail, proc, state
-from slurmforge.deploy import compose, slurmconf, slurmctl
-from slurmforge.deploy import gpus as gpus_mod
+from slurmforge.deploy import gpu_assign, local_render, slurmconf, slurmctl
 from slurmforge.deploy.model import (
     CONTROLLER,
     JAIL,
@@ -149,14 +148,18 @@ class Local:
 
     def render(self, jail_id: str, key: Path) -> bool:
         """Write the reviewable directory; True when the nodes' slurm.conf changed."""
-        conf = self.dir / compose.NODE_CONF
+        conf = self.dir / local_render.NODE_CONF
         before = (conf / "slurm.conf").read_text() if (conf / "slurm.conf").exists() else None
         assignment = self.gpus
         slurmconf.write(
-            self.cluster, conf, self.dir / compose.JAIL_CONF, assignment.gres_files(), self.pyxis()
+            self.cluster,
+            conf,
+            self.dir / local_render.JAIL_CONF,
+            assignment.gres_files(),
+            self.pyxis(),
         )
-        data = compose.render(self.cluster, key, jail_id, assignment)
-        self.file.write_text(compose.dump(data, str(self.cluster.path)))
+        data = local_render.render(self.cluster, key, jail_id, assignment)
+        self.file.write_text(local_render.dump(data, str(self.cluster.path)))
         (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")
         return before is not None and before != (conf / "slurm.conf").read_text()
 
@@ -179,8 +182,8 @@ class Local:
         return info is not None and "pyxis" in info.features
 
     @functools.cached_property
-    def gpus(self) -> gpus_mod.Assignment:
-        return gpus_mod.assign(self.cluster)
+    def gpus(self) -> gpu_assign.Assignment:
+        return gpu_assign.assign(self.cluster)
 
     def _apply(self, jail_id: str, key: Path, populate: bool) -> None:
         running = self.running(CONTROLLER) is not None
@@ -252,7 +255,7 @@ class Local:
 
     def admit(self, new: Cluster) -> None:
         """Refuse ``new`` when this host cannot run it (more GPUs than it has)."""
-        gpus_mod.assign(new)
+        gpu_assign.assign(new)
 
     def scale(self, new: Cluster, timeout: float) -> list[str]:
         """Apply ``new`` (this cluster with other replica counts); returns the removed nodes."""

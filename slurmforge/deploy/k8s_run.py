@@ -1,5 +1,5 @@
-"""The `k8s` target's runner (k8s.py renders for it): render the kustomize directory, validate
-it, and apply it with kubectl.
+"""The `k8s` target's runner (k8s_render.py renders for it): render the kustomize directory,
+validate it, and apply it with kubectl.
 
 `invoke deploy --target k8s --dry-run` stops after writing and validating: every object against
 the strict OpenAPI schemas of each Kubernetes version in ``kubernetes.versions``
@@ -8,8 +8,9 @@ nodes a smaller node set leaves out are drained; server-side apply of the Namesp
 key Secret, created once (generated here into a private temporary file that is removed right
 after), then the rest, leaving out (and naming) kinds the server does not serve; ``kubectl wait``
 for the populate Job; a rollout status per StatefulSet; running pods brought to the applied
-config (a changed node list does not roll pods, see k8s.ManifestRenderer.render) and ``scontrol
-reconfigure``; and a wait, through ``kubectl exec`` in slurmctld, until every node is in service.
+config (a changed node list does not roll pods, see k8s_render.ManifestRenderer.render) and
+``scontrol reconfigure``; and a wait, through ``kubectl exec`` in slurmctld, until every node is
+in service.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import IO, Any
 import yaml
 
 from slurmforge import state
-from slurmforge.deploy import k8s, slurmconf, slurmctl
+from slurmforge.deploy import k8s_render, slurmconf, slurmctl
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
 from slurmforge.errors import ConfigError, DeployError
 
@@ -112,13 +113,15 @@ class Kube:
                     local_ids[component] = info.id
                     pyxis = pyxis or (component == JAIL and "pyxis" in info.features)
 
-        images = k8s.resolve_images(self.cluster, state.read_images_lock(self.root), local_ids)
-        renderer = k8s.ManifestRenderer(self.cluster, images, self.namespace)
+        images = k8s_render.resolve_images(
+            self.cluster, state.read_images_lock(self.root), local_ids
+        )
+        renderer = k8s_render.ManifestRenderer(self.cluster, images, self.namespace)
         self.objects = renderer.render(pyxis)
         self.populate_job = next(
             o["metadata"]["name"] for o in self.objects.values() if o["kind"] == "Job"
         )
-        return k8s.write(self.dir, self.objects, self.namespace, str(self.cluster.path))
+        return k8s_render.write(self.dir, self.objects, self.namespace, str(self.cluster.path))
 
     def check_versions(self) -> tuple[str, ...]:
         """``kubernetes.versions``, each one kubernetes-validate has schemas for."""
@@ -317,8 +320,8 @@ class Kube:
         return {
             where: {f: hashlib.sha256(v.encode()).hexdigest() for f, v in data[name].items()}
             for where, name in (
-                ("/etc/slurm", k8s.NODE_CONFIG),
-                (slurmconf.JAIL_CONF, k8s.JAIL_CONFIG),
+                ("/etc/slurm", k8s_render.NODE_CONFIG),
+                (slurmconf.JAIL_CONF, k8s_render.JAIL_CONFIG),
             )
         }
 
@@ -382,7 +385,7 @@ class Kube:
     def ensure_munge_key(self) -> None:
         """Create the Secret with 1024 random bytes unless it exists (the key is never rotated
         by a redeploy: running daemons would stop trusting each other)."""
-        exists = self.run(self.kubectl("get", "secret", k8s.MUNGE_SECRET, "-o", "name"))
+        exists = self.run(self.kubectl("get", "secret", k8s_render.MUNGE_SECRET, "-o", "name"))
         if exists.returncode == 0:
             return
         with tempfile.TemporaryDirectory(prefix="slurmforge-munge-") as tmp:
@@ -392,10 +395,15 @@ class Kube:
                 fh.write(os.urandom(1024))
             self._check(
                 self.kubectl(
-                    "create", "secret", "generic", k8s.MUNGE_SECRET, f"--from-file=munge.key={key}"
+                    "create",
+                    "secret",
+                    "generic",
+                    k8s_render.MUNGE_SECRET,
+                    f"--from-file=munge.key={key}",
                 ),
                 "creating the munge key Secret",
             )
         print(
-            f"generated the munge key (Secret {self.namespace}/{k8s.MUNGE_SECRET})", file=self.log
+            f"generated the munge key (Secret {self.namespace}/{k8s_render.MUNGE_SECRET})",
+            file=self.log,
         )

@@ -1,4 +1,4 @@
-"""The `local` target's renderer (local.py runs it): the cluster as a Docker Compose file, valid
+"""The `local` target's renderer (local_run.py runs it): the cluster as a Docker Compose file, valid
 for `docker compose` v2 and `docker-compose` v1 (file format 3.8, no features either lacks).
 
 Services: slurmctld, login, one per compute node (named after the Slurm node, so Compose's DNS
@@ -29,7 +29,7 @@ import yaml
 
 from slurmforge import jail_contract
 from slurmforge.deploy import slurmconf
-from slurmforge.deploy.gpus import Assignment
+from slurmforge.deploy.gpu_assign import Assignment
 from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
 
 POPULATE = "jail-populate"

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import referencing
 
-from slurmforge import gpu
+from slurmforge import gpu_driver
 from slurmforge.errors import ConfigError
 from tests import driver_root
 from tests.conftest import ROOT
@@ -31,7 +31,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_mount_plan_is_exactly_the_running_drivers_files(host: Path) -> None:
-    driver = gpu.discover(host)
+    driver = gpu_driver.discover(host)
     assert driver is not None
     lib = host / driver_root.LIB_DIR
     fw = host / "lib/firmware/nvidia" / V
@@ -99,7 +99,7 @@ def test_mount_plan_is_exactly_the_running_drivers_files(host: Path) -> None:
 
 
 def test_cdi_spec_validates_against_the_cdi_schema(host: Path) -> None:
-    driver = gpu.discover(host)
+    driver = gpu_driver.discover(host)
     assert driver is not None
     spec = driver.cdi()
     schema = json.loads((SCHEMA_DIR / "schema.json").read_text())
@@ -122,23 +122,23 @@ def test_cdi_spec_validates_against_the_cdi_schema(host: Path) -> None:
 def test_version_from_sys_module_and_open_module_wording(tmp_path: Path) -> None:
     (tmp_path / "sys/module/nvidia").mkdir(parents=True)
     (tmp_path / "sys/module/nvidia/version").write_text(f"{V}\n")
-    assert gpu.running_version(tmp_path) == V
+    assert gpu_driver.running_version(tmp_path) == V
     proc = tmp_path / "proc/driver/nvidia"
     proc.mkdir(parents=True)
     (proc / "version").write_text(
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build\n"
     )
-    assert gpu.running_version(tmp_path) == "550.54.15"
+    assert gpu_driver.running_version(tmp_path) == "550.54.15"
 
 
 def test_soname_is_read_from_the_elf_file(host: Path) -> None:
     lib = host / driver_root.LIB_DIR
-    assert gpu.soname(lib / f"libnvidia-nvvm.so.{V}") == "libnvidia-nvvm.so.4"
-    assert gpu.soname(host / "proc/driver/nvidia/version") is None  # not ELF
+    assert gpu_driver.soname(lib / f"libnvidia-nvvm.so.{V}") == "libnvidia-nvvm.so.4"
+    assert gpu_driver.soname(host / "proc/driver/nvidia/version") is None  # not ELF
 
 
 def test_no_driver_is_cpu_mode(tmp_path: Path) -> None:
-    assert gpu.discover(tmp_path) is None
+    assert gpu_driver.discover(tmp_path) is None
     proc = _invoke("gpu-detect", "--driver-root", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "CPU mode" in proc.stderr and "Traceback" not in proc.stderr
@@ -152,13 +152,13 @@ def test_cli_prints_plan_and_cdi_and_warns_about_other_versions(host: Path) -> N
     warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: ")]
     assert len(warnings) == 2 and all(OLD in w and V in w for w in warnings)
     cdi = _invoke("gpu-detect", "--driver-root", str(host), "--format", "cdi")
-    assert json.loads(cdi.stdout)["cdiVersion"] == gpu.CDI_VERSION
+    assert json.loads(cdi.stdout)["cdiVersion"] == gpu_driver.CDI_VERSION
 
 
 def test_missing_device_nodes_are_refused(tmp_path: Path) -> None:
     root = driver_root.make(tmp_path / "host", devices=False)
     with pytest.raises(ConfigError, match="/dev/nvidiactl is missing"):
-        gpu.discover(root)
+        gpu_driver.discover(root)
     _assert_clean_failure(
         _invoke("gpu-detect", "--driver-root", str(root)), "/dev/nvidiactl is missing"
     )
@@ -169,7 +169,7 @@ def test_missing_gpu_device_is_refused(tmp_path: Path) -> None:
     for rel in ("nvidia0", "nvidia1"):
         os.unlink(root / "dev" / rel)
     with pytest.raises(ConfigError, match=r"/dev/nvidia\[0-9\]\* is missing"):
-        gpu.discover(root)
+        gpu_driver.discover(root)
 
 
 def test_only_other_versions_libraries_is_refused(tmp_path: Path) -> None:
@@ -178,7 +178,7 @@ def test_only_other_versions_libraries_is_refused(tmp_path: Path) -> None:
     lib = root / driver_root.LIB_DIR
     os.unlink(lib / f"libcuda.so.{V}")
     with pytest.raises(ConfigError, match=f"libcuda.so.{V} was not found"):
-        gpu.discover(root)
+        gpu_driver.discover(root)
 
 
 @pytest.mark.parametrize(
@@ -195,6 +195,6 @@ def test_a_directory_of_another_driver_layout_is_found(tmp_path: Path, where: st
     current.mkdir(parents=True)
     for path in list(lib.glob(f"*.so.{V}")):
         shutil.move(path, current / path.name)
-    driver = gpu.discover(root)
+    driver = gpu_driver.discover(root)
     assert driver is not None
     assert {Path(m.host).parent for m in driver.mounts if m.kind == "lib"} == {current}

@@ -10,17 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmforge import gpu
+from slurmforge import gpu_driver
 from slurmforge.deploy.model import Cluster
 from slurmforge.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class Assignment:
-    driver: gpu.Driver | None = None
-    nodes: dict[str, tuple[gpu.Device, ...]] = field(default_factory=dict)  # node → its GPUs
+    driver: gpu_driver.Driver | None = None
+    nodes: dict[str, tuple[gpu_driver.Device, ...]] = field(default_factory=dict)  # node → its GPUs
 
-    def shared_devices(self) -> tuple[gpu.Device, ...]:
+    def shared_devices(self) -> tuple[gpu_driver.Device, ...]:
         """Control devices every GPU node needs (nvidiactl, nvidia-uvm, …)."""
         if self.driver is None:
             return ()
@@ -35,7 +35,7 @@ def assign(cluster: Cluster) -> Assignment:
     if not wanted:
         return Assignment()
     root = cluster.spec.gpu.driver_root
-    driver = gpu.discover(Path(root))
+    driver = gpu_driver.discover(Path(root))
     if driver is None:
         i, ns = wanted[0]
         raise ConfigError(

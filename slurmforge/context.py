@@ -1,0 +1,135 @@
+"""What goes into a target's build: its upstream sources, its parents, or a bootstrap spec.
+
+No Docker here. A target's needs come from its component's own ``sources`` (Slurm, the CUDA
+runtime) and from every feature built in that component (features.py). ``ContextSources`` turns
+the needs into build-context entries named by sha256, and says which optional features a target
+goes without. Whether to build or reuse is decided elsewhere (plan.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from slurmforge import features
+from slurmforge.config import (
+    UNPINNED,
+    Bootstrap,
+    Config,
+    GitSource,
+    Source,
+    Userspace,
+    UserspaceTool,
+    Wheel,
+)
+from slurmforge.matrix import COMPONENTS, Target
+from slurmforge.render import ContextFile, ContextFiles
+from slurmforge.sources import Cache
+
+Artifact = Source | GitSource | Wheel
+
+
+@dataclass(frozen=True)
+class Need:
+    """One upstream artifact a target's build context needs (``candidates`` are alternatives)."""
+
+    name: str  # render key: 'slurm', 'pyxis', 'cuda/0', …
+    candidates: tuple[Artifact, ...]
+    feature: str = ""  # the feature it belongs to ('' for Slurm itself)
+    optional: bool = False  # the feature may be left out, and said so, when it cannot be had
+
+    @property
+    def group(self) -> str:
+        return self.name.split("/", 1)[0]
+
+    def arcname(self, artifact: Artifact) -> str:
+        if self.name == "slurm":  # at the context root, as the cached Slurm compile layer expects
+            return artifact.filename
+        if isinstance(artifact, Wheel):
+            return f"wheels/{artifact.filename}"
+        return f"sources/{self.group}/{artifact.filename}"
+
+
+def _userspace(group: str, space: Userspace, **kw: Any) -> list[Need]:
+    artifacts: tuple[Artifact, ...] = (
+        (space.apt.keyring,) if space.apt is not None else (*space.wheels, *space.debs)
+    )
+    # one need per wheel or package (or the apt keyring), named '<group>/<index>'
+    return [Need(f"{group}/{i}", (a,), **kw) for i, a in enumerate(artifacts)]
+
+
+def _source(config: Config, target: Target, name: str, **kw: Any) -> list[Need]:
+    """The needs of one upstream source: 'slurm', 'cuda', 'cuda-build' or a tool's name."""
+    v = config.versions
+    cuda = v.cuda.get(target.cuda or "")
+    if name == "slurm":
+        return [Need(name, v.slurm[target.slurm or ""].sources, **kw)]
+    if name in ("cuda", "cuda-build"):
+        assert cuda is not None, f"{target.id} has no CUDA axis"
+        return _userspace(name, cuda.runtime if name == "cuda" else cuda.build, **kw)
+    tool = v.tools[name]
+    if isinstance(tool, UserspaceTool):
+        return _userspace(name, tool.userspace, **kw)
+    _, sources = v.tool(name, target.slurm)
+    return [Need(name, sources, **kw)]
+
+
+def needs(config: Config, target: Target) -> list[Need]:
+    """A target's upstream artifacts: its component's own sources, then its features'."""
+    out: list[Need] = []
+    for name in COMPONENTS[target.component].sources:
+        out += _source(config, target, name)
+    for feature in features.built_in(target.component):
+        kw = {"feature": feature.name, "optional": feature.optional}
+        for name in (feature.name, *feature.needs):
+            out += _source(config, target, name, **kw)
+    return out
+
+
+class ContextSources:
+    """Build-context entries for a target's upstream sources (no Docker needed).
+
+    A required source is named by its pinned (or locked, or fetched) sha256 and need not be cached
+    yet: its content is already defined by the checksum. An optional feature is in only when all
+    of its sources are cached, so the same inputs always render the same Dockerfile.
+    """
+
+    def __init__(self, config: Config, cache: Cache, fetched: dict[str, str] | None = None) -> None:
+        self.config = config
+        self.cache = cache
+        self.fetched = fetched or {}  # artifact key → sha256 of what this run downloaded
+
+    def _sha(self, source: Artifact) -> str:
+        return self.fetched.get(source.key) or self.config.sha256_of(source)
+
+    def cached(self, need: Need) -> tuple[Artifact, str] | None:
+        for cand in need.candidates:
+            sha = self._sha(cand)
+            if sha != UNPINNED and self.cache.lookup(sha, cand.filename):
+                return cand, sha
+        return None
+
+    def __call__(self, target: Target) -> ContextFiles:
+        wanted = needs(self.config, target)
+        skipped = sorted({n.feature for n in wanted if n.optional and self.cached(n) is None})
+        files: dict[str, ContextFile] = {}
+        for need in wanted:
+            if need.feature in skipped:
+                continue
+            first = need.candidates[0]
+            source, sha = self.cached(need) or (first, self._sha(first))
+            path = self.cache.root / sha / source.filename
+            files[need.name] = ContextFile(need.arcname(source), path, sha, 0o644)
+        return ContextFiles(files, tuple(skipped))
+
+
+def bootstrap_of(config: Config, target: Target) -> Bootstrap | None:
+    """The mmdebstrap spec of a bootstrapped base (None: built from a Dockerfile)."""
+    if target.component != "base":
+        return None
+    return config.versions.distros[target.distro].bootstrap
+
+
+def parent_refs(target: Target, targets: dict[str, Target]) -> dict[str, str]:
+    """Component → image reference of each parent."""
+    return {pid.split("/", 1)[0]: targets[pid].ref for pid in target.parents}
