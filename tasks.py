@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -296,7 +295,7 @@ def push(
 @_fails_cleanly
 def test_images(c, set="default", cell=None, config=None):
     """Build (if needed) and run the image tests on a set's images; a pass is recorded for push."""
-    if _run_tier("image", set, cell, config):
+    if _project(set, cell, None, config).run_tests("image"):
         raise Exit("error: the image tests failed; nothing was recorded as tested", code=1)
 
 
@@ -311,25 +310,8 @@ def test_images(c, set="default", cell=None, config=None):
 @_fails_cleanly
 def test_cluster(c, set="default", cell=None, config=None):
     """Build (if needed) and run the cluster tests (tests/cluster) on one cell's images."""
-    from slurmforge.errors import ConfigError
-
-    if cell and len(cell) > 1:
-        raise ConfigError("--cell: the cluster tests run on one cell at a time; give one --cell")
-    if _run_tier("cluster", set, cell, config):
+    if _project(set, cell, None, config).run_tests("cluster"):
         raise Exit("error: the cluster tests failed", code=1)
-
-
-def _run_tier(tier: str, set_name: str, cells, config) -> int:
-    """pytest on tests/<tier> with the selection passed to the test harness; its exit code."""
-    _project(set_name, cells, None, config)  # refuse an unknown set or cell before pytest starts
-    env = {"SLURMFORGE_TEST_SET": set_name, "SLURMFORGE_TEST_CELLS": ",".join(cells or ())}
-    if config:
-        env["SLURMFORGE_TEST_CONFIG"] = str(_config_path(config))
-    return subprocess.call(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(HERE / "tests" / tier)],
-        cwd=HERE,
-        env={**os.environ, **env},
-    )
 
 
 DEPLOY_HELP = {
@@ -476,10 +458,7 @@ def gpu_check(c, cluster=None, config=None, out=None, min_busbw=None, command=No
     from slurmforge.deploy import healthcheck
 
     threshold = number("--min-busbw", min_busbw, inclusive=True)
-    local = _local(cluster, config, out)
-    if threshold is None:
-        threshold = local.cluster.spec.gpu.min_busbw
-    results = healthcheck.run(local, threshold, command)
+    results = healthcheck.run(_local(cluster, config, out), threshold, command)
     print(_table([[r.node, r.verdict, r.detail] for r in results], ["node", "verdict", "detail"]))
     if any(r.verdict == "error" for r in results):
         from slurmforge.errors import DeployError

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,6 +28,8 @@ from slurmforge.plan import Action, Decision, Planner
 from slurmforge.proc import git_origin, git_revision
 from slurmforge.render import ContextFiles, DockerfileRenderer, Rendered
 from slurmforge.sources import Cache, Fetched, resolve_mirror
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where tasks.py and tests/ are
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,21 @@ class Project:
                 f"set {self.selection.set_name!r} has several cells ({cells}); pick one with --cell"
             )
         return targets[0].ref
+
+    def run_tests(self, tier: str) -> int:
+        """pytest on tests/<tier> (image or cluster) with this selection passed to the test
+        harness; its exit code. The cluster tier runs one cell's images at a time."""
+        s = self.selection
+        if tier == "cluster" and len(s.cells) > 1:
+            raise ConfigError("--cell: the cluster tests run on one cell at a time; give one")
+        env = {
+            "SLURMFORGE_TEST_SET": s.set_name,
+            "SLURMFORGE_TEST_CELLS": ",".join(s.cells),
+            "SLURMFORGE_TEST_CONFIG": str(s.config_path),
+        }
+        tests = PROJECT_ROOT / "tests" / tier
+        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tests)]
+        return subprocess.call(argv, cwd=PROJECT_ROOT, env={**os.environ, **env})
 
     def build(
         self, fetch: FetchOptions, jobs: int, fail_fast: bool

@@ -54,8 +54,11 @@ def node_info(local: Local, nodes: list[str]) -> dict[str, tuple[str, str]]:
 
 
 def run(
-    local: Local, min_busbw: float, command: str | None, timeout_min: int = 15
+    local: Local, min_busbw: float | None, command: str | None, timeout_min: int = 15
 ) -> list[NodeCheck]:
+    """Check every GPU node once; ``min_busbw`` (GB/s) defaults to the cluster's gpu.min_busbw."""
+    if min_busbw is None:
+        min_busbw = local.cluster.spec.gpu.min_busbw
     nodes = gpu_nodes(local)
     if not nodes:
         raise ConfigError(f"{local.cluster.path}: no node set requests GPUs; nothing to check")
