@@ -51,7 +51,7 @@ class ImageInfo:
 
     @property
     def features(self) -> tuple[str, ...]:
-        """The optional features the image was built with (label io.slurmforge.features)."""
+        """The features (features.py) the image was built with (label io.slurmforge.features)."""
         return tuple(f for f in self.labels.get("io.slurmforge.features", "").split(",") if f)
 
     @property
@@ -78,6 +78,11 @@ class Engine:
                 f"Docker daemon is not reachable at {where} ({type(exc).__name__})", hint=START_HINT
             ) from None
         return cls(client)
+
+    def carries(self, ref: str, feature: str) -> bool:
+        """Whether the image ``ref`` exists here and was built with ``feature`` (e.g. pyxis)."""
+        info = self.inspect(ref)
+        return info is not None and feature in info.features
 
     def inspect(self, ref: str) -> ImageInfo | None:
         try:

@@ -178,8 +178,7 @@ class Local:
 
     def pyxis(self) -> bool:
         """Whether the jail image (where srun runs) was built with pyxis (see its labels)."""
-        info = self.engine.inspect(self.cluster.images[JAIL])
-        return info is not None and "pyxis" in info.features
+        return self.engine.carries(self.cluster.images[JAIL], "pyxis")
 
     @functools.cached_property
     def gpus(self) -> gpu_assign.Assignment:
