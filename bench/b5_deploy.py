@@ -1,10 +1,12 @@
-"""B5: `invoke deploy` to all-nodes-idle on warm images, and 200 trivial batch jobs.
+"""B5: `invoke deploy` to all-nodes-idle on warm images, and 200 trivial batch jobs, with
+accounting (MariaDB, slurmdbd, slurmrestd) and without it, in the same run.
 
-A throwaway cluster (its own name, port, state and manifest directories) from the shipped
-cluster file: the first deploy starts from nothing but the images (fresh volumes, a new munge key,
-a full jail populate); the second is a redeploy of the running cluster. Then 200
-`sbatch --wrap=true` from a jail user on the login node, timed from the first submission until
-the queue is empty. Target: deploy <= 30 s.
+For each variant a throwaway cluster (its own name, port, state and manifest directories) from
+the shipped cluster file: the first deploy starts from nothing but the images (fresh volumes, new
+secrets, a full jail populate, and with accounting a fresh database); the second is a redeploy of
+the running cluster. Then 200 `sbatch --wrap=true` from a jail user on the login node, timed from
+the first submission until the queue is empty. Targets: deploy <= 30 s, and with accounting
+<= 1.5 x the deploy without it.
 """
 
 from __future__ import annotations
@@ -22,41 +24,63 @@ import yaml
 from bench.common import ROOT, invoke
 
 JOBS = 200
+VARIANTS = {
+    "without accounting": {"accounting": {"enabled": False}, "rest": {"enabled": False}},
+    "with accounting": {},  # the shipped default: MariaDB, slurmdbd and slurmrestd
+}
 
 
-def main() -> None:
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def measure(name: str, changes: dict) -> tuple[float, float, float, float]:
+    """First deploy, redeploy (s), end-to-end jobs/s, submission alone (s)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "layers").symlink_to(ROOT / "deploy" / "layers")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
         data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
-        data.update(name="sfbench", login={"address": "127.0.0.1", "port": port})
+        data.update(
+            name=name,
+            login={"address": "127.0.0.1", "port": free_port()},
+            rest={"port": free_port()},
+            **changes,
+        )
         (root / "cluster.yaml").write_text(yaml.safe_dump(data))
         os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
         where = ["--cluster", str(root / "cluster.yaml"), "--out", str(root / "out")]
         try:
             first = invoke("deploy", *where)
             again = invoke("deploy", *where)
-            rate, submit = jobs(docker.from_env())
+            rate, submit = jobs(docker.from_env(), name)
         finally:
             invoke("down", "--volumes", *where)
+    return first, again, rate, submit
+
+
+def main() -> None:
+    results = {label: measure(f"sfbench{i}", c) for i, (label, c) in enumerate(VARIANTS.items())}
+    base = results["without accounting"]
+    for label, (first, again, rate, submit) in results.items():
+        print(
+            f"{label}: deploy to all nodes idle (warm images, fresh volumes) {first:.1f} s "
+            f"(target <= 30 s; ratio {first / 30:.2f}), redeploy {again:.1f} s, "
+            f"{JOBS} x sbatch --wrap=true {rate:.1f} jobs/s end to end "
+            f"(submission alone {JOBS / submit:.0f} jobs/s)"
+        )
+    acct = results["with accounting"]
     print(
-        f"deploy to all nodes idle (warm images, fresh volumes): {first:.1f} s "
-        f"(target <= 30 s; ratio {first / 30:.2f})"
-    )
-    print(f"redeploy of the running cluster: {again:.1f} s")
-    print(
-        f"{JOBS} x sbatch --wrap=true: {rate:.1f} jobs/s end to end "
-        f"(submission alone {JOBS / submit:.0f} jobs/s)"
+        f"accounting on / off: deploy {acct[0] / base[0]:.2f} x (target <= 1.5 x), "
+        f"jobs/s {acct[2] / base[2]:.2f} x"
     )
 
 
-def jobs(client: docker.DockerClient) -> tuple[float, float]:
+def jobs(client: docker.DockerClient, project: str) -> tuple[float, float]:
     (login,) = client.containers.list(
         filters={
-            "label": ["com.docker.compose.project=sfbench", "com.docker.compose.service=login"]
+            "label": [f"com.docker.compose.project={project}", "com.docker.compose.service=login"]
         }
     )
 

@@ -35,6 +35,9 @@ def cluster_file(root: Path, name: str) -> Path:
         name=name,
         login={"address": "127.0.0.1", "port": port},
         kubernetes={"overcommit": True, "login_service": "ClusterIP"},
+        # both targets alike: the k8s target does not render slurmdbd and slurmrestd yet
+        accounting={"enabled": False},
+        rest={"enabled": False},
     )
     (root / "layers").symlink_to(ROOT / "deploy" / "layers")
     (root / "cluster.yaml").write_text(yaml.safe_dump(data))

@@ -338,6 +338,16 @@ class Account(Model):
 class Accounts(Model):
     slurm: Account
     munge: Account
+    mysql: Account  # MariaDB's server, in the mariadb image
+    slurmrestd: Account  # slurmrestd refuses root and SlurmUser: it runs as this one
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Accounts:
+        for kind in ("uid", "gid"):
+            ids = [getattr(getattr(self, name), kind) for name in type(self).model_fields]
+            if len(set(ids)) != len(ids):
+                raise ValueError(f"expected a different {kind} for every account, got {ids}")
+        return self
 
 
 class CellSpec(Model):

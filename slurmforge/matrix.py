@@ -60,7 +60,12 @@ COMPONENTS: dict[str, Component] = {
             "munge, accounts, libslurm and the Slurm client",
         ),
         Component(
-            "slurmctld", (Axis.DISTRO, Axis.SLURM), ("runtime", "slurm-debs"), True, "controller"
+            "slurmctld",
+            (Axis.DISTRO, Axis.SLURM),
+            ("runtime", "slurm-debs"),
+            True,
+            "controller",
+            context=("images/accounting",),
         ),
         Component(
             "slurmd",
@@ -76,6 +81,28 @@ COMPONENTS: dict[str, Component] = {
             ("runtime", "slurm-debs"),
             True,
             "login node: client, sshd, nss_slurm",
+        ),
+        Component(
+            "slurmdbd",
+            (Axis.DISTRO, Axis.SLURM),
+            ("runtime", "slurm-debs"),
+            True,
+            "accounting daemon (slurmdbd), storing into MariaDB/MySQL",
+            context=("images/accounting",),
+        ),
+        Component(
+            "slurmrestd",
+            (Axis.DISTRO, Axis.SLURM),
+            ("runtime", "slurm-debs"),
+            True,
+            "REST API (slurmrestd) with JWT authentication, as its own unprivileged user",
+        ),
+        Component(
+            "mariadb",
+            (Axis.DISTRO,),
+            ("base",),
+            True,
+            "the accounting database: MariaDB from the distro's archive",
         ),
         Component(
             "worker",

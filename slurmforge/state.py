@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +31,7 @@ from slurmforge.errors import ConfigError, quote
 SOURCES_LOCK = "versions.lock"
 IMAGES_LOCK = Path("build") / "images.lock.json"
 TESTED = Path("build") / "tested.json"
-CLUSTER_FILES = ("munge.key", "replicas.json")  # all a cluster's state directory holds
+CLUSTER_FILES = ("munge.key", "jwt_hs256.key", "db-password", "replicas.json")  # all it holds
 
 
 def write_text(path: Path, text: str) -> None:
@@ -195,18 +196,28 @@ def forget_cluster(cluster_name: str) -> None:
         directory.rmdir()
 
 
-def ensure_munge_key(cluster_name: str) -> tuple[Path, bool]:
-    """The cluster's munge key, made once: 1024 random bytes, mode 0400, in a 0700 directory
-    (written beside it and renamed, so never a partial key). Returns its path and whether it
-    was made now."""
-    path = munge_key_path(cluster_name)
+# The cluster's secrets, made at its first deploy: name → how many random bytes, and whether
+# kept as text (a password: URL-safe base64, so it needs no quoting in SQL or a config file).
+SECRETS = {"munge.key": (1024, False), "jwt_hs256.key": (64, False), "db-password": (32, True)}
+
+
+def ensure_secret(cluster_name: str, name: str) -> tuple[Path, bool]:
+    """The cluster's secret ``name`` (one of SECRETS), made once: mode 0400 in a 0700 directory,
+    written beside its place and renamed, so never partial. Returns its path and whether it was
+    made now."""
+    size, text = SECRETS[name]
+    path = cluster_dir(cluster_name) / name
     if path.exists():
         return path, False
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name("munge.key.tmp")
+    tmp = path.with_name(name + ".tmp")
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(os.urandom(1024))
+        fh.write(secrets.token_urlsafe(size).encode() if text else secrets.token_bytes(size))
     os.replace(tmp, path)
     return path, True
+
+
+def ensure_munge_key(cluster_name: str) -> tuple[Path, bool]:
+    return ensure_secret(cluster_name, "munge.key")

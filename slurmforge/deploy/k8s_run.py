@@ -123,6 +123,19 @@ class Kube:
         )
         return k8s_render.write(self.dir, self.objects, self.namespace, str(self.cluster.path))
 
+    def check_supported(self) -> None:
+        """What this target cannot run yet is refused, never rendered half-way: slurmdbd, its
+        database and slurmrestd are rendered for the local target only so far."""
+        spec = self.cluster.spec
+        for key, on in (("accounting.enabled", spec.accounting.enabled),
+                        ("rest.enabled", spec.rest.enabled)):  # fmt: skip
+            if on:
+                raise ConfigError(
+                    f"{self.cluster.path}: {key}: accounting and the REST API run on the local "
+                    "target only so far",
+                    hint="for --target k8s set accounting.enabled: false and rest.enabled: false",
+                )
+
     def check_versions(self) -> tuple[str, ...]:
         """``kubernetes.versions``, each one kubernetes-validate has schemas for."""
         versions = self.cluster.spec.kubernetes.versions

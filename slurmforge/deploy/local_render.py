@@ -2,8 +2,10 @@
 for `docker compose` v2 and `docker-compose` v1 (file format 3.8, no features either lacks).
 
 Services: slurmctld, login, one per compute node (named after the Slurm node, so Compose's DNS
-resolves it), and jail-populate (profile "setup", so `up` leaves it alone: `invoke deploy` runs the
-same image's populate itself; by hand: `docker-compose --profile setup run --rm jail-populate`).
+resolves it), with accounting slurmdbd and (unless the cluster names an external database)
+mariadb on the volume "accounting", slurmrestd published on the login address, and
+jail-populate (profile "setup", so `up` leaves it alone: `invoke deploy` runs the same image's
+populate itself; by hand: `docker-compose --profile setup run --rm jail-populate`).
 Capabilities are granted per service, never --privileged:
 - compute nodes get their node set's capabilities; the built-in base layer gives SYS_ADMIN, which
   the jail SPANK plugin needs for a private mount namespace and its mounts;
@@ -28,12 +30,15 @@ from typing import Any
 from slurmforge import jail_contract
 from slurmforge.deploy import generated, slurmconf
 from slurmforge.deploy.gpu_assign import Assignment
-from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
+from slurmforge.deploy.model import CONTROLLER, DATABASE, DBD, JAIL, LOGIN, RESTD, Cluster
 
 POPULATE = "jail-populate"
 ROLE_LABEL = "io.slurmforge.role"
 CLUSTER_LABEL = "io.slurmforge.cluster"
 NODE_CONF, JAIL_CONF = "etc/slurm", "jail/etc/slurm"  # relative to the compose file
+DBD_CONF = "etc/slurmdbd"  # slurmdbd.conf without its password
+SECRETS_DIR = "/run/secrets"  # where every container finds its secret files (read-only)
+ACCOUNTING_VOLUME = "accounting"  # the cluster's own MariaDB's data
 
 
 def _mount_caps(caps: list[str], *, runs_containers: bool = False) -> dict[str, Any]:
@@ -60,13 +65,22 @@ def _gpu(assignment: Assignment, node: str) -> dict[str, Any]:
 
 
 def render(
-    cluster: Cluster, key_file: Path, jail_id: str, gpus: Assignment | None = None
+    cluster: Cluster, secrets: dict[str, Path], jail_id: str, gpus: Assignment | None = None
 ) -> dict[str, Any]:
+    """``secrets``: name (munge.key, jwt_hs256.key, db-password) → the file on this host, bound
+    read-only into the containers that need it; never an environment variable."""
     gpus = gpus or Assignment()
-    key = f"{key_file}:/run/secrets/munge.key:ro"
+
+    def secret(name: str) -> str:
+        return f"{secrets[name]}:{SECRETS_DIR}/{name}:ro"
+
+    key = secret("munge.key")
     node_conf = f"./{NODE_CONF}:/etc/slurm:ro"
     jail_conf = f"./{JAIL_CONF}:{slurmconf.JAIL_CONF}:ro"
     jail = f"jail:{slurmconf.JAIL_ROOT}"
+
+    accounting = cluster.spec.accounting
+    dbd = [DBD] if accounting.enabled else []
 
     def labels(role: str, **extra: str) -> dict[str, str]:
         return {CLUSTER_LABEL: cluster.name, ROLE_LABEL: role, **extra}
@@ -77,11 +91,21 @@ def render(
             "hostname": CONTROLLER,
             "init": True,
             "command": ["slurmctld", "-D"],
-            "volumes": [node_conf, key, f"state:{slurmconf.STATE_DIR}", f"{jail}:ro"],
+            "volumes": [
+                node_conf,
+                key,
+                *([secret("jwt_hs256.key")] if accounting.enabled else []),
+                f"state:{slurmconf.STATE_DIR}",
+                f"{jail}:ro",
+            ],
             "labels": labels(CONTROLLER),
             # nodes first: slurmctld resolves every node name when it starts (slurmd retries
             # until the controller answers)
-            **({"depends_on": [node for _, node in cluster.nodes]} if cluster.nodes else {}),
+            **(
+                {"depends_on": [node for _, node in cluster.nodes] + dbd}
+                if cluster.nodes or dbd
+                else {}
+            ),
             "restart": "unless-stopped",
         },
         LOGIN: {
@@ -119,6 +143,44 @@ def render(
         if ns.env:
             service["environment"] = dict(ns.env)
         services[node] = service
+    if accounting.enabled:
+        services[DBD] = {
+            "image": cluster.images[DBD],
+            "hostname": DBD,
+            "init": True,
+            "command": ["slurmdbd", "-D"],
+            "volumes": [
+                f"./{DBD_CONF}/slurmdbd.conf:/etc/slurmforge/slurmdbd.conf:ro",
+                key,
+                secret("jwt_hs256.key"),
+                secret("db-password"),
+                f"{jail}:ro",  # user names resolve as on the nodes (the jail's accounts)
+            ],
+            "labels": labels(DBD),
+            **({"depends_on": [DATABASE]} if accounting.database is None else {}),
+            "restart": "unless-stopped",
+        }
+    if accounting.enabled and accounting.database is None:
+        services[DATABASE] = {
+            "image": cluster.images[DATABASE],
+            "hostname": DATABASE,
+            "init": True,
+            "volumes": [f"{ACCOUNTING_VOLUME}:/var/lib/mysql", secret("db-password")],
+            "labels": labels(DATABASE),
+            "restart": "unless-stopped",
+        }
+    if cluster.spec.rest.enabled:
+        rest = cluster.spec.rest
+        services[RESTD] = {
+            "image": cluster.images[RESTD],
+            "hostname": RESTD,
+            "init": True,
+            "ports": [f"{_host(cluster.spec.login.address)}:{rest.port}:6820"],
+            "volumes": [node_conf, key, f"{jail}:ro"],
+            "labels": labels(RESTD),
+            "depends_on": [CONTROLLER],
+            "restart": "unless-stopped",
+        }
     services[POPULATE] = {
         "image": cluster.images[JAIL],
         "profiles": ["setup"],
@@ -128,11 +190,10 @@ def render(
         "labels": labels(POPULATE),
         "restart": "no",
     }
-    return {
-        "version": "3.8",
-        "services": services,
-        "volumes": {"jail": {}, "state": {}},
-    }
+    volumes: dict[str, Any] = {"jail": {}, "state": {}}
+    if DATABASE in services:
+        volumes[ACCOUNTING_VOLUME] = {}
+    return {"version": "3.8", "services": services, "volumes": volumes}
 
 
 def dump(compose: dict[str, Any], source: str) -> str:

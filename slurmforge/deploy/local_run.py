@@ -17,16 +17,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from slurmforge import jail, proc, state
-from slurmforge.deploy import gpu_assign, local_render, slurmconf, slurmctl
+from slurmforge.deploy import accounting_db, gpu_assign, local_render, slurmconf, slurmctl
 from slurmforge.deploy.model import (
     CONTROLLER,
     JAIL,
     LOGIN,
+    RESTD,
     Cluster,
     as_dict,
     check_user,
 )
-from slurmforge.engine import Engine
+from slurmforge.engine import APIError, Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
 
 PROJECT_LABEL = "com.docker.compose.project"  # set by Compose v1 and v2 alike
@@ -96,7 +97,10 @@ class Local:
         container = self.running(service)
         if container is None:
             return 125, f"{service} is not running"
-        code, out = container.exec_run(["bash", "-c", command])
+        try:
+            code, out = container.exec_run(["bash", "-c", command])
+        except APIError as exc:  # e.g. it began restarting since it was listed
+            return 125, f"{service}: {exc.explanation or exc}"
         return code, out.decode(errors="replace").strip()
 
     def _tail(self, service: str, lines: int = 15) -> str:
@@ -120,33 +124,71 @@ class Local:
             ids[component] = info.id
         return ids
 
-    def check_port(self) -> None:
-        login = self.cluster.spec.login
-        mine = self.running(LOGIN)
-        if mine is not None:
-            bound = mine.attrs["HostConfig"].get("PortBindings") or {}
-            if any(b.get("HostPort") == str(login.port) for v in bound.values() for b in v or []):
-                return
-        family = socket.AF_INET6 if ":" in login.address else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((login.address, login.port))
-            except OSError as exc:
-                raise ConfigError(
-                    f"{self.cluster.path}: login.port: {login.address}:{login.port} is not free "
-                    f"({exc.strerror})",
-                    hint="choose another login.port, or stop what listens there",
-                ) from None
+    def check_ports(self) -> None:
+        """The published ports (login's sshd, slurmrestd) are free, or already ours."""
+        spec = self.cluster.spec
+        wanted = [("login.port", LOGIN, spec.login.port)]
+        if spec.rest.enabled:
+            wanted.append(("rest.port", RESTD, spec.rest.port))
+        for key, service, port in wanted:
+            mine = self.running(service)
+            if mine is not None:
+                bound = mine.attrs["HostConfig"].get("PortBindings") or {}
+                if any(b.get("HostPort") == str(port) for v in bound.values() for b in v or []):
+                    continue
+            family = socket.AF_INET6 if ":" in spec.login.address else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((spec.login.address, port))
+                except OSError as exc:
+                    raise ConfigError(
+                        f"{self.cluster.path}: {key}: {spec.login.address}:{port} is not free "
+                        f"({exc.strerror})",
+                        hint=f"choose another {key}, or stop what listens there",
+                    ) from None
 
-    def munge_key(self) -> Path:
-        """1024 random bytes, mode 0400, outside the repository; made once, reused on redeploy."""
-        path, made = state.ensure_munge_key(self.cluster.name)
-        if made:
-            print(f"generated munge key {path}", file=self.log)
-        return path
+    def secrets(self) -> dict[str, Path]:
+        """The files the containers are given: the munge key and, with accounting, the JWT key
+        and the database password (the external database's own file, when it has one). Kept
+        outside the repository; made at the first deploy and reused by every later one."""
+        accounting = self.cluster.spec.accounting
+        names = ["munge.key"]
+        if accounting.enabled:
+            names.append("jwt_hs256.key")
+            if accounting.database is None:
+                names.append("db-password")
+        out = {}
+        for name in names:
+            out[name], made = state.ensure_secret(self.cluster.name, name)
+            if made:
+                print(f"generated {name} {out[name]}", file=self.log)
+        if accounting.enabled and accounting.database is not None:
+            out["db-password"] = Path(accounting.database.password_secret)
+        return out
 
-    def render(self, jail_id: str, key: Path) -> bool:
+    def check_database(self) -> None:
+        """Refuse, before anything is made or started, a database slurmdbd could not use: an
+        external one whose host does not resolve or refuses connections, or the cluster's own
+        whose volume was created with a password other than the one kept for it."""
+        accounting = self.cluster.spec.accounting
+        if not accounting.enabled:
+            return
+        if accounting.database is not None:
+            accounting_db.check_reachable(self.cluster.path, accounting.database)
+            return
+        where = self.engine.volume_path(f"{self.cluster.name}_{local_render.ACCOUNTING_VOLUME}")
+        if where is not None:
+            accounting_db.check_password(
+                self.cluster, Path(where), state.cluster_dir(self.cluster.name) / "db-password"
+            )
+
+    def wait_accounting(self, timeout: float) -> None:
+        """Until slurmdbd knows the cluster; then the default account exists."""
+        if self.cluster.spec.accounting.enabled:
+            accounting_db.setup(self.cluster, self.controller_sh, max(timeout, 30.0))
+
+    def render(self, jail_id: str, secrets: dict[str, Path]) -> bool:
         """Write the reviewable directory; True when the nodes' slurm.conf changed."""
         conf = self.dir / local_render.NODE_CONF
         before = (conf / "slurm.conf").read_text() if (conf / "slurm.conf").exists() else None
@@ -158,7 +200,11 @@ class Local:
             assignment.gres_files(),
             self.pyxis(),
         )
-        data = local_render.render(self.cluster, key, jail_id, assignment)
+        if self.cluster.spec.accounting.enabled:
+            dbd = self.dir / local_render.DBD_CONF
+            dbd.mkdir(parents=True, exist_ok=True)
+            (dbd / "slurmdbd.conf").write_text(slurmconf.slurmdbd_conf(self.cluster))
+        data = local_render.render(self.cluster, secrets, jail_id, assignment)
         self.file.write_text(local_render.dump(data, str(self.cluster.path)))
         (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")
         return before is not None and before != (conf / "slurm.conf").read_text()
@@ -169,11 +215,13 @@ class Local:
         """Render, populate the jail, start everything, wait for every node; seconds taken."""
         start = time.monotonic()
         _ = self.gpus  # GPU node sets without GPUs are refused before anything happens
+        self.check_database()
+        self.check_ports()
         ids = self.image_ids()
-        self.check_port()
-        key = self.munge_key()
-        self._apply(ids[JAIL], key, populate=True)
+        secrets = self.secrets()
+        self._apply(ids[JAIL], secrets, populate=True)
         self.wait_ready(timeout)
+        self.wait_accounting(timeout - (time.monotonic() - start))
         return time.monotonic() - start
 
     def pyxis(self) -> bool:
@@ -184,9 +232,9 @@ class Local:
     def gpus(self) -> gpu_assign.Assignment:
         return gpu_assign.assign(self.cluster)
 
-    def _apply(self, jail_id: str, key: Path, populate: bool) -> None:
+    def _apply(self, jail_id: str, secrets: dict[str, Path], populate: bool) -> None:
         running = self.running(CONTROLLER) is not None
-        changed = self.render(jail_id, key)
+        changed = self.render(jail_id, secrets)
         if populate:
             # Compose creates (and labels) the volumes; the jail is filled before anything starts.
             self.compose("up", "--no-start", "--remove-orphans")
@@ -264,7 +312,7 @@ class Local:
             slurmctl.drain(self.controller_sh, removed, timeout)
         self.cluster = new
         self.__dict__.pop("gpus", None)  # the GPU assignment follows the new node counts
-        self._apply(ids[JAIL], self.munge_key(), populate=False)
+        self._apply(ids[JAIL], self.secrets(), populate=False)
         self.wait_ready(timeout)
         return removed
 

@@ -31,6 +31,10 @@ EnvName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z_][A-Z
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 # Components that run as part of the cluster (the rest are build stages).
 CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
+DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
+SERVICES = (CONTROLLER, LOGIN, JAIL, DBD, RESTD, DATABASE)  # never a node set's image
+# Slurm lower-cases account names and takes these characters in them
+ACCOUNT = r"^[a-z0-9_][a-z0-9_.-]{0,63}$"
 
 
 class MatchExpression(Model):
@@ -185,6 +189,69 @@ class KubernetesSpec(Model):
     overcommit: StrictBool = False
 
 
+def _hostname(value: str) -> str:
+    label = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+    try:
+        return refs.ip_address(value)
+    except ValueError:
+        pass
+    if len(value) > 253 or not re.fullmatch(rf"{label}(\.{label})*", value):
+        raise ValueError(f"expected a host name or IP address, got {quote(value)}")
+    return value
+
+
+Port = Annotated[StrictInt, Field(ge=1, le=65535)]
+
+
+class DatabaseSpec(Model):
+    """A MySQL/MariaDB the site already runs, instead of the cluster's own MariaDB."""
+
+    host: Annotated[str, StringConstraints(strict=True), AfterValidator(_hostname)]
+    port: Port = 3306
+    user: Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.-]{1,80}$")] = (
+        "slurm"
+    )
+    # a file on the deploying machine that holds the password (never copied anywhere else in
+    # clear: the local target mounts it, the k8s target makes a Secret of it)
+    password_secret: AbsPath
+    name: Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_]{1,64}$")] = (
+        "slurm_acct_db"
+    )
+
+
+def _account(value: str) -> str:
+    if not re.fullmatch(ACCOUNT, value):
+        raise ValueError(
+            "expected a Slurm account name (lower-case a-z, 0-9, _ . -, at most 64, not "
+            f"starting with . or -), got {quote(value)}"
+        )
+    return value
+
+
+# AccountingStorageEnforce's keywords (slurm.conf(5))
+Enforce = Literal["associations", "limits", "nojobs", "nosteps", "qos", "safe", "wckeys"]
+
+
+class AccountingSpec(Model):
+    """Job accounting: slurmdbd on a database, sacct/sacctmgr, fair-share."""
+
+    enabled: StrictBool = True
+    # AccountingStorageEnforce; [] lets users without an association submit
+    enforce: tuple[Enforce, ...] = ()
+    # the account createuser puts a new user under (unless given --account)
+    default_account: Annotated[str, StringConstraints(strict=True), AfterValidator(_account)] = (
+        "default"
+    )
+    database: DatabaseSpec | None = None  # None: the cluster's own MariaDB
+
+
+class RestSpec(Model):
+    """slurmrestd, published on the login address (needs accounting for its JWT keys)."""
+
+    enabled: StrictBool = True
+    port: Port = 6820
+
+
 class ImagesSpec(Model):
     set: Annotated[str, StringConstraints(strict=True)] = "default"
     cell: Annotated[str, StringConstraints(strict=True)] | None = None
@@ -196,6 +263,8 @@ class ClusterSpec(Model):
     login: LoginSpec = LoginSpec()
     jail: JailSpec = JailSpec()
     gpu: GpuSpec = GpuSpec()
+    accounting: AccountingSpec = AccountingSpec()
+    rest: RestSpec = RestSpec()
     kubernetes: KubernetesSpec = KubernetesSpec()
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
     nodesets: tuple[NodeSet, ...] = Field(min_length=1)
@@ -247,7 +316,7 @@ def load(path: Path, config: Config, scale: dict[str, int] | None = None) -> Clu
     if isinstance(name, str) and isinstance(raw.get("nodesets"), list):
         scale = state.read_scale(name) if scale is None else scale
         for ns in raw["nodesets"]:
-            if isinstance(ns, dict) and ns.get("name") in scale:
+            if isinstance(ns, dict) and isinstance(ns.get("name"), str) and ns["name"] in scale:
                 ns["replicas"] = scale[ns["name"]]
     spec = validate(ClusterSpec, raw, path, blame=layers.blame if layers else None)
     _check_references(path, spec)
@@ -286,6 +355,27 @@ def _check_references(path: Path, spec: ClusterSpec) -> None:
             )
     if sum(p.default for p in spec.partitions) > 1:
         raise ConfigError(f"{path}: partitions: more than one partition has default: true")
+    if spec.rest.enabled and not spec.accounting.enabled:
+        raise ConfigError(
+            f"{path}: rest.enabled: slurmrestd authenticates with JWT, whose key slurmdbd and "
+            "slurmctld share; set accounting.enabled: true, or rest.enabled: false"
+        )
+    if spec.rest.enabled and spec.rest.port == spec.login.port:
+        raise ConfigError(f"{path}: rest.port: {spec.rest.port} is login.port already")
+    database = spec.accounting.database
+    if spec.accounting.enabled and database and not _is_file(database.password_secret):
+        raise ConfigError(
+            f"{path}: accounting.database.password_secret: no file {database.password_secret}",
+            hint="write the database password into that file (mode 0600), or leave out "
+            "accounting.database to run the cluster's own MariaDB",
+        )
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):  # too long, a NUL byte in it, …: not a file this can read
+        return False
 
 
 def _bind_images(
@@ -329,13 +419,19 @@ def _bind_images(
                 f"{' or '.join(gpu_images)}"
             )
     wanted = {CONTROLLER, LOGIN, JAIL, *(ns.image for ns in spec.nodesets)}
+    if spec.accounting.enabled:
+        wanted.add(DBD)
+        if spec.accounting.database is None:
+            wanted.add(DATABASE)
+    if spec.rest.enabled:
+        wanted.add(RESTD)
     hint = f"invoke build --set {set_name} --cell {cell.name}"
     return cell, {c: refs[c] for c in sorted(wanted)}, hint
 
 
 def usable_nodes(refs: dict[str, str]) -> list[str]:
-    """The public components a node set may run (not the controller, login or jail)."""
-    return sorted(set(refs) - {CONTROLLER, LOGIN, JAIL})
+    """The public components a node set may run (not the controller, login, jail, …)."""
+    return sorted(set(refs) - set(SERVICES))
 
 
 def as_dict(cluster: Cluster) -> dict[str, Any]:

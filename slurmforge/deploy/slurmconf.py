@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 
 from slurmforge import jail_contract
-from slurmforge.deploy.model import CONTROLLER, Cluster
+from slurmforge.deploy.model import CONTROLLER, DATABASE, DBD, Cluster
 
 STATE_DIR = "/var/spool/slurmctld"
 SPOOL_DIR = "/var/spool/slurmd"
@@ -23,8 +23,9 @@ SPANK_PLUGIN = "/usr/lib/slurmforge/spank/jail.so"
 PYXIS_PLUGIN = "/usr/lib/slurmforge/spank/pyxis.so"  # slurmforge-pyxis, when built
 # node-local container roots, per user (images/gpu/enroot.conf; created by enroot_install)
 ENROOT_LOCAL = "/var/lib/slurmforge/enroot"
+JWT_KEY = "/var/lib/slurm/jwt_hs256.key"  # where images/accounting/jwt-key.sh installs it
 NODE_FILES = ("slurm.conf", "cgroup.conf", "plugstack.conf")
-JAIL_FILES = ("slurm.conf", "plugstack.conf")
+JAIL_FILES = ("slurm.conf", "plugstack.conf", "slurmforge.conf")
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("slurmforge.deploy", "templates"),
@@ -68,6 +69,24 @@ class Network:
     controller: str  # slurmctld's host name (what `hostname -s` says in its pod)
     controller_addr: str  # a resolvable name for it
     node_domain: str  # node N is reached at N.<node_domain>
+    dbd_addr: str = DBD  # where slurmctld reaches slurmdbd
+
+
+def slurmdbd_conf(cluster: Cluster, dbd_host: str = DBD) -> str:
+    """slurmdbd.conf without its StoragePass (the image adds that at start from the password
+    file, so no generated file ever holds it). ``dbd_host``: what `hostname -s` says there."""
+    db = cluster.spec.accounting.database
+    return _env.get_template("slurmdbd.conf.j2").render(
+        name=cluster.name,
+        source=cluster.path.name,
+        slurm=cluster.cell.slurm,
+        dbd_host=dbd_host,
+        jwt_key=JWT_KEY,
+        storage_host=db.host if db else DATABASE,
+        storage_port=db.port if db else 3306,
+        storage_user=db.user if db else "slurm",
+        storage_loc=db.name if db else "slurm_acct_db",
+    )
 
 
 def render(
@@ -126,8 +145,13 @@ def render(
         "partitions": partitions,
         "gres_types": gres_types,
         "cgroup_disabled": cgroup_disabled(cluster.cell.slurm),
+        "accounting": spec.accounting if spec.accounting.enabled else None,
+        "dbd_addr": network.dbd_addr if network else DBD,
+        "jwt_key": JWT_KEY,
     }
     files = {name: _env.get_template(f"{name}.j2").render(**values) for name in NODE_FILES}
+    # what the jail's createuser reads (the account new users go under)
+    files["slurmforge.conf"] = f"default_account={spec.accounting.default_account}\n"
     if gres_types:
         files["gres.conf"] = _gres_conf(cluster, gres_files or {})
     return files
@@ -166,7 +190,7 @@ def write(
         directory.mkdir(parents=True, exist_ok=True)
         for stale in directory.iterdir():
             # only what an earlier render wrote (gres.conf, once a cluster has no GPUs)
-            if stale.name in (*NODE_FILES, "gres.conf") and stale.name not in names:
+            if stale.name in (*NODE_FILES, *JAIL_FILES, "gres.conf") and stale.name not in names:
                 stale.unlink()
         for name in names:
             _write_if_changed(directory / name, files[name])

@@ -40,6 +40,12 @@ class Deployed:
     def cluster_file(self) -> Path:
         return self.root / "cluster.yaml"
 
+    @property
+    def rest_url(self) -> str:
+        """slurmrestd, through the port the cluster publishes on the host."""
+        data = yaml.safe_load(self.cluster_file.read_text())
+        return f"http://127.0.0.1:{data['rest']['port']}"
+
     def invoke(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """An `invoke` task on this cluster (its cluster file and manifest directory)."""
         where = ["--cluster", str(self.cluster_file), "--out", str(self.root / "out")]
@@ -112,7 +118,11 @@ def write_cluster(root: Path, name: str, port: int, **changes) -> Path:
     # The cell under test (`invoke test-cluster --set S --cell C`), else the file's own choice.
     if TEST_CELLS or TEST_SET != "default":
         data["images"] = {"set": TEST_SET, **({"cell": TEST_CELLS[0]} if TEST_CELLS else {})}
-    data.update(name=name, login={"address": "127.0.0.1", "port": port}, **changes)
+    data.update(
+        name=name,
+        login={"address": "127.0.0.1", "port": port},
+        **{"rest": {"port": free_port()}, **changes},  # clusters of one run side by side
+    )
     path = root / "cluster.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

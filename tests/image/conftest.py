@@ -31,7 +31,9 @@ def images(project: Project) -> dict[str, str]:
     return build(project)
 
 
-ROLES = ("slurmctld", "slurmd", "worker", "login", "jail")
+ROLES = ("slurmctld", "slurmd", "worker", "login", "jail", "slurmdbd", "slurmrestd")
+# Not a Slurm role: the accounting database (its own tests in test_accounting_images.py)
+DATABASE = "mariadb"
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +47,7 @@ def hosts(images: dict[str, str], client: docker.DockerClient) -> Iterator[dict[
             auto_remove=False,
             labels={"io.slurmforge.test": "image"},
         )
-        for role in ROLES
+        for role in (*ROLES, DATABASE)
     }
     try:
         yield {role: testinfra.get_host(f"docker://{c.id}") for role, c in containers.items()}

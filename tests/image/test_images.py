@@ -24,6 +24,11 @@ DAEMON_VERSION_CMD = {
     "worker": "slurmd -V",
     "login": "sinfo -V",
     "jail": "sinfo -V",
+    # slurmdbd reads its own (stub) configuration before it answers -V
+    "slurmdbd": "printf 'DbdHost=localhost\\nStorageType=accounting_storage/mysql\\n' "
+    "> /tmp/slurmdbd.conf; chown slurm /tmp/slurmdbd.conf; chmod 600 /tmp/slurmdbd.conf; "
+    "SLURM_CONF=/tmp/s.conf slurmdbd -V",
+    "slurmrestd": "slurmrestd -V",
 }
 # Containers in jobs: pyxis where slurmstepd and srun load it, enroot where it runs.
 CONTAINERS = {"slurmforge-pyxis", "enroot", "enroot+caps"}
@@ -46,6 +51,8 @@ OWN_PACKAGES = {
     "login": {"slurm-smd-libnss-slurm", "openssh-server"},
     # the jail: what jobs and users run with (PMI for MPI programs, the plugins for srun's options)
     "jail": {"slurm-smd-libpmi0", "slurm-smd-libpmi2-0", "slurmforge-spank-jail", *CONTAINERS},
+    "slurmdbd": {"slurm-smd-slurmdbd"},
+    "slurmrestd": {"slurm-smd-slurmrestd"},
 }
 OTHERS = set().union(*OWN_PACKAGES.values()) - {"openssh-server"}
 
@@ -73,7 +80,7 @@ def test_only_the_roles_packages(hosts, role: str) -> None:
 
 
 # The jail is where users build their programs (mpicc needs a C compiler); no role image has one.
-@pytest.mark.parametrize("role", [r for r in ROLES if r != "jail"])
+@pytest.mark.parametrize("role", [*(r for r in ROLES if r != "jail"), "mariadb"])
 def test_no_compilers(hosts, role: str) -> None:
     host = hosts[role]
     for tool in ("gcc", "cc", "make", "g++", "ld"):
@@ -94,9 +101,16 @@ def test_accounts_are_identical_everywhere(hosts, project: Project) -> None:
     accounts = project.config.versions.accounts
     seen = {}
     for role, host in hosts.items():
+        if role not in ROLES:
+            continue
         for name in ("slurm", "munge"):
             user = host.user(name)
             seen[(role, name)] = (user.uid, user.gid, host.group(name).gid)
+    # the accounts of one image each
+    for role, name in (("slurmrestd", "slurmrestd"), ("mariadb", "mysql")):
+        user = hosts[role].user(name)
+        seen[(role, name)] = (user.uid, user.gid, hosts[role].group(name).gid)
+        assert user.shell == "/usr/sbin/nologin", (role, name)
     for (_, name), ids in seen.items():
         want = getattr(accounts, name)
         assert ids == (want.uid, want.gid, want.gid), (name, ids)
@@ -105,10 +119,10 @@ def test_accounts_are_identical_everywhere(hosts, project: Project) -> None:
 def test_slurm_was_compiled_once(hosts) -> None:
     """Every role carries the very same libslurm bytes (one slurm-debs build)."""
     digests = {
-        role: host.check_output(
-            "sha256sum $(dpkg -L slurm-smd | grep -m1 'libslurmfull.*\\.so$')"
-        ).split()[0]
-        for role, host in hosts.items()
+        role: hosts[role]
+        .check_output("sha256sum $(dpkg -L slurm-smd | grep -m1 'libslurmfull.*\\.so$')")
+        .split()[0]
+        for role in ROLES
     }
     assert len(set(digests.values())) == 1, digests
 
@@ -149,23 +163,33 @@ class _Chunks(io.RawIOBase):
         return n
 
 
-@pytest.mark.parametrize("role", ROLES)
-def test_no_munge_key_in_any_layer(client, images, role: str) -> None:
+# secrets are given at run time only: none of them, nor a file holding one, is in a layer
+SECRET_FILES = ("munge.key", "jwt_hs256.key", "db-password", "slurmdbd.conf")
+
+
+@pytest.mark.parametrize("role", [*ROLES, "mariadb"])
+def test_no_secret_in_any_layer(client, images, role: str) -> None:
     files = _layer_files(client, images[role])
-    assert any(f.endswith("usr/sbin/munged") for f in files)  # the scan does see the layers
-    leaked = [f for f in files if f.rsplit("/", 1)[-1] in ("munge.key", ".wh.munge.key")]
+    seen = "usr/sbin/mariadbd" if role == "mariadb" else "usr/sbin/munged"
+    assert any(f.endswith(seen) for f in files)  # the scan does see the layers
+    names = {*SECRET_FILES, *(f".wh.{n}" for n in SECRET_FILES)}
+    leaked = [f for f in files if f.rsplit("/", 1)[-1] in names]
     assert leaked == []
     host_keys = [f for f in files if "/ssh_host_" in f]
     assert host_keys == []
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", [*ROLES, "mariadb"])
 def test_labels(client, images, project: Project, role: str) -> None:
     labels = client.images.get(images[role]).labels
     cell = project.cells[0]
-    assert (
-        labels["org.opencontainers.image.version"] == f"{cell.slurm}-cuda{cell.cuda}-{cell.distro}"
-    )
+    version = labels["org.opencontainers.image.version"]
+    if role == "mariadb":  # one image per distro, tagged for every cell: the first cell's tag
+        repo = images[role].rsplit(":", 1)[0]
+        assert version.endswith(f"-{cell.distro}"), version
+        assert f"{repo}:{version}" in client.images.get(images[role]).tags, version
+    else:
+        assert version == f"{cell.slurm}-cuda{cell.cuda}-{cell.distro}"
     assert len(labels["io.slurmforge.inputs-hash"]) == 64
     for key in ("revision", "source", "created"):
         assert labels[f"org.opencontainers.image.{key}"], key

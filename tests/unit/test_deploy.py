@@ -38,7 +38,15 @@ def test_shipped_cluster_resolves_its_layers(versions) -> None:
     assert (cpu.cpus, cpu.memory_mb, cpu.features) == (1, 1024, ("cpu", "small"))
     assert cpu.capabilities == ("SYS_ADMIN",)  # from the built-in base layer
     assert [n for _, n in cluster.nodes] == ["cpu-0", "cpu-1"]
-    assert set(cluster.images) == {"slurmctld", "login", "jail", "slurmd"}
+    assert set(cluster.images) == {
+        "slurmctld",
+        "login",
+        "jail",
+        "slurmd",
+        "slurmdbd",
+        "slurmrestd",
+        "mariadb",
+    }
     assert cluster.images["slurmd"].endswith("/slurmd:24.05.8-cuda12.2.2-debian12")
 
 
@@ -85,7 +93,7 @@ def test_scratch_is_made_by_login_and_kept_by_populate(write_cluster, versions, 
         write_cluster(_with(jail={"keep": ["/srv/"], "scratch": ["/data/"]})), versions
     )
     assert cluster.spec.jail.scratch == ("/data",)
-    services = local_render.render(cluster, tmp_path / "munge.key", "sha256:abc")["services"]
+    services = local_render.render(cluster, _secrets(tmp_path), "sha256:abc")["services"]
     assert services["login"]["environment"] == {"SLURMFORGE_JAIL_SCRATCH": "/data"}
     assert services["jail-populate"]["environment"]["SLURMFORGE_JAIL_KEEP"] == "/srv/ /data"
 
@@ -199,18 +207,26 @@ def test_jail_gets_only_the_client_files(write_cluster, versions, tmp_path: Path
     assert sorted(p.name for p in (tmp_path / "jail").iterdir()) == [
         "plugstack.conf",
         "slurm.conf",
+        "slurmforge.conf",  # createuser's default account
     ]
     assert "gres.conf" in {p.name for p in (tmp_path / "node").iterdir()}
 
 
+def _secrets(tmp_path: Path) -> dict[str, Path]:
+    return {n: tmp_path / n for n in ("munge.key", "jwt_hs256.key", "db-password")}
+
+
 def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: Path) -> None:
     cluster = _two_sets(write_cluster, versions)
-    data = local_render.render(cluster, tmp_path / "munge.key", "sha256:abc")
+    data = local_render.render(cluster, _secrets(tmp_path), "sha256:abc")
     services = data["services"]
     assert set(services) == {
         "slurmctld",
         "login",
         "jail-populate",
+        "slurmdbd",
+        "mariadb",
+        "slurmrestd",
         *(f"{ns}-{i}" for ns in ("cpu", "big") for i in range(3)),
     }
     text = yaml.safe_dump(data)
@@ -226,6 +242,19 @@ def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: 
     assert services["cpu-0"]["hostname"] == "cpu-0"
     key_mounts = [v for s in services.values() for v in s["volumes"] if "munge.key" in v]
     assert key_mounts and all(v.endswith(":/run/secrets/munge.key:ro") for v in key_mounts)
+    # the accounting secrets reach only the services that use them, read-only, as files
+    for name, holders in (
+        ("jwt_hs256.key", {"slurmctld", "slurmdbd"}),
+        ("db-password", {"slurmdbd", "mariadb"}),
+    ):
+        mount = f"{tmp_path / name}:/run/secrets/{name}:ro"
+        assert {n for n, s in services.items() if mount in s.get("volumes", [])} == holders
+    assert not any("environment" in services[s] for s in ("slurmdbd", "mariadb", "slurmrestd"))
+    for service in ("slurmdbd", "mariadb", "slurmrestd"):
+        assert "cap_add" not in services[service] and "security_opt" not in services[service]
+    assert services["slurmrestd"]["ports"] == ["127.0.0.1:6820:6820"]
+    assert "ports" not in services["mariadb"] and "ports" not in services["slurmdbd"]
+    assert data["volumes"]["accounting"] == {}
     assert services["jail-populate"]["environment"]["SLURMFORGE_JAIL_DIGEST"] == "sha256:abc"
     assert services["login"]["ports"] == ["127.0.0.1:2222:22"]
 
@@ -235,7 +264,7 @@ def test_compose_cli_accepts_the_file(write_cluster, versions, tmp_path: Path) -
     cluster = _two_sets(write_cluster, versions)
     file = tmp_path / "compose.yaml"
     file.write_text(
-        local_render.dump(local_render.render(cluster, tmp_path / "k", "sha256:0"), "x")
+        local_render.dump(local_render.render(cluster, _secrets(tmp_path), "sha256:0"), "x")
     )
     for cli in (["docker-compose"], ["docker", "compose"]):
         if (

@@ -95,6 +95,44 @@ def test_cluster_and_node_set_names_are_dns_labels(write_cluster) -> None:
     nodesets = [{"name": "-cpu", "definitions": ["cpu-small"], "replicas": 1}]
     path = write_cluster(_with(nodesets=nodesets))
     _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "nodesets[0].name: expected")
+    # not even a string (the fuzz test found this one: a list where a name goes)
+    nodesets = [{"name": ["cpu"], "definitions": ["cpu-small"], "replicas": 1}]
+    path = write_cluster(_with(nodesets=nodesets))
+    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "nodesets[0].name: ")
+
+
+@pytest.mark.parametrize(
+    ("accounting", "expected"),
+    [
+        ({"enforce": ["associations", "limitz"]}, "accounting.enforce[1]: "),
+        ({"default_account": "Big Lab"}, "accounting.default_account: "),
+        (
+            {"database": {"host": "db.example.org", "password_secret": "/nonexistent/pw"}},
+            "accounting.database.password_secret: no file /nonexistent/pw",
+        ),
+        (
+            {"database": {"host": "db server", "password_secret": "/etc/hostname"}},
+            "accounting.database.host: expected a host name or IP address",
+        ),
+        (
+            {"database": {"host": "db", "password_secret": "pw.txt"}},
+            "accounting.database.password_secret: expected a value matching",
+        ),
+    ],
+)
+def test_bad_accounting_settings_are_refused_before_docker(
+    write_cluster, accounting: dict, expected: str
+) -> None:
+    path = write_cluster(_with(accounting=accounting))
+    proc = run_cli("deploy", "--cluster", str(path))  # run_cli points at no daemon
+    _assert_clean_failure(proc, f"{path}: {expected}")
+
+
+def test_rest_needs_accounting_and_a_port_of_its_own(write_cluster) -> None:
+    path = write_cluster(_with(accounting={"enabled": False}))
+    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "rest.enabled: ")
+    path = write_cluster(_with(rest={"port": 2222}))
+    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "rest.port: 2222 is login")
 
 
 # -- credentials never in a URL, never printed ----------------------------------------------------

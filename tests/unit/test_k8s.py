@@ -40,6 +40,9 @@ def _cluster_data(**kubernetes: Any) -> dict:
             {"name": "train", "nodesets": ["a100"]},
         ],
         gpu={"driver_root": "/run/nvidia/driver", "min_busbw": 150.0},
+        # slurmdbd and slurmrestd are rendered for the local target only so far
+        accounting={"enabled": False},
+        rest={"enabled": False},
         kubernetes={
             "namespace": "hpc",
             "jail": {"storage_class": "nfs-client", "size": "200Gi"},
@@ -563,3 +566,15 @@ def test_validation_catches_a_field_the_schema_lacks(checkout) -> None:
     path.write_text(yaml.safe_dump(obj))
     with pytest.raises(Exception, match=r"statefulset-login.yaml: invalid for Kubernetes 1.29 at "):
         kube.validate()
+
+
+def test_accounting_is_refused_on_k8s_until_it_is_rendered_there(write_cluster, tmp_path) -> None:
+    data = _cluster_data()
+    del data["accounting"], data["rest"]  # the defaults: both on
+    path = write_cluster(data)
+    versions = Path(__file__).resolve().parents[2] / "versions.yaml"
+    with pytest.raises(ConfigError) as exc:
+        open_k8s(path, versions, tmp_path / "out")
+    assert exc.value.message.startswith(f"{path}: accounting.enabled: ")
+    assert "rest.enabled: false" in (exc.value.hint or "")
+    assert not (tmp_path / "out").exists()  # nothing rendered

@@ -26,9 +26,10 @@ def test_ci_set_compiles_slurm_once_per_distro_and_version(cfg: config.Config) -
         "slurm-debs/debian12-23.11.11",
         "slurm-debs/debian12-24.05.8",
     ]
-    # base once; slurm-debs, runtime, slurmctld, slurmd, login, and (one CUDA) worker and jail
-    # once per Slurm version
-    assert len(ids) == len(set(ids)) == 1 + 2 * 7
+    # base and mariadb once per distro; slurm-debs, runtime, slurmctld, slurmd, login, slurmdbd,
+    # slurmrestd and (one CUDA) worker and jail once per Slurm version
+    assert ids.count("mariadb/debian12") == 1
+    assert len(ids) == len(set(ids)) == 2 + 2 * 9
 
 
 def test_parents_come_before_children(cfg: config.Config) -> None:
@@ -99,7 +100,7 @@ def test_unknown_component_is_refused(cfg: config.Config) -> None:
     with pytest.raises(
         ConfigError,
         match=r"--component 'gpu': unknown component; expected one "
-        r"of jail, login, slurmctld, slurmd",
+        r"of jail, login, mariadb, slurmctld, slurmd, slurmdbd, slurmrestd, worker",
     ):
         matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"), ["gpu"])
 

@@ -1,0 +1,105 @@
+"""Accounting around slurmdbd, for both targets: the database checks made before anything starts,
+and the setup made once slurmdbd answers (the cluster registered, the default account there).
+
+Commands run through ``sh`` (a shell in slurmctld, as root: an administrator for slurmdbd), as in
+slurmctl.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from slurmforge.deploy.model import Cluster, DatabaseSpec
+from slurmforge.errors import ConfigError, DeployError
+
+Sh = Callable[[str], tuple[int, str]]
+MARKER = ".slurmforge-password.sha256"  # in the database volume (images/mariadb/mariadb-init)
+
+
+def check_reachable(path: Path, db: DatabaseSpec, timeout: float = 5.0) -> None:
+    """An external database's host resolves and accepts connections on its port."""
+    where = f"{path}: accounting.database.host"
+    try:
+        infos = socket.getaddrinfo(db.host, db.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigError(
+            f"{where}: {db.host!r} does not resolve ({exc.strerror})",
+            hint="name a host this machine and the cluster can resolve, or leave out "
+            "accounting.database to run the cluster's own MariaDB",
+        ) from None
+    errors = []
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(timeout)
+            try:
+                sock.connect(address)
+                return
+            except OSError as exc:
+                errors.append(exc.strerror or type(exc).__name__)
+    why = errors[0] if errors else "no address"
+    raise ConfigError(
+        f"{where}: {db.host}:{db.port} refuses connections ({why})",
+        hint="check that the database runs and listens there (accounting.database.port)",
+    )
+
+
+def check_password(cluster: Cluster, volume: Path, password_file: Path) -> None:
+    """The cluster's own database volume was made with the password kept for it (its sha256
+    is in the volume); refused otherwise, so slurmdbd is never locked out."""
+    try:
+        recorded = (volume / MARKER).read_text().strip()
+    except OSError:  # a fresh volume, or not readable from here (the image checks it too)
+        return
+    hint = (
+        f"the volume {volume.name} keeps the accounting data; put back the password file "
+        f"{password_file} it was made with, or delete both with `invoke down --volumes` "
+        "(all job records are lost)"
+    )
+    if not password_file.exists():
+        raise ConfigError(
+            f"{cluster.path}: accounting: the database of cluster {cluster.name} exists but "
+            f"its password file {password_file} is gone",
+            hint=hint,
+        )
+    if hashlib.sha256(password_file.read_bytes()).hexdigest() != recorded:
+        raise ConfigError(
+            f"{cluster.path}: accounting: the database of cluster {cluster.name} was created "
+            f"with another password than the one in {password_file}",
+            hint=hint,
+        )
+
+
+def setup(cluster: Cluster, sh: Sh, timeout: float) -> None:
+    """Wait until slurmdbd has the cluster (slurmctld registers it), then make the default
+    account (createuser puts users under it)."""
+    name = cluster.name
+    deadline = time.monotonic() + timeout
+    out = ""
+    while time.monotonic() < deadline:
+        code, out = sh(f"sacctmgr -n -P show cluster {shlex.quote(name)} format=cluster")
+        if code == 0 and name in out.split():
+            break
+        time.sleep(1)
+    else:
+        raise DeployError(
+            f"slurmdbd did not register cluster {name} within {timeout:.0f} s: {out[-300:]}"
+        )
+    account = cluster.spec.accounting.default_account
+    ensure_account(sh, account, f"default account of {name}")
+
+
+def ensure_account(sh: Sh, account: str, description: str) -> None:
+    code, out = sh(f"sacctmgr -n -P show account {shlex.quote(account)} format=account")
+    if code == 0 and account in out.split():
+        return
+    code, out = sh(
+        f"sacctmgr -i add account {shlex.quote(account)} "
+        f"Description={shlex.quote(description)} Organization=slurmforge"
+    )
+    if code != 0:
+        raise DeployError(f"sacctmgr could not add account {account}: {out[-300:]}")

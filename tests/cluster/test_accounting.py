@@ -1,0 +1,280 @@
+"""Accounting on the default cluster, as a user and an administrator see it: sacct after a job
+(state, exit code, elapsed), sacctmgr's associations, records kept through a slurmdbd outage and
+through restarts of the database and slurmdbd, and the secrets kept out of every place a
+container or a generated file would show them."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.cluster.conftest import Deployed
+
+pytestmark = pytest.mark.cluster
+
+USER = "acctuser"
+
+
+def _user(cluster: Deployed, name: str, *options: str) -> str:
+    code, out = cluster.sh(
+        "login", f"chroot /jail createuser --non-interactive {name} {' '.join(options)}"
+    )
+    assert code == 0 or "already exists" in out, out
+    return out
+
+
+def _sbatch(cluster: Deployed, user: str, script: str) -> str:
+    """Submit ``script`` (wrapped) and wait for it to end; its job ID."""
+    code, out = cluster.sh("login", f"sbatch --parsable --wait --wrap '{script}'", user=user)
+    job = out.strip().splitlines()[0].split(";")[0] if out.strip() else ""
+    assert job.isdigit(), f"sbatch exited {code}: {out}"
+    return job
+
+
+def sacct(cluster: Deployed, user: str, jobs: list[str], timeout: float = 60) -> dict[str, list]:
+    """Job ID → [State, ExitCode, Elapsed] as the user's sacct says, once every job is there
+    and ended (records reach slurmdbd asynchronously)."""
+    deadline = time.monotonic() + timeout
+    rows: dict[str, list] = {}
+    while time.monotonic() < deadline:
+        code, out = cluster.sh(
+            "login",
+            f"sacct -n -P -X -j {','.join(jobs)} -o JobID,State,ExitCode,Elapsed",
+            user=user,
+        )
+        rows = {r.split("|")[0]: r.split("|")[1:] for r in out.splitlines() if "|" in r}
+        if code == 0 and all(j in rows and rows[j][0] not in ("PENDING", "RUNNING") for j in jobs):
+            return rows
+        time.sleep(2)
+    pytest.fail(f"sacct did not list jobs {jobs} within {timeout} s: {rows}")
+
+
+def test_a_users_finished_jobs_are_in_sacct_with_exit_codes(deployed: Deployed) -> None:
+    _user(deployed, USER)
+    good = _sbatch(deployed, USER, "hostname; sleep 1")
+    bad = _sbatch(deployed, USER, "exit 3")
+    rows = sacct(deployed, USER, [good, bad])
+    assert rows[good][:2] == ["COMPLETED", "0:0"], rows
+    assert rows[bad][:2] == ["FAILED", "3:0"], rows
+    assert re.fullmatch(r"00:00:0[1-9]", rows[good][2]), rows  # it slept one second
+
+
+def test_sacctmgr_shows_the_cluster_the_account_and_the_user(deployed: Deployed) -> None:
+    out = _user(deployed, "assocuser")
+    assert "account=default" in out or "already exists" in out, out
+    clusters = deployed.ok("slurmctld", "sacctmgr -n -P show cluster format=cluster")
+    assert deployed.name in clusters.split()
+    assoc = deployed.ok("slurmctld", "sacctmgr -n -P show assoc format=cluster,account,user")
+    assert f"{deployed.name}|default|assocuser" in assoc.splitlines(), assoc
+
+
+def test_createuser_refuses_an_account_that_does_not_exist(deployed: Deployed) -> None:
+    code, out = deployed.sh(
+        "login", "chroot /jail createuser --non-interactive nobodyhere --account noacct"
+    )
+    assert code == 2 and "no account 'noacct'" in out, out
+    code, _ = deployed.sh("login", "chroot /jail getent passwd nobodyhere")
+    assert code != 0  # nothing was created
+
+
+def test_jobs_run_while_slurmdbd_is_down_reach_sacct_after(deployed: Deployed) -> None:
+    """slurmctld spools the records of jobs that end while slurmdbd is away; none is lost."""
+    _user(deployed, USER)
+    dbd = deployed.container("slurmdbd")
+    dbd.stop()
+    try:
+        out = deployed.ok(
+            "login",
+            "for i in $(seq 20); do sbatch --parsable --wrap true; done",
+            user=USER,
+        )
+        jobs = [line.split(";")[0] for line in out.split()]
+        assert len(jobs) == 20, out
+        deadline = time.monotonic() + 120
+        while deployed.ok("slurmctld", f"squeue -h -j {','.join(jobs)} | wc -l") != "0":
+            assert time.monotonic() < deadline, "the 20 jobs did not finish"
+            time.sleep(2)
+    finally:
+        dbd.start()
+    rows = sacct(deployed, USER, jobs, timeout=120)
+    assert sorted(rows) == sorted(jobs) and {r[0] for r in rows.values()} == {"COMPLETED"}
+
+
+def test_restarting_the_database_and_slurmdbd_loses_no_record(deployed: Deployed) -> None:
+    _user(deployed, USER)
+    before = _sbatch(deployed, USER, "true")
+    sacct(deployed, USER, [before])
+    for service in ("mariadb", "slurmdbd"):
+        deployed.container(service).restart()
+    after = _sbatch(deployed, USER, "true")
+    rows = sacct(deployed, USER, [before, after], timeout=120)
+    assert rows[before][0] == rows[after][0] == "COMPLETED"
+
+
+def test_secrets_are_in_no_environment_command_line_or_generated_file(
+    deployed: Deployed,
+) -> None:
+    state = deployed.root / "state" / deployed.name
+    password = (state / "db-password").read_bytes()
+    jwt_key = (state / "jwt_hs256.key").read_bytes()
+    assert len(password) >= 32 and len(jwt_key) >= 32
+    for service in ("mariadb", "slurmdbd", "slurmctld", "slurmrestd", "login"):
+        container = deployed.container(service)
+        env = "\n".join(container.attrs["Config"].get("Env") or [])
+        assert password.decode() not in env, service
+        args = deployed.ok(service, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '")
+        assert password.decode() not in args, service
+    for path in (deployed.root / "out").rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert password not in data and jwt_key not in data, path
+    mode = deployed.ok("slurmdbd", "stat -c '%a %U' /etc/slurm/slurmdbd.conf")
+    assert mode == "600 slurm"
+    assert deployed.ok("slurmctld", "stat -c '%a %U' /var/lib/slurm/jwt_hs256.key") == "600 slurm"
+    code, _ = deployed.sh("slurmrestd", "test -e /var/lib/slurm/jwt_hs256.key")
+    assert code != 0  # slurmrestd passes tokens on; it never holds the key
+
+
+def test_records_survive_down_and_deploy(deployed: Deployed) -> None:
+    """`invoke down` keeps the database volume and its password: the next deploy finds every
+    record (only `down --volumes` deletes them)."""
+    _user(deployed, USER)
+    job = _sbatch(deployed, USER, "true")
+    sacct(deployed, USER, [job])
+    down = deployed.invoke("down")
+    assert down.returncode == 0, down.stderr
+    up = deployed.invoke("deploy")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert sacct(deployed, USER, [job])[job][0] == "COMPLETED"
+
+
+def test_a_deploy_with_another_database_password_is_refused(deployed: Deployed) -> None:
+    """The password file replaced (as a lost state directory would): refused before anything
+    changes, with the way back; the running cluster is left as it was."""
+    secret = deployed.root / "state" / deployed.name / "db-password"
+    kept = secret.read_bytes()
+    before = {c.name: c.id for c in deployed.client.containers.list()}
+    secret.chmod(0o600)
+    secret.write_bytes(b"x" * 43)
+    try:
+        proc = deployed.invoke("deploy")
+    finally:
+        secret.write_bytes(kept)
+        secret.chmod(0o400)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert "was created with another password" in first and "Traceback" not in proc.stderr
+    assert "invoke down --volumes" in proc.stderr  # the hint names the way out, and its cost
+    assert {c.name: c.id for c in deployed.client.containers.list()} == before
+
+
+@pytest.fixture(scope="module")
+def enforcing(images, client, tmp_path_factory):
+    """A second cluster whose accounting enforces associations, limits and QOS."""
+    from tests.cluster.conftest import deploy
+
+    with deploy(
+        tmp_path_factory.mktemp("enforce"),
+        "sfenf",
+        client,
+        accounting={"enforce": ["associations", "limits", "qos"]},
+    ) as cluster:
+        yield cluster
+
+
+def test_enforcement_rejects_users_without_an_association(enforcing: Deployed) -> None:
+    enforcing.ok("login", "chroot /jail useradd --create-home stray")  # no createuser: no assoc
+    code, out = enforcing.sh("login", "sbatch --wrap true", user="stray")
+    assert code != 0
+    assert "Invalid account or account/partition combination specified" in out, out
+    _user(enforcing, "member")
+    _sbatch(enforcing, "member", "true")  # createuser gave it an association: accepted
+
+
+def test_a_qos_max_jobs_limit_holds(enforcing: Deployed) -> None:
+    _user(enforcing, "limited")
+    enforcing.ok("slurmctld", "sacctmgr -i add qos single MaxJobsPerUser=1")
+    enforcing.ok("slurmctld", "sacctmgr -i modify user limited set qos=single defaultqos=single")
+    out = enforcing.ok(
+        "login",
+        "sbatch --parsable --wrap 'sleep 30'; sbatch --parsable --wrap 'sleep 30'",
+        user="limited",
+    )
+    first, second = (line.split(";")[0] for line in out.split())
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            states = enforcing.ok("slurmctld", f"squeue -h -j {first},{second} -o '%i %T %r'")
+            rows = {r.split()[0]: r.split()[1:] for r in states.splitlines()}
+            if rows.get(first, [""])[0] == "RUNNING":
+                break
+            assert time.monotonic() < deadline, states
+            time.sleep(1)
+        assert rows[second] == ["PENDING", "QOSMaxJobsPerUserLimit"], states
+    finally:
+        enforcing.sh("slurmctld", f"scancel {first} {second}")
+
+
+def _refused(deployed: Deployed, tmp_path, name: str, expected: str, **changes) -> None:
+    """A deploy of cluster ``name`` (with ``changes``) exits 2 with ``expected`` on its first
+    line, and nothing of it exists afterwards: no container, no volume, no secret."""
+    from tests.cluster.conftest import free_port, invoke, write_cluster
+
+    write_cluster(tmp_path, name, free_port(), **changes)
+    where = ["--cluster", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "out")]
+    env = {**deployed.env, "SLURMFORGE_STATE_DIR": str(tmp_path / "state")}
+    proc = invoke(env, "deploy", *where)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and expected in proc.stderr.splitlines()[0], (
+        proc.stderr
+    )
+    label = f"com.docker.compose.project={name}"
+    assert deployed.client.containers.list(all=True, filters={"label": label}) == []
+    assert deployed.client.volumes.list(filters={"label": label}) == []
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_rest_port_in_use_is_refused(deployed: Deployed, tmp_path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        _refused(
+            deployed,
+            tmp_path,
+            "sfrestbusy",
+            f"rest.port: 127.0.0.1:{port} is not free",
+            rest={"port": port},
+        )
+
+
+def test_an_external_database_that_cannot_be_reached_is_refused(deployed: Deployed, tmp_path):
+    secret = tmp_path / "db-password"
+    secret.write_text("s3cret-password-for-the-site")
+    secret.chmod(0o600)
+    database = {"host": "db.slurmforge.invalid", "password_secret": str(secret)}
+    _refused(
+        deployed,
+        tmp_path / "a",
+        "sfnodb",
+        "'db.slurmforge.invalid' does not resolve",
+        accounting={"database": database},
+    )
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    database = {"host": "127.0.0.1", "port": port, "password_secret": str(secret)}
+    _refused(
+        deployed,
+        tmp_path / "b",
+        "sfrefused",
+        f"127.0.0.1:{port} refuses connections",
+        accounting={"database": database},
+    )

@@ -1,0 +1,128 @@
+"""The REST API as a client outside the cluster network reaches it: through the port the cluster
+publishes, with a token from `scontrol token`. Paths come from slurmrestd's own OpenAPI document
+(23.11 and 24.05 serve different versions). Requests without a valid token get no data: no token
+is 401, and a token slurmctld rejects (expired, or another user's used as someone else) is the
+error Slurm's pass-through gives."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.cluster.conftest import Deployed
+
+pytestmark = pytest.mark.cluster
+
+USER = "restuser"
+
+
+def _user(cluster: Deployed, name: str) -> None:
+    code, out = cluster.sh("login", f"chroot /jail createuser --non-interactive {name}")
+    assert code == 0 or "already exists" in out, out
+
+
+def token(cluster: Deployed, user: str, lifespan: int = 600) -> str:
+    out = cluster.ok("login", f"scontrol token lifespan={lifespan}", user=user)
+    match = re.search(r"^SLURM_JWT=(\S+)$", out, re.M)
+    assert match, out
+    return match.group(1)
+
+
+def call(
+    cluster: Deployed,
+    path: str,
+    *,
+    user: str | None = None,
+    jwt: str | None = None,
+    body: dict[str, Any] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    headers = {"Content-Type": "application/json"}
+    if user is not None:
+        headers["X-SLURM-USER-NAME"] = user
+    if jwt is not None:
+        headers["X-SLURM-USER-TOKEN"] = jwt
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(cluster.rest_url + path, data, headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        try:
+            return exc.code, json.loads(text or b"{}")
+        except ValueError:
+            return exc.code, {"text": text.decode(errors="replace")}
+
+
+@pytest.fixture(scope="module")
+def api(deployed: Deployed) -> dict[str, str]:
+    """The user's token and the API's paths, as slurmrestd's OpenAPI document names them."""
+    _user(deployed, USER)
+    jwt = token(deployed, USER)
+    code, spec = call(deployed, "/openapi/v3", user=USER, jwt=jwt)
+    assert code == 200, spec
+    paths = list(spec["paths"])
+    slurm = next(p for p in paths if re.fullmatch(r"/slurm/v[0-9.]+/nodes/?", p))
+    slurmdb = next(p for p in paths if re.fullmatch(r"/slurmdb/v[0-9.]+/jobs/?", p))
+    return {
+        "jwt": jwt,
+        "slurm": slurm.rsplit("/nodes", 1)[0],
+        "slurmdb": slurmdb.rsplit("/jobs", 1)[0],
+    }
+
+
+def test_with_a_token_a_user_sees_nodes_partitions_and_a_submitted_job(
+    deployed: Deployed, api: dict[str, str]
+) -> None:
+    slurm, jwt = api["slurm"], api["jwt"]
+    code, nodes = call(deployed, f"{slurm}/nodes", user=USER, jwt=jwt)
+    assert code == 200, nodes
+    assert {n["name"] for n in nodes["nodes"]} == {"cpu-0", "cpu-1"}
+    code, parts = call(deployed, f"{slurm}/partitions", user=USER, jwt=jwt)
+    assert code == 200 and [p["name"] for p in parts["partitions"]] == ["main"], parts
+    job = {
+        "name": "from-rest",
+        "current_working_directory": f"/home/{USER}",
+        "environment": ["PATH=/usr/bin:/bin"],
+        "script": "#!/bin/bash\nhostname\n",
+    }
+    code, sub = call(deployed, f"{slurm}/job/submit", user=USER, jwt=jwt, body={"job": job})
+    assert code == 200 and not sub.get("errors"), sub
+    job_id = sub["job_id"]
+    deadline = time.monotonic() + 120
+    while True:  # the user's finished job, as slurmdbd keeps it
+        code, done = call(deployed, f"{api['slurmdb']}/job/{job_id}", user=USER, jwt=jwt)
+        states = [j["state"]["current"] for j in done.get("jobs", [])] if code == 200 else []
+        if states and states[0] not in (["PENDING"], ["RUNNING"]):
+            break
+        assert time.monotonic() < deadline, f"job {job_id}: {code} {done}"
+        time.sleep(2)
+    (record,) = done["jobs"]
+    why = deployed.ok("slurmctld", f"sacct -D -X -j {job_id} -o JobID,JobName,User,State,Submit")
+    assert record["user"] == USER and record["name"] == "from-rest", why
+    assert record["state"]["current"] == ["COMPLETED"], record["state"]
+    out = deployed.ok("login", f"cat ~/slurm-{job_id}.out", user=USER)
+    assert out in ("cpu-0", "cpu-1")
+
+
+def test_no_token_is_401_and_a_rejected_token_gets_no_data(
+    deployed: Deployed, api: dict[str, str]
+) -> None:
+    nodes = f"{api['slurm']}/nodes"
+    code, body = call(deployed, nodes)
+    assert code == 401, body
+    code, body = call(deployed, nodes, user=USER)  # a name alone proves nothing
+    assert code == 401, body
+    expired = token(deployed, USER, lifespan=1)
+    time.sleep(3)
+    for who, jwt in ((USER, expired), ("root", api["jwt"])):  # expired; USER's token as root
+        code, body = call(deployed, nodes, user=who, jwt=jwt)
+        assert code >= 400, (who, code, body)
+        assert not body.get("nodes"), body
+        assert body.get("errors") or code in (401, 403), body
