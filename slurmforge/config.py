@@ -31,6 +31,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _VERSION3 = r"^\d+\.\d+\.\d+$"
 _COMMIT = r"^[0-9a-f]{40}$"
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
+_DEB_NAME = r"^[a-z0-9][a-z0-9+.-]+$"  # a Debian package name (Debian policy 5.6.1)
 TAG_FIELDS = frozenset({"slurm", "slurm_series", "cuda", "distro", "component"})
 
 
@@ -180,6 +181,8 @@ class Slurm(Model):
     sources: tuple[AnySource, ...] = Field(min_length=1)
     # tool → the release of it built against this Slurm (for tools with several 'releases')
     tools: dict[Name, Version3] = {}
+    # distro packages this tag's debian/control does not ask for but its build needs
+    build_deps: tuple[Annotated[str, Strict(), StringConstraints(pattern=_DEB_NAME)], ...] = ()
 
 
 _REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!-]*$"

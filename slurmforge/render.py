@@ -169,6 +169,7 @@ class DockerfileRenderer:
             "skipped": sorted(absent & set(features.carried_by(target.component))),
             "nvcc_gencode": _gencode(v.cuda.get(target.cuda or "")),
             "slurm_tarball": singles.get("slurm"),
+            "slurm_build_deps": v.slurm[target.slurm].build_deps if target.slurm else (),
         }
         name = f"{target.component}/{TEMPLATE}"
         try:

@@ -200,6 +200,26 @@ def test_labels(client, images, project: Project, role: str) -> None:
     )
 
 
+SLURM_PLUGINS = "/usr/lib/x86_64-linux-gnu/slurm"
+# What accounting and the REST API load, by image: every Slurm series must build them.
+ACCOUNTING_PLUGINS = {
+    "slurmdbd": ("accounting_storage_mysql.so", "auth_jwt.so"),
+    "slurmctld": ("accounting_storage_slurmdbd.so", "auth_jwt.so", "priority_multifactor.so"),
+    "slurmrestd": (
+        "rest_auth_jwt.so",
+        "auth_jwt.so",
+        "openapi_slurmctld.so",
+        "openapi_slurmdbd.so",
+    ),
+}
+
+
+@pytest.mark.parametrize("role", sorted(ACCOUNTING_PLUGINS))
+def test_accounting_and_rest_plugins_are_built(hosts, role: str) -> None:
+    for plugin in ACCOUNTING_PLUGINS[role]:
+        assert hosts[role].file(f"{SLURM_PLUGINS}/{plugin}").exists, plugin
+
+
 PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/slurm", "/usr/lib/slurmforge/spank")
 
 
