@@ -45,8 +45,7 @@ def measure(name: str, changes: dict) -> tuple[float, float, float, float]:
         data.update(
             name=name,
             login={"address": "127.0.0.1", "port": free_port()},
-            rest={"port": free_port()},
-            **changes,
+            **{"rest": {"port": free_port()}, **changes},
         )
         (root / "cluster.yaml").write_text(yaml.safe_dump(data))
         os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
