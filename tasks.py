@@ -379,7 +379,13 @@ def status(c, cluster=None, config=None, out=None):
     print(_local(cluster, config, out).status())
 
 
-@task(help={**DEPLOY_HELP, "volumes": "also delete the jail, the controller state and the key"})
+@task(
+    help={
+        **DEPLOY_HELP,
+        "volumes": "also delete the jail, the controller state, the accounting database and "
+        "the secrets",
+    }
+)
 @_fails_cleanly
 def down(c, cluster=None, config=None, out=None, volumes=False):
     """Stop and remove the cluster's containers (and with --volumes, its data)."""

@@ -54,6 +54,9 @@ class ImageInfo:
         """The features (features.py) the image was built with (label io.slurmforge.features)."""
         return tuple(f for f in self.labels.get("io.slurmforge.features", "").split(",") if f)
 
+    def carries(self, feature: str) -> bool:
+        return feature in self.features
+
     @property
     def manifest(self) -> dict[str, Any]:
         try:
@@ -82,7 +85,7 @@ class Engine:
     def carries(self, ref: str, feature: str) -> bool:
         """Whether the image ``ref`` exists here and was built with ``feature`` (e.g. pyxis)."""
         info = self.inspect(ref)
-        return info is not None and feature in info.features
+        return info is not None and info.carries(feature)
 
     def inspect(self, ref: str) -> ImageInfo | None:
         try:

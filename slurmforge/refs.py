@@ -106,6 +106,20 @@ def ip_address(value: str) -> str:
         raise ValueError(f"expected an IP address such as 127.0.0.1, got {quote(value)}") from None
 
 
+_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"  # RFC 1123
+
+
+def host(value: str) -> str:
+    """A host to connect to: an IP address, or a host name of RFC 1123 labels."""
+    try:
+        return ip_address(value)
+    except ValueError:
+        pass
+    if len(value) > 253 or not re.fullmatch(rf"{_LABEL}(\.{_LABEL})*", value):
+        raise ValueError(f"expected a host name or IP address, got {quote(value)}")
+    return value
+
+
 def cron(value: str) -> str:
     """A Kubernetes CronJob schedule: 5 fields, or one of CRON_MACROS."""
     if value in CRON_MACROS:

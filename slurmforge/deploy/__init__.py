@@ -32,11 +32,11 @@ class Where:
     context: str | None = None  # k8s only
     namespace: str | None = None  # k8s only
 
-    def check(self) -> None:
+    def check(self, dry_run: bool = False) -> None:
         """A bad --target, or a k8s-only option on local, refused before anything is read."""
         check_target(self.target)
         if self.target != "k8s":
-            local_only(context=self.context, namespace=self.namespace)
+            local_only(context=self.context, namespace=self.namespace, dry_run=dry_run)
 
     def wait(self, timeout: str | None) -> float:
         """``--timeout`` in seconds, or the target's default."""
@@ -62,10 +62,9 @@ def open_target(where: Where) -> Any:
 
 def deploy(where: Where, timeout: str | None, dry_run: bool = False) -> list[str]:
     """`invoke deploy` on either target; the lines to show the user."""
-    check_target(where.target)
+    check_target(where.target)  # first: the --timeout default depends on it
     seconds = where.wait(timeout)
-    if where.target != "k8s":
-        local_only(context=where.context, namespace=where.namespace, dry_run=dry_run)
+    where.check(dry_run)
     target = open_target(where)
     if where.target == "k8s":
         directory = target.render()

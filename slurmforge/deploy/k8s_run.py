@@ -111,7 +111,7 @@ class Kube:
                 info = self.engine.inspect(ref)
                 if info is not None:
                     local_ids[component] = info.id
-            pyxis = self.engine.carries(self.cluster.images[JAIL], "pyxis")
+                    pyxis = pyxis or (component == JAIL and info.carries("pyxis"))
 
         images = k8s_render.resolve_images(
             self.cluster, state.read_images_lock(self.root), local_ids

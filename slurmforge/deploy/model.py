@@ -189,24 +189,13 @@ class KubernetesSpec(Model):
     overcommit: StrictBool = False
 
 
-def _hostname(value: str) -> str:
-    label = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
-    try:
-        return refs.ip_address(value)
-    except ValueError:
-        pass
-    if len(value) > 253 or not re.fullmatch(rf"{label}(\.{label})*", value):
-        raise ValueError(f"expected a host name or IP address, got {quote(value)}")
-    return value
-
-
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 
 
 class DatabaseSpec(Model):
     """A MySQL/MariaDB the site already runs, instead of the cluster's own MariaDB."""
 
-    host: Annotated[str, StringConstraints(strict=True), AfterValidator(_hostname)]
+    host: Annotated[str, StringConstraints(strict=True), AfterValidator(refs.host)]
     port: Port = 3306
     user: Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.-]{1,80}$")] = (
         "slurm"

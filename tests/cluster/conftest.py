@@ -80,6 +80,14 @@ class Deployed:
         assert code == 0, f"{command!r} on {service} exited {code}:\n{out}"
         return out
 
+    def user(self, name: str, *options: str) -> str:
+        """A jail user made with createuser on the login node (one that exists already is
+        fine); createuser's output."""
+        argv = shlex.join(["chroot", "/jail", "createuser", "--non-interactive", name, *options])
+        code, out = self.sh("login", argv)
+        assert code == 0 or "already exists" in out, out
+        return out
+
     def states(self) -> dict[str, str]:
         out = self.ok("slurmctld", "sinfo -h -N -o '%N %t'")
         return dict(line.split() for line in out.splitlines())

@@ -6,23 +6,17 @@ container or a generated file would show them."""
 from __future__ import annotations
 
 import re
+import socket
 import time
 
 import pytest
 
-from tests.cluster.conftest import Deployed
+from tests.cluster.conftest import Deployed, deploy, free_port, invoke, write_cluster
+from tests.cluster.test_cluster import _clean_failure
 
 pytestmark = pytest.mark.cluster
 
 USER = "acctuser"
-
-
-def _user(cluster: Deployed, name: str, *options: str) -> str:
-    code, out = cluster.sh(
-        "login", f"chroot /jail createuser --non-interactive {name} {' '.join(options)}"
-    )
-    assert code == 0 or "already exists" in out, out
-    return out
 
 
 def _sbatch(cluster: Deployed, user: str, script: str) -> str:
@@ -52,7 +46,7 @@ def sacct(cluster: Deployed, user: str, jobs: list[str], timeout: float = 60) ->
 
 
 def test_a_users_finished_jobs_are_in_sacct_with_exit_codes(deployed: Deployed) -> None:
-    _user(deployed, USER)
+    deployed.user(USER)
     good = _sbatch(deployed, USER, "hostname; sleep 1")
     bad = _sbatch(deployed, USER, "exit 3")
     rows = sacct(deployed, USER, [good, bad])
@@ -62,7 +56,7 @@ def test_a_users_finished_jobs_are_in_sacct_with_exit_codes(deployed: Deployed) 
 
 
 def test_sacctmgr_shows_the_cluster_the_account_and_the_user(deployed: Deployed) -> None:
-    out = _user(deployed, "assocuser")
+    out = deployed.user("assocuser")
     assert "account=default" in out or "already exists" in out, out
     clusters = deployed.ok("slurmctld", "sacctmgr -n -P show cluster format=cluster")
     assert deployed.name in clusters.split()
@@ -81,7 +75,7 @@ def test_createuser_refuses_an_account_that_does_not_exist(deployed: Deployed) -
 
 def test_jobs_run_while_slurmdbd_is_down_reach_sacct_after(deployed: Deployed) -> None:
     """slurmctld spools the records of jobs that end while slurmdbd is away; none is lost."""
-    _user(deployed, USER)
+    deployed.user(USER)
     dbd = deployed.container("slurmdbd")
     dbd.stop()
     try:
@@ -103,7 +97,7 @@ def test_jobs_run_while_slurmdbd_is_down_reach_sacct_after(deployed: Deployed) -
 
 
 def test_restarting_the_database_and_slurmdbd_loses_no_record(deployed: Deployed) -> None:
-    _user(deployed, USER)
+    deployed.user(USER)
     before = _sbatch(deployed, USER, "true")
     sacct(deployed, USER, [before])
     for service in ("mariadb", "slurmdbd"):
@@ -140,7 +134,7 @@ def test_secrets_are_in_no_environment_command_line_or_generated_file(
 def test_records_survive_down_and_deploy(deployed: Deployed) -> None:
     """`invoke down` keeps the database volume and its password: the next deploy finds every
     record (only `down --volumes` deletes them)."""
-    _user(deployed, USER)
+    deployed.user(USER)
     job = _sbatch(deployed, USER, "true")
     sacct(deployed, USER, [job])
     down = deployed.invoke("down")
@@ -173,8 +167,6 @@ def test_a_deploy_with_another_database_password_is_refused(deployed: Deployed) 
 @pytest.fixture(scope="module")
 def enforcing(images, client, tmp_path_factory):
     """A second cluster whose accounting enforces associations, limits and QOS."""
-    from tests.cluster.conftest import deploy
-
     with deploy(
         tmp_path_factory.mktemp("enforce"),
         "sfenf",
@@ -189,12 +181,12 @@ def test_enforcement_rejects_users_without_an_association(enforcing: Deployed) -
     code, out = enforcing.sh("login", "sbatch --wrap true", user="stray")
     assert code != 0
     assert "Invalid account or account/partition combination specified" in out, out
-    _user(enforcing, "member")
+    enforcing.user("member")
     _sbatch(enforcing, "member", "true")  # createuser gave it an association: accepted
 
 
 def test_a_qos_max_jobs_limit_holds(enforcing: Deployed) -> None:
-    _user(enforcing, "limited")
+    enforcing.user("limited")
     enforcing.ok("slurmctld", "sacctmgr -i add qos single MaxJobsPerUser=1")
     enforcing.ok("slurmctld", "sacctmgr -i modify user limited set qos=single defaultqos=single")
     out = enforcing.ok(
@@ -220,17 +212,11 @@ def test_a_qos_max_jobs_limit_holds(enforcing: Deployed) -> None:
 def _refused(deployed: Deployed, tmp_path, name: str, expected: str, **changes) -> None:
     """A deploy of cluster ``name`` (with ``changes``) exits 2 with ``expected`` on its first
     line, and nothing of it exists afterwards: no container, no volume, no secret."""
-    from tests.cluster.conftest import free_port, invoke, write_cluster
-
     write_cluster(tmp_path, name, free_port(), **changes)
     where = ["--cluster", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "out")]
     env = {**deployed.env, "SLURMFORGE_STATE_DIR": str(tmp_path / "state")}
     proc = invoke(env, "deploy", *where)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("error: ") and expected in proc.stderr.splitlines()[0], (
-        proc.stderr
-    )
+    _clean_failure(proc, expected)
     label = f"com.docker.compose.project={name}"
     assert deployed.client.containers.list(all=True, filters={"label": label}) == []
     assert deployed.client.volumes.list(filters={"label": label}) == []
@@ -238,8 +224,6 @@ def _refused(deployed: Deployed, tmp_path, name: str, expected: str, **changes) 
 
 
 def test_a_rest_port_in_use_is_refused(deployed: Deployed, tmp_path) -> None:
-    import socket
-
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -265,8 +249,6 @@ def test_an_external_database_that_cannot_be_reached_is_refused(deployed: Deploy
         "'db.slurmforge.invalid' does not resolve",
         accounting={"database": database},
     )
-    import socket
-
     with socket.socket() as closed:  # a port nothing listens on
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]

@@ -19,11 +19,6 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.cluster
 
 
-def _user(cluster: Deployed, name: str) -> None:
-    code, out = cluster.sh("login", f"chroot /jail createuser --non-interactive {name}")
-    assert code == 0 or "already exists" in out, out
-
-
 def test_srun_across_two_nodes(deployed: Deployed) -> None:
     assert deployed.states() == {"cpu-0": "idle", "cpu-1": "idle"}
     out = deployed.ok("login", "srun -N2 hostname", user="root")
@@ -31,7 +26,7 @@ def test_srun_across_two_nodes(deployed: Deployed) -> None:
 
 
 def test_batch_job_runs_in_the_jail_and_writes_home(deployed: Deployed) -> None:
-    _user(deployed, "alice")
+    deployed.user("alice")
     uid = deployed.ok("login", "id -u", user="alice")
     script = (
         "#!/bin/bash\nhostname > where; id -u >> where; cat /etc/slurmforge-jail-release >> where\n"
@@ -47,14 +42,14 @@ def test_batch_job_runs_in_the_jail_and_writes_home(deployed: Deployed) -> None:
 
 
 def test_invoke_login_lands_in_the_jail(deployed: Deployed) -> None:
-    _user(deployed, "alice")
+    deployed.user("alice")
     proc = deployed.invoke("login", "--user", "alice", stdin="id -un; pwd; sinfo -h -o %t\n")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["alice", "/home/alice", "idle"]
 
 
 def test_package_installed_from_login_runs_in_a_job(deployed: Deployed) -> None:
-    _user(deployed, "alice")
+    deployed.user("alice")
     build = (
         "set -e; d=$(mktemp -d); mkdir -p $d/pkg/DEBIAN $d/pkg/usr/local/bin;"
         " printf 'Package: sf-hello\\nVersion: 1.0\\nArchitecture: all\\n"
@@ -70,7 +65,7 @@ def test_package_installed_from_login_runs_in_a_job(deployed: Deployed) -> None:
 
 
 def test_a_job_cannot_see_or_kill_slurmd(deployed: Deployed) -> None:
-    _user(deployed, "alice")
+    deployed.user("alice")
     pid = deployed.ok("cpu-0", "pidof slurmd")
     probe = (
         "test -e /usr/sbin/slurmd && echo slurmd-binary-visible;"
@@ -106,7 +101,7 @@ def test_munge_key_is_reused_on_redeploy(deployed: Deployed) -> None:
 
 
 def test_controller_restart_keeps_queued_jobs(deployed: Deployed) -> None:
-    _user(deployed, "alice")
+    deployed.user("alice")
     job = deployed.ok(
         "login", "cd ~ && sbatch --parsable --hold --wrap 'echo survived > held.out'", user="alice"
     )

@@ -20,16 +20,11 @@ MARK = "slurmforge-test-container"  # the container's ID= in /etc/os-release; th
 ROOTS = "/var/lib/slurmforge/enroot"  # node-local container roots, one directory per user
 
 
-def _user(cluster: Deployed) -> None:
-    code, out = cluster.sh("login", f"chroot /jail createuser --non-interactive {USER}")
-    assert code == 0 or "already exists" in out, out
-
-
 @pytest.fixture(scope="module")
 def image(deployed: Deployed, images: dict[str, str], client: docker.DockerClient) -> Iterator[str]:
     """/home/carol/os.sqsh in the jail: a small image built here from the cell's base image with
     an os-release of its own, exported with `docker export`, packed with the jail's mksquashfs."""
-    _user(deployed)
+    deployed.user(USER)
     dockerfile = (
         f"FROM {images['base']}\n"
         f"RUN rm -f /etc/os-release && printf 'ID={MARK}\\nPRETTY_NAME=\"{MARK}\"\\n'"

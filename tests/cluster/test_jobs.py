@@ -37,11 +37,6 @@ int main(int argc, char **argv)
 NODE_STATE = "/var/lib/slurmforge/jobs"  # where a node keeps its jobs' /tmp (jail/spank)
 
 
-def _user(cluster: Deployed, name: str) -> None:
-    code, out = cluster.sh("login", f"chroot /jail createuser --non-interactive {name}")
-    assert code == 0 or "already exists" in out, out
-
-
 def _write(cluster: Deployed, user: str, path: str, text: str) -> None:
     cluster.ok("login", f"cat > {path} << 'EOF'\n{text}\nEOF", user=user)
 
@@ -49,7 +44,7 @@ def _write(cluster: Deployed, user: str, path: str, text: str) -> None:
 def _mpi_hello(cluster: Deployed, mpicc: str, srun: str, size: int) -> set[str]:
     """Build the MPI hello world in a user's home with ``mpicc`` and start it with ``srun``; the
     hosts its ranks ran on, after checking every rank reported the right allreduce."""
-    _user(cluster, "mpiuser")
+    cluster.user("mpiuser")
     _write(cluster, "mpiuser", "~/hello.c", HELLO)
     cluster.ok("login", f"cd ~ && {mpicc} -o hello hello.c", user="mpiuser")
     out = cluster.ok("login", f"cd ~ && {srun} ./hello", user="mpiuser")
@@ -82,7 +77,7 @@ def test_mpi_hello_over_pmi2_with_mpich(deployed: Deployed) -> None:
 
 
 def test_a_batch_script_stages_data_in_tmp_for_its_steps(deployed: Deployed) -> None:
-    _user(deployed, "alice")
+    deployed.user("alice")
     script = (
         "#!/bin/bash\n"
         "echo staged-$SLURM_JOB_ID > /tmp/stage\n"
@@ -113,8 +108,8 @@ def test_a_batch_script_stages_data_in_tmp_for_its_steps(deployed: Deployed) -> 
 
 
 def test_jobs_of_other_users_do_not_share_tmp(deployed: Deployed) -> None:
-    _user(deployed, "alice")
-    _user(deployed, "bob")
+    deployed.user("alice")
+    deployed.user("bob")
     job = _submitted(
         deployed.ok(
             "login",
@@ -146,7 +141,7 @@ def test_the_batch_output_file_is_where_the_user_submitted(
     deployed: Deployed, user: str, where: str
 ) -> None:
     if user != "root":
-        _user(deployed, user)
+        deployed.user(user)
     deployed.ok("login", f"mkdir -p {where}", user=user)
     out = deployed.ok("login", f"cd {where} && sbatch --wait --wrap 'echo hi from $PWD'", user=user)
     job = _submitted(out)
@@ -157,7 +152,7 @@ def test_the_batch_output_file_is_where_the_user_submitted(
 
 
 def test_output_and_error_paths_resolve_in_the_jail(deployed: Deployed) -> None:
-    _user(deployed, "alice")
+    deployed.user("alice")
     deployed.ok("login", "mkdir -p /scratch/alice/logs", user="alice")
     out = deployed.ok(
         "login",
@@ -181,7 +176,7 @@ def test_sbatch_from_a_system_directory_is_refused_at_submit(deployed: Deployed)
 
 def test_a_failed_launch_frees_its_nodes(deployed: Deployed) -> None:
     # the MPI plugin cannot make its client directory: the step fails to launch on both nodes
-    _user(deployed, "alice")
+    deployed.user("alice")
     code, out = deployed.sh(
         "login", "SLURM_PMIX_TMPDIR=/nonexistent/dir srun -N2 true", user="alice", timeout=120
     )

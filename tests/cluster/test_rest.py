@@ -22,11 +22,6 @@ pytestmark = pytest.mark.cluster
 USER = "restuser"
 
 
-def _user(cluster: Deployed, name: str) -> None:
-    code, out = cluster.sh("login", f"chroot /jail createuser --non-interactive {name}")
-    assert code == 0 or "already exists" in out, out
-
-
 def token(cluster: Deployed, user: str, lifespan: int = 600) -> str:
     out = cluster.ok("login", f"scontrol token lifespan={lifespan}", user=user)
     match = re.search(r"^SLURM_JWT=(\S+)$", out, re.M)
@@ -63,7 +58,7 @@ def call(
 @pytest.fixture(scope="module")
 def api(deployed: Deployed) -> dict[str, str]:
     """The user's token and the API's paths, as slurmrestd's OpenAPI document names them."""
-    _user(deployed, USER)
+    deployed.user(USER)
     jwt = token(deployed, USER)
     code, spec = call(deployed, "/openapi/v3", user=USER, jwt=jwt)
     assert code == 200, spec
