@@ -25,19 +25,21 @@ from tests.k8s import lab
 INVOKE = (str(ROOT / ".venv/bin/python"), "-m", "invoke", "--search-root", str(ROOT))
 
 
-def cluster_file(root: Path, name: str) -> Path:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        return sock.getsockname()[1]
+
+
+def cluster_file(root: Path, name: str) -> Path:
+    """The shipped cluster (accounting and REST on, as shipped), its ports free on this host."""
     root.mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
     data.update(
         name=name,
-        login={"address": "127.0.0.1", "port": port},
+        login={"address": "127.0.0.1", "port": free_port()},
+        rest={"port": free_port()},
         kubernetes={"overcommit": True, "login_service": "ClusterIP"},
-        # both targets alike: the k8s target does not render slurmdbd and slurmrestd yet
-        accounting={"enabled": False},
-        rest={"enabled": False},
     )
     (root / "layers").symlink_to(ROOT / "deploy" / "layers")
     (root / "cluster.yaml").write_text(yaml.safe_dump(data))

@@ -205,7 +205,6 @@ def ensure_secret(cluster_name: str, name: str) -> tuple[Path, bool]:
     """The cluster's secret ``name`` (one of SECRETS), made once: mode 0400 in a 0700 directory,
     written beside its place and renamed, so never partial. Returns its path and whether it was
     made now."""
-    size, text = SECRETS[name]
     path = cluster_dir(cluster_name) / name
     if path.exists():
         return path, False
@@ -214,9 +213,15 @@ def ensure_secret(cluster_name: str, name: str) -> tuple[Path, bool]:
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(secrets.token_urlsafe(size).encode() if text else secrets.token_bytes(size))
+        fh.write(new_secret(name))
     os.replace(tmp, path)
     return path, True
+
+
+def new_secret(name: str) -> bytes:
+    """Fresh content for the secret ``name`` (one of SECRETS)."""
+    size, text = SECRETS[name]
+    return secrets.token_urlsafe(size).encode() if text else secrets.token_bytes(size)
 
 
 def ensure_munge_key(cluster_name: str) -> tuple[Path, bool]:

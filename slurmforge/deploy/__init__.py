@@ -121,7 +121,6 @@ def open_k8s(
     versions = config.load(versions_file)
     cluster = model.load(cluster_file, versions)
     kube = Kube(cluster, out_root, versions.root, None, namespace, context)
-    kube.check_supported()  # refused before anything is contacted
     kube.check_versions()
     with contextlib.suppress(EngineUnavailable):  # fine when the push lock pins every image
         kube.engine = Engine.connect()

@@ -12,13 +12,20 @@ One file per object plus ``kustomization.yaml``, under ``deploy/out/k8s/<cluster
   Slurm node ``cpu-0`` at ``cpu-0.slurm-nodes``; GPU node sets request ``nvidia.com/gpu`` and mount
   the node's driver directories through hostPath, read-only;
 - login: StatefulSet + Service (LoadBalancer, NodePort or ClusterIP);
+- with accounting: slurmdbd as a Deployment (one pod, its host name fixed to ``slurmdbd``, as
+  DbdHost says) behind a headless Service, its slurmdbd.conf (no password) in a ConfigMap; unless
+  the cluster names an external database, MariaDB as a StatefulSet with a ReadWriteOnce claim
+  (``data-mariadb-0``) behind a headless Service;
+- with the REST API: slurmrestd as a Deployment behind a Service of the login's type, on
+  ``rest.port``;
 - the GPU health check as a CronJob, when a node set has GPUs.
 
-The munge key is not rendered: `invoke deploy --target k8s` creates the Secret in the cluster
-(generated there once, never written to the repository, the directory or an image) and every
-pod mounts it by name. Images are pinned by digest when build/images.lock.json (written by
-`invoke push`) has them. Every container drops all capabilities and adds back only what its role
-needs (see CAPABILITIES).
+No secret is rendered (SECRETS): `invoke deploy --target k8s` creates the munge key, the JWT key
+and the database password as Secrets in the cluster (generated there once, never written to the
+repository, the directory or an image; an external database's password from its file) and pods
+mount them by name, each only where it is used. Images are pinned by digest when
+build/images.lock.json (written by `invoke push`) has them. Every container drops all
+capabilities and adds back only what its role needs (see CAPABILITIES).
 """
 
 from __future__ import annotations
@@ -33,21 +40,53 @@ from typing import Any
 
 from slurmforge import jail_contract
 from slurmforge.deploy import generated, slurmconf
-from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster, NodeSet
+from slurmforge.deploy.model import (
+    CONTROLLER,
+    DATABASE,
+    DBD,
+    JAIL,
+    LOGIN,
+    RESTD,
+    Cluster,
+    NodeSet,
+)
 from slurmforge.errors import ConfigError
 
 PART_OF = "slurmforge"
 NODES_SERVICE = "slurm-nodes"
-MUNGE_SECRET = "munge-key"
-# where pods see the munge key Secret: a directory of its own, which collides with nothing the
-# runtime mounts (/run/secrets would: the service-account token goes below /var/run/secrets)
-MUNGE_DIR = "/etc/slurmforge/munge"
-MUNGE_ENV = {"name": "MUNGE_KEY_FILE", "value": f"{MUNGE_DIR}/munge.key"}
-NODE_CONFIG, JAIL_CONFIG = "slurm-config", "slurm-jail-config"
+
+
+@dataclass(frozen=True)
+class SecretFile:
+    """A secret file the images read (state.SECRETS names them) as a Secret: one key, the file's
+    name, mounted read-only in a directory of its own, which collides with nothing the runtime
+    mounts (/run/secrets would: the service-account token goes below /var/run/secrets); the
+    image finds it through ``env``."""
+
+    file: str
+    secret: str
+    env: str
+    dir: str
+
+    @property
+    def env_var(self) -> dict[str, str]:
+        return {"name": self.env, "value": f"{self.dir}/{self.file}"}
+
+
+MUNGE = SecretFile("munge.key", "munge-key", "MUNGE_KEY_FILE", "/etc/slurmforge/munge")
+# signs and checks tokens (slurmctld, slurmdbd)
+JWT = SecretFile("jwt_hs256.key", "jwt-key", "JWT_KEY_FILE", "/etc/slurmforge/jwt")
+DB_PASSWORD = SecretFile("db-password", "db-password", "DB_PASSWORD_FILE", "/etc/slurmforge/db")
+SECRETS = {s.file: s for s in (MUNGE, JWT, DB_PASSWORD)}
+MUNGE_SECRET, MUNGE_DIR, MUNGE_ENV = MUNGE.secret, MUNGE.dir, MUNGE.env_var
+NODE_CONFIG, JAIL_CONFIG, DBD_CONFIG = "slurm-config", "slurm-jail-config", "slurmdbd-config"
+DBD_CONF_DIR = "/etc/slurmforge/slurmdbd"  # slurmdbd.conf without its password
+DATABASE_DIR = "/var/lib/mysql"
+DATABASE_CLAIM = f"data-{DATABASE}-0"  # the volumeClaimTemplate "data" of pod mariadb-0
 JAIL_CLAIM = "jail"
 POPULATE = "jail-populate"
 HEALTH_CHECK = "gpu-health-check"
-SLURMCTLD_PORT, SLURMD_PORT = 6817, 6818
+SLURMCTLD_PORT, SLURMD_PORT, DBD_PORT, DATABASE_PORT, RESTD_PORT = 6817, 6818, 6819, 3306, 6820
 PSA_MODES = ("enforce", "audit", "warn")
 DRIVER_ROOT = "/run/nvidia/driver"  # where GPU pods see the node's driver directories
 # the node's driver directories a GPU pod mounts, relative to gpu.driver_root
@@ -64,6 +103,12 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     LOGIN: (*DAEMON, "AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_ADMIN", "SYS_CHROOT"),
     POPULATE: ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD", "SETFCAP"),
     HEALTH_CHECK: (*DAEMON, "SYS_ADMIN", "SYS_CHROOT"),  # the login's jail mounts, chroot
+    # slurmdbd starts as root, writes its config for SlurmUser and becomes it; slurmrestd is
+    # started as its own account (runuser); MariaDB's first start makes its data directory
+    # mysql's, then the server becomes mysql
+    DBD: DAEMON,
+    RESTD: DAEMON,
+    DATABASE: ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"),
 }
 
 
@@ -157,28 +202,34 @@ class ManifestRenderer:
     def pod_annotations(self, containers: list[dict[str, Any]], config_hash: str) -> dict[str, str]:
         # AppArmor's default profile denies mount(2), which SYS_ADMIN holders here need; the
         # annotation works from Kubernetes 1.4 on (the securityContext field only from 1.30).
-        out = {"slurmforge.io/config-hash": config_hash}
+        out = {"slurmforge.io/config-hash": config_hash} if config_hash else {}
         for c in containers:
             if "SYS_ADMIN" in c["securityContext"]["capabilities"].get("add", ()):
                 out[f"container.apparmor.security.beta.kubernetes.io/{c['name']}"] = "unconfined"
         return out
 
-    def config_volumes(self, jail_conf: bool = True) -> tuple[list[dict], list[dict]]:
-        volumes = [
-            {"name": "slurm-config", "configMap": {"name": NODE_CONFIG}},
-            {
-                "name": "munge-key",
-                "secret": {
-                    "secretName": MUNGE_SECRET,
-                    "defaultMode": 0o400,
-                    "items": [{"key": "munge.key", "path": "munge.key"}],
-                },
+    @staticmethod
+    def secret_volume(secret: SecretFile) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The Secret's volume (its one file, root's alone) and its read-only mount."""
+        volume = {
+            "name": secret.secret,
+            "secret": {
+                "secretName": secret.secret,
+                "defaultMode": 0o400,
+                "items": [{"key": secret.file, "path": secret.file}],
             },
-        ]
-        mounts = [
-            {"name": "slurm-config", "mountPath": "/etc/slurm", "readOnly": True},
-            {"name": "munge-key", "mountPath": MUNGE_DIR, "readOnly": True},
-        ]
+        }
+        return volume, {"name": secret.secret, "mountPath": secret.dir, "readOnly": True}
+
+    def config_volumes(
+        self, jail_conf: bool = True, slurm_conf: bool = True
+    ) -> tuple[list[dict], list[dict]]:
+        """The munge key, the nodes' Slurm config (``slurm_conf``), the jail's (``jail_conf``)."""
+        volume, mount = self.secret_volume(MUNGE)
+        volumes, mounts = [volume], [mount]
+        if slurm_conf:
+            volumes.append({"name": "slurm-config", "configMap": {"name": NODE_CONFIG}})
+            mounts.append({"name": "slurm-config", "mountPath": "/etc/slurm", "readOnly": True})
         if jail_conf:
             volumes.append({"name": "slurm-jail-config", "configMap": {"name": JAIL_CONFIG}})
             mounts.append(
@@ -275,6 +326,20 @@ class ManifestRenderer:
             objects[f"statefulset-{ns.name}.yaml"] = self.node_set(ns, config_hash)
         objects["service-login.yaml"] = self.login_service()
         objects["statefulset-login.yaml"] = self.login(config_hash)
+        accounting = self.spec.accounting
+        if accounting.enabled:
+            dbd_conf = {"slurmdbd.conf": slurmconf.slurmdbd_conf(self.cluster)}
+            objects[f"configmap-{DBD_CONFIG}.yaml"] = self.config_map(DBD_CONFIG, dbd_conf)
+            if accounting.database is None:
+                objects[f"service-{DATABASE}.yaml"] = self.headless(
+                    DATABASE, DATABASE, DATABASE_PORT, port_name="mysql"
+                )
+                objects[f"statefulset-{DATABASE}.yaml"] = self.database()
+            objects[f"service-{DBD}.yaml"] = self.headless(DBD, DBD, DBD_PORT)
+            objects[f"deployment-{DBD}.yaml"] = self.slurmdbd(files_digest(dbd_conf))
+        if self.spec.rest.enabled:
+            objects[f"service-{RESTD}.yaml"] = self.rest_service()
+            objects[f"deployment-{RESTD}.yaml"] = self.slurmrestd(config_hash)
         if self.gpu_node_sets and self.k8s.health_check.enabled:
             objects[f"cronjob-{HEALTH_CHECK}.yaml"] = self.health_check(config_hash)
         return objects
@@ -331,7 +396,11 @@ class ManifestRenderer:
             "spec": spec,
         }
 
-    def headless(self, name: str, component: str, port: int) -> dict[str, Any]:
+    def headless(
+        self, name: str, component: str, port: int, port_name: str = "slurm"
+    ) -> dict[str, Any]:
+        """Pods found by name, each at its own address (slurmctld's ``<pod>.<service>``, the
+        nodes', slurmdbd's and MariaDB's, which are reconnected to by name after a restart)."""
         return {
             "apiVersion": "v1",
             "kind": "Service",
@@ -341,17 +410,23 @@ class ManifestRenderer:
                 # slurmctld resolves every node when it starts, ready or not
                 "publishNotReadyAddresses": True,
                 "selector": self.selector(component),
-                "ports": [{"name": "slurm", "port": port, "targetPort": port, "protocol": "TCP"}],
+                "ports": [{"name": port_name, "port": port, "targetPort": port, "protocol": "TCP"}],
             },
         }
 
     def controller(self, config_hash: str) -> dict[str, Any]:
         volumes, mounts = self.config_volumes(jail_conf=False)
+        env = [MUNGE_ENV]
+        if self.spec.accounting.enabled:  # slurmctld checks tokens (scontrol token signs them)
+            volume, mount = self.secret_volume(JWT)
+            volumes.append(volume)
+            mounts.append(mount)
+            env.append(JWT.env_var)
         container = {
             "name": CONTROLLER,
             "image": self.images.refs[CONTROLLER],
             "args": ["slurmctld", "-D"],
-            "env": [MUNGE_ENV],
+            "env": env,
             "ports": [{"name": "slurmctld", "containerPort": SLURMCTLD_PORT, "protocol": "TCP"}],
             "volumeMounts": [
                 *mounts,
@@ -536,6 +611,146 @@ class ManifestRenderer:
         pod = self.pod_spec([container], [*volumes, self.jail_volume()])
         return self.stateful_set(LOGIN, LOGIN, 1, pod, config_hash, service=f"{LOGIN}")
 
+    def deployment(self, name: str, pod: dict[str, Any], config_hash: str) -> dict[str, Any]:
+        """One pod of a stateless daemon, replaced (never doubled) on a change."""
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": self.meta(name, name),
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": self.selector(name)},
+                "template": {
+                    "metadata": {
+                        "labels": self.labels(name),
+                        "annotations": self.pod_annotations(pod["containers"], config_hash),
+                    },
+                    "spec": pod,
+                },
+            },
+        }
+
+    def database(self) -> dict[str, Any]:
+        """The cluster's own MariaDB: its first start on an empty claim makes Slurm's database
+        and user from the password Secret (images/mariadb/mariadb-init)."""
+        volume, mount = self.secret_volume(DB_PASSWORD)
+        container = {
+            "name": DATABASE,
+            "image": self.images.refs[DATABASE],
+            "env": [DB_PASSWORD.env_var],
+            "ports": [{"name": "mysql", "containerPort": DATABASE_PORT, "protocol": "TCP"}],
+            "volumeMounts": [mount, {"name": "data", "mountPath": DATABASE_DIR}],
+            # through the socket: a TCP probe would log an aborted connection each time
+            "readinessProbe": {
+                "exec": {"command": ["mariadb-admin", "ping"]},
+                "periodSeconds": 10,
+            },
+            "securityContext": self.security(CAPABILITIES[DATABASE]),
+            "resources": {
+                "requests": {"cpu": "250m", "memory": "512Mi"},
+                # the buffer pool (images/mariadb/slurmforge.cnf) grows to 2 GiB
+                "limits": {"cpu": "2", "memory": "3Gi"},
+            },
+        }
+        pod = self.pod_spec([container], [volume], wait=False)
+        pod["terminationGracePeriodSeconds"] = 60  # InnoDB shuts down cleanly
+        metadata = {"name": "data", "labels": self.labels(DATABASE)}
+        claim = self.claim(metadata, "ReadWriteOnce", self.k8s.database)
+        return self.stateful_set(DATABASE, DATABASE, 1, pod, "", [claim])
+
+    def slurmdbd(self, config_hash: str) -> dict[str, Any]:
+        """slurmdbd under the host name its DbdHost names; it waits for the database's port."""
+        db = self.spec.accounting.database
+        host, port = (db.host, db.port) if db else (DATABASE, DATABASE_PORT)
+        volumes, mounts = self.config_volumes(jail_conf=False, slurm_conf=False)
+        for secret in (JWT, DB_PASSWORD):
+            volume, mount = self.secret_volume(secret)
+            volumes.append(volume)
+            mounts.append(mount)
+        volumes += [
+            {"name": "slurmdbd-config", "configMap": {"name": DBD_CONFIG}},
+            self.jail_volume(),
+        ]
+        mounts += [
+            {"name": "slurmdbd-config", "mountPath": DBD_CONF_DIR, "readOnly": True},
+            # user names resolve as on the nodes (the jail's accounts)
+            {"name": "jail", "mountPath": slurmconf.JAIL_ROOT, "readOnly": True},
+        ]
+        container = {
+            "name": DBD,
+            "image": self.images.refs[DBD],
+            "args": ["slurmdbd", "-D"],
+            "env": [
+                MUNGE_ENV,
+                JWT.env_var,
+                DB_PASSWORD.env_var,
+                {"name": "SLURMDBD_CONF_IN", "value": f"{DBD_CONF_DIR}/slurmdbd.conf"},
+            ],
+            "ports": [{"name": "slurmdbd", "containerPort": DBD_PORT, "protocol": "TCP"}],
+            "volumeMounts": mounts,
+            "readinessProbe": pid_probe("/run/slurmdbd/slurmdbd.pid"),
+            "securityContext": self.security(CAPABILITIES[DBD]),
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "256Mi"},
+                "limits": {"cpu": "1", "memory": "1Gi"},
+            },
+        }
+        wait = {
+            "name": "wait-for-database",
+            "image": self.images.refs[DBD],
+            "command": [
+                "/bin/bash",
+                "-c",
+                f"until (exec 3<>/dev/tcp/{host}/{port}) 2>/dev/null; do "
+                f"echo 'waiting for the database at {host}:{port}'; sleep 2; done",
+            ],
+            "securityContext": self.security(()),
+            "resources": small_resources(),
+        }
+        pod = self.pod_spec([container], volumes, hostname=DBD)  # DbdHost=slurmdbd
+        pod["initContainers"].append(wait)
+        return self.deployment(DBD, pod, config_hash)
+
+    def rest_service(self) -> dict[str, Any]:
+        """slurmrestd where users reach it: a Service of the login's type, on ``rest.port``."""
+        port = self.spec.rest.port
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": self.meta(RESTD, RESTD),
+            "spec": {
+                "type": self.k8s.login_service,
+                "selector": self.selector(RESTD),
+                "ports": [
+                    {"name": "http", "port": port, "targetPort": RESTD_PORT, "protocol": "TCP"}
+                ],
+            },
+        }
+
+    def slurmrestd(self, config_hash: str) -> dict[str, Any]:
+        """slurmrestd with the nodes' slurm.conf; it holds no key (each request's token is
+        checked by slurmctld and slurmdbd)."""
+        volumes, mounts = self.config_volumes(jail_conf=False)
+        volumes.append(self.jail_volume())
+        mounts.append({"name": "jail", "mountPath": slurmconf.JAIL_ROOT, "readOnly": True})
+        container = {
+            "name": RESTD,
+            "image": self.images.refs[RESTD],
+            "env": [MUNGE_ENV],
+            "ports": [{"name": "http", "containerPort": RESTD_PORT, "protocol": "TCP"}],
+            "volumeMounts": mounts,
+            # listening (a TCP or HTTP probe would be an unauthenticated request, logged)
+            "readinessProbe": listening_probe(RESTD_PORT),
+            "securityContext": self.security(CAPABILITIES[RESTD]),
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "128Mi"},
+                "limits": {"cpu": "1", "memory": "512Mi"},
+            },
+        }
+        pod = self.pod_spec([container], volumes)
+        return self.deployment(RESTD, pod, config_hash)
+
     def health_check(self, config_hash: str) -> dict[str, Any]:
         """The jail's gpu-check as a job step on every GPU node in service, as `invoke gpu-check`
         runs it: srun inside the jail, from a pod set up like the login node. A node below the
@@ -599,6 +814,16 @@ def one_per_set(cluster: Cluster) -> Cluster:
 def pid_probe(pid_file: str) -> dict[str, Any]:
     """Ready while the daemon whose pid file this is runs."""
     return {"exec": {"command": ["sh", "-c", f"kill -0 $(cat {pid_file})"]}, "periodSeconds": 10}
+
+
+def listening_probe(port: int) -> dict[str, Any]:
+    """Ready while something in the pod listens on ``port`` (the kernel's socket table: no
+    connection is made)."""
+    pattern = f":{port:04X} 0+:0000 0A "
+    return {
+        "exec": {"command": ["grep", "-qE", pattern, "/proc/net/tcp", "/proc/net/tcp6"]},
+        "periodSeconds": 10,
+    }
 
 
 def small_resources() -> dict[str, Any]:

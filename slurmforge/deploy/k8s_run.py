@@ -15,6 +15,7 @@ in service.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -31,8 +32,8 @@ from typing import IO, Any
 import yaml
 
 from slurmforge import state
-from slurmforge.deploy import k8s_render, slurmconf, slurmctl
-from slurmforge.deploy.model import CONTROLLER, JAIL, LOGIN, Cluster
+from slurmforge.deploy import accounting_db, k8s_render, slurmconf, slurmctl
+from slurmforge.deploy.model import CONTROLLER, DATABASE, DBD, JAIL, LOGIN, Cluster
 from slurmforge.errors import ConfigError, DeployError
 
 CONFIG_ANNOTATION = "slurmforge.io/config"  # on a pod: the Slurm config it was told to load
@@ -122,19 +123,6 @@ class Kube:
             o["metadata"]["name"] for o in self.objects.values() if o["kind"] == "Job"
         )
         return k8s_render.write(self.dir, self.objects, self.namespace, str(self.cluster.path))
-
-    def check_supported(self) -> None:
-        """What this target cannot run yet is refused, never rendered half-way: slurmdbd, its
-        database and slurmrestd are rendered for the local target only so far."""
-        spec = self.cluster.spec
-        for key, on in (("accounting.enabled", spec.accounting.enabled),
-                        ("rest.enabled", spec.rest.enabled)):  # fmt: skip
-            if on:
-                raise ConfigError(
-                    f"{self.cluster.path}: {key}: accounting and the REST API run on the local "
-                    "target only so far",
-                    hint="for --target k8s set accounting.enabled: false and rest.enabled: false",
-                )
 
     def check_versions(self) -> tuple[str, ...]:
         """``kubernetes.versions``, each one kubernetes-validate has schemas for."""
@@ -239,10 +227,16 @@ class Kube:
         known = [n for n in removed if states and n in states]
         if known:
             slurmctl.drain(self.controller_sh, known, timeout)
+        self.check_database()
         first = [n for n in names if self.objects[n]["kind"] == "Namespace"]
         self.apply_files(first)
-        self.ensure_munge_key()
+        rotated = self.ensure_secrets()
         self.apply_files([n for n in names if n not in first])
+        if rotated and self.running_pods(DBD):  # its config takes the password at start
+            self._check(
+                self.kubectl("rollout", "restart", f"deployment/{DBD}"),
+                "restarting slurmdbd for the new database password",
+            )
         for name, why in skipped.items():
             print(f"not applied: {self.dir / name} ({why})", file=self.log)
         wait = f"--timeout={int(timeout)}s"
@@ -250,11 +244,10 @@ class Kube:
             self.kubectl("wait", "--for=condition=complete", f"job/{self.populate_job}", wait),
             f"waiting for job/{self.populate_job}",
         )
-        sets = [CONTROLLER, *(ns.name for ns in self.cluster.spec.nodesets if ns.replicas), LOGIN]
-        for name in sets:
+        for kind, name in self.rollouts():
             self._check(
-                self.kubectl("rollout", "status", f"statefulset/{name}", wait),
-                f"rollout of statefulset/{name}",
+                self.kubectl("rollout", "status", f"{kind}/{name}", wait),
+                f"rollout of {kind}/{name}",
             )
         if self.sync_config(timeout):
             slurmctl.reconfigure(self.controller_sh)
@@ -267,10 +260,29 @@ class Kube:
                 if (states or {}).get(n) not in slurmctl.IN_SERVICE
             )
             raise DeployError(f"not every node is in service after {timeout:.0f} s: {shown}")
+        if self.cluster.spec.accounting.enabled:
+            accounting_db.setup(self.cluster, self.controller_sh, timeout)
         return self._check(
             self.kubectl("exec", f"{CONTROLLER}-0", "-c", CONTROLLER, "--", "sinfo", "-N", "-l"),
             "sinfo in slurmctld",
         )
+
+    def rollouts(self) -> list[tuple[str, str]]:
+        """(kind, name) of what runs pods, in the order their rollouts are waited for."""
+        out = [
+            (o["kind"].lower(), o["metadata"]["name"])
+            for o in self.objects.values()
+            if o["kind"] in ("StatefulSet", "Deployment")
+        ]
+        # a node set scaled to zero has no rollout to wait for
+        return [
+            (kind, name)
+            for kind, name in out
+            if not (kind == "statefulset" and name in self.empty_node_sets())
+        ]
+
+    def empty_node_sets(self) -> set[str]:
+        return {ns.name for ns in self.cluster.spec.nodesets if not ns.replicas}
 
     def scale(self, new: Cluster, timeout: float) -> list[str]:
         """Apply ``new`` (this cluster with other node counts); returns the removed nodes."""
@@ -395,28 +407,100 @@ class Kube:
         print(f"updated the Slurm config of {', '.join(older)}", file=self.log)
         return True
 
-    def ensure_munge_key(self) -> None:
-        """Create the Secret with 1024 random bytes unless it exists (the key is never rotated
-        by a redeploy: running daemons would stop trusting each other)."""
-        exists = self.run(self.kubectl("get", "secret", k8s_render.MUNGE_SECRET, "-o", "name"))
-        if exists.returncode == 0:
+    # -- secrets and the database ------------------------------------------------------------
+
+    def secret_files(self) -> dict[k8s_render.SecretFile, Path | None]:
+        """The Secrets this cluster mounts → the file each is kept equal to (an external
+        database's password), or None for one made here once."""
+        accounting = self.cluster.spec.accounting
+        out: dict[k8s_render.SecretFile, Path | None] = {k8s_render.MUNGE: None}
+        if accounting.enabled:
+            out[k8s_render.JWT] = None
+            db = accounting.database
+            out[k8s_render.DB_PASSWORD] = Path(db.password_secret) if db else None
+        return out
+
+    def secret_data(self, secret: k8s_render.SecretFile) -> bytes | None:
+        """What the Secret holds now, or None when there is none."""
+        key = secret.file.replace(".", "\\.")
+        argv = self.kubectl("get", "secret", secret.secret, "-o", f"jsonpath={{.data.{key}}}")
+        proc = self.run(argv)
+        if proc.returncode and "NotFound" in proc.stderr:
+            return None
+        return base64.b64decode(_checked(proc, f"reading Secret {secret.secret}"))
+
+    def ensure_secrets(self) -> bool:
+        """Create each missing Secret: fresh random bytes, made in a private temporary file that
+        is removed right after (never rotated by a redeploy: the daemons would stop trusting
+        each other, and the database keeps its password), or the external database's password
+        file. True when that file changed since the last deploy and its Secret was replaced."""
+        replaced = False
+        for secret, source in self.secret_files().items():
+            current = self.secret_data(secret)
+            if current is not None and (source is None or current == source.read_bytes()):
+                continue
+            with tempfile.TemporaryDirectory(prefix="slurmforge-secret-") as tmp:
+                path = Path(tmp) / secret.file
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(source.read_bytes() if source else state.new_secret(secret.file))
+                if current is not None:
+                    self._check(
+                        self.kubectl("delete", "secret", secret.secret),
+                        f"replacing Secret {secret.secret}",
+                    )
+                    replaced = True
+                self._check(
+                    self.kubectl(
+                        "create",
+                        "secret",
+                        "generic",
+                        secret.secret,
+                        f"--from-file={secret.file}={path}",
+                    ),
+                    f"creating Secret {secret.secret}",
+                )
+            how = f"from {source}" if source else "generated"
+            print(f"{how}: {secret.file} (Secret {self.namespace}/{secret.secret})", file=self.log)
+        return replaced
+
+    def running_pods(self, component: str) -> list[str]:
+        return [
+            item["metadata"]["name"]
+            for item in self._get("pods", **{"app.kubernetes.io/component": component})
+            if item["status"].get("phase") == "Running"
+        ]
+
+    def check_database(self) -> None:
+        """Refuse, before anything is applied, a database slurmdbd could not use: an external
+        one whose host does not resolve or refuses connections (checked from this machine), or
+        the cluster's own whose claim outlived its password Secret or was made with another."""
+        accounting = self.cluster.spec.accounting
+        if not accounting.enabled:
             return
-        with tempfile.TemporaryDirectory(prefix="slurmforge-munge-") as tmp:
-            key = Path(tmp) / "munge.key"
-            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(os.urandom(1024))
-            self._check(
-                self.kubectl(
-                    "create",
-                    "secret",
-                    "generic",
-                    k8s_render.MUNGE_SECRET,
-                    f"--from-file=munge.key={key}",
-                ),
-                "creating the munge key Secret",
-            )
-        print(
-            f"generated the munge key (Secret {self.namespace}/{k8s_render.MUNGE_SECRET})",
-            file=self.log,
+        if accounting.database is not None:
+            accounting_db.check_reachable(self.cluster.path, accounting.database)
+            return
+        secret = k8s_render.DB_PASSWORD
+        password = self.secret_data(secret)
+        where = f"{self.cluster.path}: accounting: the database of cluster {self.cluster.name}"
+        hint = (
+            f"the claim {k8s_render.DATABASE_CLAIM} in namespace {self.namespace} keeps the "
+            f"accounting data; restore the Secret {secret.secret} it was made with, or delete "
+            "the claim (all job records are lost)"
         )
+        if password is None:
+            claim = self.run(self.kubectl("get", "pvc", k8s_render.DATABASE_CLAIM, "-o", "name"))
+            if claim.returncode == 0:
+                raise ConfigError(f"{where} exists but its password Secret is gone", hint=hint)
+            return
+        if f"{DATABASE}-0" not in self.running_pods(DATABASE):
+            return  # the image refuses another password at start (images/mariadb/mariadb-init)
+        marker = f"{k8s_render.DATABASE_DIR}/{accounting_db.MARKER}"
+        proc = self.run(self.kubectl("exec", f"{DATABASE}-0", "-c", DATABASE, "--", "cat", marker))
+        recorded = proc.stdout.strip() if proc.returncode == 0 else None
+        if recorded and recorded != hashlib.sha256(password).hexdigest():
+            raise ConfigError(
+                f"{where} was created with another password than Secret {secret.secret} holds",
+                hint=hint,
+            )

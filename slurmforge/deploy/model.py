@@ -175,6 +175,8 @@ class KubernetesSpec(Model):
     jail: VolumeSpec = VolumeSpec(size="50Gi")
     # slurmctld's StateSaveLocation: ReadWriteOnce
     state: VolumeSpec = VolumeSpec(size="1Gi")
+    # the cluster's own accounting database (MariaDB): ReadWriteOnce
+    database: VolumeSpec = VolumeSpec(size="10Gi")
     login_service: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"
     # pull the images from this registry prefix instead of the set's (where `push --registry`
     # put them); images are pinned by digest when build/images.lock.json has them

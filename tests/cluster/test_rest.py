@@ -6,15 +6,13 @@ error Slurm's pass-through gives."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
 
+from tests import rest_client
 from tests.cluster.conftest import Deployed
 
 pytestmark = pytest.mark.cluster
@@ -37,22 +35,7 @@ def call(
     jwt: str | None = None,
     body: dict[str, Any] | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    headers = {"Content-Type": "application/json"}
-    if user is not None:
-        headers["X-SLURM-USER-NAME"] = user
-    if jwt is not None:
-        headers["X-SLURM-USER-TOKEN"] = jwt
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(cluster.rest_url + path, data, headers)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        text = exc.read()
-        try:
-            return exc.code, json.loads(text or b"{}")
-        except ValueError:
-            return exc.code, {"text": text.decode(errors="replace")}
+    return rest_client.call(cluster.rest_url + path, user=user, jwt=jwt, body=body)
 
 
 @pytest.fixture(scope="module")

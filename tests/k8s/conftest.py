@@ -137,8 +137,6 @@ def k8s_cluster(
     shutil.copytree(ROOT / "deploy" / "layers", root / "layers")
     data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
     data.update(name=name, kubernetes={"overcommit": True, "login_service": "ClusterIP"})
-    # slurmdbd and slurmrestd are rendered for the local target only so far (issue 16)
-    data.update(accounting={"enabled": False}, rest={"enabled": False})
     if kube.lab:
         manifest, names = lab.volumes(root, name, data["kubernetes"])
         kube.run("apply", "-f", str(manifest), namespaced=False)

@@ -15,7 +15,12 @@ from tests.conftest import ROOT
 LAB = Path(os.environ.get("SLURMFORGE_K8S_LAB") or Path.home() / ".cache" / "k8s-lab")
 RECIPE = ROOT.parent / "shared" / "k8s-lab" / "recipe.sh"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
-CLAIMS = (("jail", "ReadWriteMany", "50Gi"), ("state", "ReadWriteOnce", "1Gi"))
+# kubernetes.<claim>: access mode, default size (sizes differ: a claim binds the smallest fit)
+CLAIMS = (
+    ("jail", "ReadWriteMany", "50Gi"),
+    ("state", "ReadWriteOnce", "1Gi"),
+    ("database", "ReadWriteOnce", "10Gi"),
+)
 
 
 def recipe(*steps: str) -> None:

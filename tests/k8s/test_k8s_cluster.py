@@ -1,10 +1,13 @@
 """The default cluster on a real Kubernetes API server and kubelet (tests/k8s/conftest.py says
 which): deployed with `invoke deploy --target k8s`, every node idle, jobs from the login pod in
-the jail; a node pod that comes back under a new IP, slurmctld deleted with a held job, a
-redeploy with a changed cluster file, and `invoke scale` up and down under running jobs."""
+the jail; accounting (sacct, sacctmgr) on the cluster's MariaDB and the REST API with a token;
+the database and slurmdbd deleted, or their password Secret lost; a node pod that comes back
+under a new IP, slurmctld deleted with a held job, a redeploy with a changed cluster file, and
+`invoke scale` up and down under running jobs."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -14,6 +17,7 @@ import time
 
 import pytest
 
+from tests import rest_client
 from tests.k8s.conftest import K8sCluster
 from tests.k8s.lab import LAB
 
@@ -41,11 +45,13 @@ def test_every_pod_starts_every_node_is_idle_and_a_user_runs_jobs(deployed: K8sC
         "jsonpath={range .items[*]}{.metadata.name} {.status.phase}{'\\n'}{end}",
     )
     phases = dict(line.split() for line in pods.splitlines())
-    assert {p for p, s in phases.items() if s == "Running"} == {
-        "slurmctld-0",
-        "login-0",
-        "cpu-0",
-        "cpu-1",
+    # a Deployment's pod is <name>-<template hash>-<suffix>
+    running = {
+        re.sub(r"-[a-z0-9]{6,10}-[a-z0-9]{5}$", "", p) for p, s in phases.items() if s == "Running"
+    }
+    assert running == {
+        *("slurmctld-0", "login-0", "cpu-0", "cpu-1"),
+        *("mariadb-0", "slurmdbd", "slurmrestd"),  # accounting and the REST API, as shipped
     }, phases
     assert kube.states() == {"cpu-0": "idle", "cpu-1": "idle"}
     out = kube.sh("login-0", "login", "srun -N2 hostname", user="alice")
@@ -59,7 +65,9 @@ def test_no_token_no_probe_noise_and_the_secret_exists_before_its_mounts(
     deployed: K8sCluster,
 ) -> None:
     kube = deployed.kube
-    for pod, container in (("slurmctld-0", "slurmctld"), ("cpu-0", "slurmd"), ("login-0", "login")):
+    pods = [("slurmctld-0", "slurmctld"), ("cpu-0", "slurmd"), ("login-0", "login")]
+    pods += [(_pod_of(kube, c), c) for c in ("mariadb", "slurmdbd", "slurmrestd")]
+    for pod, container in pods:
         found = kube.sh(pod, container, "ls /var/run/secrets/kubernetes.io 2>&1 || true")
         assert "No such file" in found, (pod, found)
     # a TCP readiness probe made slurmd log an error every 10 s
@@ -70,7 +78,129 @@ def test_no_token_no_probe_noise_and_the_secret_exists_before_its_mounts(
     # to sync under load reports other FailedMount events, which say nothing of this)
     events = kube.run("get", "events", "--field-selector", "reason=FailedMount", "-o", "json")
     messages = [e["message"] for e in json.loads(events)["items"]]
-    assert not [m for m in messages if '"munge-key" not found' in m], messages
+    assert not [m for m in messages if re.search(r'secret ".*" not found', m)], messages
+
+
+def test_jobs_are_accounted_and_the_rest_api_answers_a_token(deployed: K8sCluster) -> None:
+    """slurmdbd on the cluster's MariaDB: createuser's association, sacct after alice's jobs;
+    slurmrestd reached at its pod's address, as a client outside the Slurm pods."""
+    kube = deployed.kube
+    assoc = kube.sh(
+        "slurmctld-0", "slurmctld", "sacctmgr -n -P show assoc user=alice format=account,user"
+    )
+    assert assoc.splitlines() == ["default|alice"]
+    ok = _submit(kube, "--wait --wrap true")
+    failed = _submit(kube, "--wait --wrap 'exit 3' || true")
+    want = {ok: ("COMPLETED", "0:0"), failed: ("FAILED", "3:0")}
+    assert _sacct(kube, [ok, failed]) == want
+
+    out = kube.sh("login-0", "login", "scontrol token lifespan=600", user="alice")
+    jwt = re.search(r"^SLURM_JWT=(\S+)$", out, re.M).group(1)
+    base = f"http://{kube.pod_ip(_pod_of(kube, 'slurmrestd'))}:6820"
+    code, spec = rest_client.call(f"{base}/openapi/v3", user="alice", jwt=jwt)
+    assert code == 200, spec
+    slurm = next(p for p in spec["paths"] if re.fullmatch(r"/slurm/v[0-9.]+/nodes/?", p))
+    code, nodes = rest_client.call(base + slurm, user="alice", jwt=jwt)
+    assert code == 200, nodes
+    assert sorted(n["name"] for n in nodes["nodes"]) == ["cpu-0", "cpu-1"]
+    code, answer = rest_client.call(base + slurm)  # no token
+    assert code == 401, answer
+
+    # no secret in any pod's definition or any process's command line; slurmdbd.conf is
+    # SlurmUser's alone
+    password = base64.b64decode(
+        kube.run("get", "secret", "db-password", "-o", "jsonpath={.data.db-password}")
+    ).decode()
+    assert len(password) >= 16
+    assert password not in kube.run("get", "pods", "-o", "json")
+    dbd = _pod_of(kube, "slurmdbd")
+    assert password not in kube.sh(dbd, "slurmdbd", "cat /proc/[0-9]*/cmdline")
+    conf = kube.sh(dbd, "slurmdbd", "stat -c '%a %U' /etc/slurm/slurmdbd.conf")
+    assert conf == "600 slurm"
+
+
+def test_mariadb_and_slurmdbd_deleted_lose_no_record(deployed: K8sCluster) -> None:
+    kube = deployed.kube
+    before = _submit(kube, "--wait --wrap true")
+    assert _sacct(kube, [before]) == {before: ("COMPLETED", "0:0")}
+    kube.run("delete", "pod", "mariadb-0", _pod_of(kube, "slurmdbd"), "--wait=true")
+    kube.run("rollout", "status", "statefulset/mariadb", "--timeout=300s")
+    kube.run("rollout", "status", "deployment/slurmdbd", "--timeout=300s")
+    after = _submit(kube, "--wait --wrap true")
+    assert _sacct(kube, [before, after]) == {
+        before: ("COMPLETED", "0:0"),
+        after: ("COMPLETED", "0:0"),
+    }
+
+
+def test_a_database_without_its_password_secret_or_with_another_is_refused(
+    deployed: K8sCluster, tmp_path
+) -> None:
+    """The Secret deleted, then replaced by another password (by hand: deploy never rotates
+    it): a redeploy of a changed cluster file is refused before anything is applied, with the
+    way back."""
+    kube = deployed.kube
+    secret = json.loads(kube.run("get", "secret", "db-password", "-o", "json"))
+    kept = tmp_path / "secret.json"
+    fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        keep = ("apiVersion", "kind", "type", "data")
+        json.dump({**{k: secret[k] for k in keep}, "metadata": {"name": "db-password"}}, fh)
+    original = deployed.data()
+    changed = json.loads(json.dumps(original))
+    changed["partitions"][0]["max_time"] = "1:00:00"  # an apply would change slurm.conf
+    config = kube.run("get", "configmap", "slurm-config", "-o", "jsonpath={.data}")
+    deployed.write(changed)
+    try:
+        kube.run("delete", "secret", "db-password")
+        gone = deployed.deploy()
+        other = tmp_path / "db-password"
+        other.write_text("another-password-0123456789")
+        kube.run("create", "secret", "generic", "db-password", f"--from-file=db-password={other}")
+        other_password = deployed.deploy()
+    finally:
+        deployed.write(original)
+        kube.run("delete", "secret", "db-password", "--ignore-not-found")
+        kube.run("create", "-f", str(kept))
+    refusals = {
+        "exists but its password Secret is gone": gone,
+        "was created with another password than Secret db-password holds": other_password,
+    }
+    for says, proc in refusals.items():
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert says in proc.stderr.splitlines()[0] and "Traceback" not in proc.stderr
+        assert "data-mariadb-0" in proc.stderr  # the hint: what keeps the data
+    assert kube.run("get", "configmap", "slurm-config", "-o", "jsonpath={.data}") == config
+
+
+def _pod_of(kube, component: str) -> str:
+    """The running pod of a component (a Deployment's has a generated name)."""
+    return kube.run(
+        "get",
+        "pods",
+        "-l",
+        f"app.kubernetes.io/component={component}",
+        "--field-selector=status.phase=Running",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    )
+
+
+def _sacct(kube, jobs: list[str], timeout: float = 120) -> dict[str, tuple[str, str]]:
+    """Job → (State, ExitCode) as alice's sacct says, once it lists every one of ``jobs``
+    (slurmctld sends the records to slurmdbd after the job ends)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = kube.sh(
+            "login-0",
+            "login",
+            f"sacct -n -P -X -j {','.join(jobs)} -o JobID,State,ExitCode",
+            user="alice",
+        )
+        found = {j: (st, code) for j, st, code in (ln.split("|") for ln in out.splitlines())}
+        if set(found) >= set(jobs) or time.monotonic() >= deadline:
+            return found
+        time.sleep(2)
 
 
 def test_a_node_pod_back_under_a_new_address_is_idle_again(deployed: K8sCluster) -> None:
@@ -181,7 +311,10 @@ def test_slurmctld_deleted_keeps_a_held_job_which_runs_after_release(
 
 
 def test_redeploy_with_a_changed_jail_keep_runs_a_new_populate(deployed: K8sCluster) -> None:
+    """... and keeps the Secrets (never rotated) and the job records."""
     kube = deployed.kube
+    secrets = kube.run("get", "secrets", "-o", "jsonpath={.items[*].metadata.uid}")
+    job = _submit(kube, "--wait --wrap true")
     before = set(kube.run("get", "jobs", "-o", "name").split())
     data = deployed.data()
     data["jail"] = {**data.get("jail", {}), "keep": ["/srv/"]}
@@ -190,9 +323,11 @@ def test_redeploy_with_a_changed_jail_keep_runs_a_new_populate(deployed: K8sClus
     assert proc.returncode == 0, proc.stdout + proc.stderr
     new = set(kube.run("get", "jobs", "-o", "name").split()) - before
     assert len(new) == 1, (before, new)
-    (job,) = new
-    assert kube.run("get", job, "-o", "jsonpath={.status.succeeded}") == "1"
+    (populate,) = new
+    assert kube.run("get", populate, "-o", "jsonpath={.status.succeeded}") == "1"
     assert kube.states() == {"cpu-0": "idle", "cpu-1": "idle"}
+    assert kube.run("get", "secrets", "-o", "jsonpath={.items[*].metadata.uid}") == secrets
+    assert _sacct(kube, [job]) == {job: ("COMPLETED", "0:0")}
 
 
 def test_scale_adds_idle_nodes_under_running_jobs_and_drains_before_removing(

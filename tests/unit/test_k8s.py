@@ -9,7 +9,9 @@ fake in this file). tests/k8s deploys the same directory on a real API server an
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -25,7 +27,7 @@ from slurmforge.errors import ConfigError, DeployError
 from tests.unit.test_cli import _assert_clean_failure, _invoke
 from tests.unit.test_deploy import _with
 
-POD_OWNERS = {"StatefulSet", "Job"}
+POD_OWNERS = {"StatefulSet", "Deployment", "Job"}
 
 
 def _cluster_data(**kubernetes: Any) -> dict:
@@ -40,9 +42,6 @@ def _cluster_data(**kubernetes: Any) -> dict:
             {"name": "train", "nodesets": ["a100"]},
         ],
         gpu={"driver_root": "/run/nvidia/driver", "min_busbw": 150.0},
-        # slurmdbd and slurmrestd are rendered for the local target only so far
-        accounting={"enabled": False},
-        rest={"enabled": False},
         kubernetes={
             "namespace": "hpc",
             "jail": {"storage_class": "nfs-client", "size": "200Gi"},
@@ -99,17 +98,12 @@ def test_every_object_is_valid_and_kustomize_renders_the_directory(checkout) -> 
     assert kinds == sorted(
         [
             "Namespace",
-            "ConfigMap",
-            "ConfigMap",
+            *("ConfigMap",) * 3,  # the nodes', the jail's, slurmdbd's
             "PersistentVolumeClaim",
             "Job",
-            "Service",
-            "Service",
-            "Service",
-            "StatefulSet",
-            "StatefulSet",
-            "StatefulSet",
-            "StatefulSet",
+            *("Service",) * 6,  # slurmctld, nodes, login, mariadb, slurmdbd, slurmrestd
+            *("StatefulSet",) * 5,  # slurmctld, cpu, a100, login, mariadb
+            *("Deployment",) * 2,  # slurmdbd, slurmrestd
             "CronJob",
         ]
     )
@@ -217,10 +211,15 @@ def test_populate_job_is_named_after_everything_that_defines_it(checkout, write_
     env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SLURMFORGE_JAIL_DIGEST"] == digest
     # every pod that mounts the jail waits for exactly this populate
+    mounting = []
     for obj_name, obj in kube.objects.items():
         pod = _pod(obj)
-        if pod and obj["kind"] == "StatefulSet":
+        if pod and obj["kind"] != "Job" and any(v["name"] == "jail" for v in pod["volumes"]):
             assert digest in pod["initContainers"][0]["command"][-1], obj_name
+            mounting.append(obj["metadata"]["name"])
+    assert sorted(mounting) == [
+        *("a100", "cpu", "gpu-health-check", "login", "slurmctld", "slurmdbd", "slurmrestd")
+    ]
     # same inputs, same Job (a redeploy leaves it alone); a changed jail.keep, a new Job, whose
     # template the API server would otherwise refuse to change
     assert _kube(cluster_file, root).populate_job == kube.populate_job
@@ -237,7 +236,10 @@ def test_node_counts_change_the_config_but_roll_no_pod(checkout, write_cluster) 
         hashes = {
             n: _template(o)["metadata"]["annotations"]["slurmforge.io/config-hash"]
             for n, o in objects.items()
-            if _pod(o) and o["kind"] != "Job"
+            # every pod that reads slurm.conf
+            if _pod(o)
+            and o["kind"] != "Job"
+            and any(v["name"] == "slurm-config" for v in _pod(o)["volumes"])
         }
         return objects["configmap-slurm-config.yaml"]["data"]["slurm.conf"], hashes
 
@@ -310,34 +312,149 @@ def test_namespace_admits_privileged_pods_only_by_its_labels(checkout) -> None:
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "privileged"
 
 
-def test_no_munge_key_in_the_rendered_directory(checkout) -> None:
-    """The Secret is created by deploy; the directory only refers to it by name."""
-    cluster_file, root = checkout
+def _secret_store(existing: dict[str, bytes] | None = None, claim: bool = False):
+    """A recording stand-in for kubectl's Secrets: ``existing`` (name → content), a database
+    claim when ``claim``, no pods; what each `create secret` read from its file."""
     calls: list[list[str]] = []
-    keys: list[bytes] = []
+    created: dict[str, bytes] = {}
+    store = dict(existing or {})
 
     def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
+        if "secret" in argv and "get" in argv:
+            name = argv[argv.index("secret") + 1]
+            if name not in store:
+                return subprocess.CompletedProcess(argv, 1, "", f'(NotFound): "{name}" not found')
+            return subprocess.CompletedProcess(argv, 0, base64.b64encode(store[name]).decode(), "")
+        if "pvc" in argv:
+            return subprocess.CompletedProcess(argv, 0 if claim else 1, "", "(NotFound)")
         if "create" in argv:
-            path = Path(argv[-1].split("=", 2)[2])
+            path = Path(argv[-1].split("=", 2)[2])  # --from-file=KEY=PATH
             assert stat.S_IMODE(path.stat().st_mode) == 0o600
-            keys.append(path.read_bytes())
-        return subprocess.CompletedProcess(argv, 1 if "get" in argv else 0, "", "not found")
+            assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+            name = argv[argv.index("generic") + 1]
+            created[name] = store[name] = path.read_bytes()
+        if "delete" in argv:
+            del store[argv[-1]]
+        out = json.dumps({"items": []}) if argv[-1] == "json" else ""
+        return subprocess.CompletedProcess(argv, 0, out, "")
 
+    return calls, run, created
+
+
+def test_no_secret_in_the_rendered_directory(checkout) -> None:
+    """The Secrets are created by deploy, each from a private file removed right after; the
+    directory only refers to them by name."""
+    cluster_file, root = checkout
+    calls, run, created = _secret_store()
     kube = _kube(cluster_file, root, run)
-    kube.ensure_munge_key()
-    (key,) = keys
-    assert len(key) == 1024
-    assert not Path(calls[-1][-1].split("=", 2)[2]).exists()  # the temporary file is gone
+    assert kube.ensure_secrets() is False
+    assert sorted(created) == ["db-password", "jwt-key", "munge-key"]
+    assert [len(created[n]) for n in ("munge-key", "jwt-key")] == [1024, 64]
+    assert re.fullmatch(rb"[A-Za-z0-9_-]{43}", created["db-password"])  # as mariadb-init wants
+    files = [Path(c[-1].split("=", 2)[2]) for c in calls if "create" in c]
+    assert not [f for f in files if f.exists() or f.parent.exists()]  # the temporary files
     assert not [o for o in kube.objects.values() if o["kind"] == "Secret"]
     for path in kube.dir.iterdir():
         data = path.read_bytes()
-        assert key not in data and key[:32] not in data
-        assert (
-            b"munge.key" not in data
-            or b"secretName: munge-key" in data
-            or b"key: munge.key" in data
-        )
+        for secret in created.values():
+            assert secret[:24] not in data, path
+    # a redeploy makes none again
+    calls.clear()
+    assert kube.ensure_secrets() is False
+    assert not [c for c in calls if "create" in c or "delete" in c]
+
+
+def test_each_secret_is_mounted_only_where_it_is_used(checkout) -> None:
+    cluster_file, root = checkout
+    kube = _kube(cluster_file, root)
+    users: dict[str, set[str]] = {}
+    for obj in kube.objects.values():
+        for c in _containers(obj):
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            for m in c.get("volumeMounts", []):
+                secret = k8s_render.SECRETS.get(
+                    next((s.file for s in k8s_render.SECRETS.values() if s.secret == m["name"]), "")
+                )
+                if secret is None:
+                    continue
+                users.setdefault(secret.secret, set()).add(c["name"])
+                assert m["readOnly"] and m["mountPath"] == secret.dir
+                assert env[secret.env] == f"{secret.dir}/{secret.file}"  # where the image reads it
+    assert users == {
+        "munge-key": {"slurmctld", "slurmd", "login", "slurmdbd", "slurmrestd", "gpu-health-check"},
+        "jwt-key": {"slurmctld", "slurmdbd"},  # slurmrestd passes each request's token on
+        "db-password": {"mariadb", "slurmdbd"},
+    }
+
+
+def test_slurmdbd_runs_under_its_dbd_host_and_slurmctld_reaches_it(checkout) -> None:
+    cluster_file, root = checkout
+    objects = _kube(cluster_file, root).objects
+    dbd_conf = objects["configmap-slurmdbd-config.yaml"]["data"]["slurmdbd.conf"]
+    slurm_conf = objects["configmap-slurm-config.yaml"]["data"]["slurm.conf"]
+    pod = _pod(objects["deployment-slurmdbd.yaml"])
+    assert f"DbdHost={pod['hostname']}\n" in dbd_conf
+    assert "\nStoragePass" not in dbd_conf and "StorageHost=mariadb\n" in dbd_conf
+    service = objects["service-slurmdbd.yaml"]
+    assert f"AccountingStorageHost={service['metadata']['name']}\n" in slurm_conf
+    assert service["spec"]["ports"][0]["port"] == 6819
+    # one slurmdbd at a time, after the database answers
+    assert objects["deployment-slurmdbd.yaml"]["spec"]["strategy"] == {"type": "Recreate"}
+    assert "/dev/tcp/mariadb/3306" in pod["initContainers"][-1]["command"][-1]
+    database = objects["statefulset-mariadb.yaml"]["spec"]
+    assert database["volumeClaimTemplates"][0]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert k8s_render.DATABASE_CLAIM == "data-mariadb-0"  # what check_database looks for
+    rest = objects["service-slurmrestd.yaml"]["spec"]
+    assert rest["type"] == "NodePort" and rest["ports"][0]["port"] == 6820
+
+
+def test_an_external_database_replaces_mariadb_and_its_password_follows_the_file(
+    checkout, write_cluster, tmp_path
+) -> None:
+    cluster_file, root = checkout
+    password = tmp_path / "db-password"
+    password.write_text("site-password-0123456789")
+    data = yaml.safe_load(cluster_file.read_text())
+    database = {"host": "db.example.org", "port": 3307, "password_secret": str(password)}
+    data["accounting"] = {"database": database}
+    external = write_cluster(data)
+    calls, run, created = _secret_store({"db-password": b"the-old-password-000000"})
+    kube = _kube(external, root, run)
+    assert not [n for n in kube.objects if "mariadb" in n]
+    wait = _pod(kube.objects["deployment-slurmdbd.yaml"])["initContainers"][-1]
+    assert "/dev/tcp/db.example.org/3307" in wait["command"][-1]
+    conf = kube.objects["configmap-slurmdbd-config.yaml"]["data"]["slurmdbd.conf"]
+    assert "StorageHost=db.example.org\nStoragePort=3307\n" in conf
+    assert kube.ensure_secrets() is True  # the file changed: the Secret is replaced
+    assert created["db-password"] == b"site-password-0123456789"
+    assert calls[-2][-3:] == ["delete", "secret", "db-password"]
+    assert kube.ensure_secrets() is False  # and then left alone
+
+
+def test_a_database_claim_without_its_password_secret_is_refused(checkout) -> None:
+    cluster_file, root = checkout
+    calls, run, _ = _secret_store({"munge-key": b"k"}, claim=True)
+    kube = _kube(cluster_file, root, run)
+    with pytest.raises(ConfigError) as exc:
+        kube.check_database()  # apply's first step (test_apply_runs_exactly_...)
+    assert exc.value.message == (
+        f"{cluster_file}: accounting: the database of cluster train exists but its password "
+        "Secret is gone"
+    )
+    assert "data-mariadb-0" in (exc.value.hint or "")
+    assert not [c for c in calls if "apply" in c or "create" in c]  # nothing applied or made
+
+
+def test_accounting_off_renders_no_accounting_object(checkout, write_cluster) -> None:
+    cluster_file, root = checkout
+    data = yaml.safe_load(cluster_file.read_text())
+    data.update(accounting={"enabled": False}, rest={"enabled": False})
+    kube = _kube(write_cluster(data), root)
+    names = " ".join(kube.objects)
+    assert not [w for w in ("mariadb", "slurmdbd", "slurmrestd") if w in names]
+    assert "jwt" not in json.dumps(kube.objects)
+    assert list(kube.secret_files()) == [k8s_render.MUNGE]
 
 
 NODES = ("cpu-0", "cpu-1", "a100-0", "a100-1", "a100-2")  # the cluster of _cluster_data
@@ -355,6 +472,9 @@ def _server(served: dict[str, list[str]], failing: str = ""):
             return subprocess.CompletedProcess(argv, 0, json.dumps({"items": []}), "")
         if "sinfo -h -N -o '%N %t'" in argv:
             return subprocess.CompletedProcess(argv, 0, "".join(f"{n} idle\n" for n in NODES), "")
+        if len(argv) > 2 and argv[-2] == "-c" and "sacctmgr -n -P show" in argv[-1]:
+            # slurmdbd knows the cluster and the default account
+            return subprocess.CompletedProcess(argv, 0, argv[-1].split()[5] + "\n", "")
         if "--raw" in argv:
             version = argv[-1].split("/", 2)[-1]
             kinds = served.get(version, [])
@@ -377,7 +497,7 @@ def _server(served: dict[str, list[str]], failing: str = ""):
 
 SERVED_121 = {
     "v1": ["Namespace", "ConfigMap", "PersistentVolumeClaim", "Service"],
-    "apps/v1": ["StatefulSet"],
+    "apps/v1": ["StatefulSet", "Deployment"],
     "batch/v1": ["Job", "CronJob"],
 }
 
@@ -392,6 +512,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     files = [str(kube.dir / name) for name in kube.objects]
     apply = [kubectl, *ctx, "apply", "--server-side", "--field-manager=slurmforge"]
     instance, nodes = "app.kubernetes.io/instance=train", "app.kubernetes.io/component=node"
+    database = "app.kubernetes.io/component=mariadb"
     exec_ = [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--"]
     assert (
         calls
@@ -399,8 +520,14 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
             *([kubectl, *ctx, "get", "--raw", path] for path in ("/api/v1", "/apis/batch/v1")),
             [kubectl, *ctx, "get", "--raw", "/apis/apps/v1"],
             [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{nodes}", "-o", "json"],
+            # the cluster's own database: its password Secret exists, mariadb-0 does not run
+            [kubectl, *ns, "get", "secret", "db-password", "-o", "jsonpath={.data.db-password}"],
+            [kubectl, *ns, "get", "pods", "-l", f"{instance},{database}", "-o", "json"],
             [*apply, "-f", files[0]],  # the Namespace first
-            [kubectl, *ns, "get", "secret", "munge-key", "-o", "name"],
+            # the Secrets exist already
+            [kubectl, *ns, "get", "secret", "munge-key", "-o", "jsonpath={.data.munge\\.key}"],
+            [kubectl, *ns, "get", "secret", "jwt-key", "-o", "jsonpath={.data.jwt_hs256\\.key}"],
+            [kubectl, *ns, "get", "secret", "db-password", "-o", "jsonpath={.data.db-password}"],
             [*apply, *(a for f in files[1:] for a in ("-f", f))],
             [
                 kubectl,
@@ -411,11 +538,18 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
                 "--timeout=300s",
             ],
             *(
-                [kubectl, *ns, "rollout", "status", f"statefulset/{s}", "--timeout=300s"]
-                for s in ("slurmctld", "cpu", "a100", "login")
+                [kubectl, *ns, "rollout", "status", s, "--timeout=300s"]
+                for s in (
+                    *(f"statefulset/{s}" for s in ("slurmctld", "cpu", "a100", "login", "mariadb")),
+                    "deployment/slurmdbd",
+                    "deployment/slurmrestd",
+                )
             ),
             [kubectl, *ns, "get", "pods", "-l", instance, "-o", "json"],  # their Slurm config
             [*exec_, "bash", "-c", "sinfo -h -N -o '%N %t'"],  # until every node is in service
+            # slurmdbd has the cluster; the default account exists
+            [*exec_, "bash", "-c", "sacctmgr -n -P show cluster train format=cluster"],
+            [*exec_, "bash", "-c", "sacctmgr -n -P show account default format=account"],
             [
                 kubectl,
                 *ns,
@@ -566,15 +700,3 @@ def test_validation_catches_a_field_the_schema_lacks(checkout) -> None:
     path.write_text(yaml.safe_dump(obj))
     with pytest.raises(Exception, match=r"statefulset-login.yaml: invalid for Kubernetes 1.29 at "):
         kube.validate()
-
-
-def test_accounting_is_refused_on_k8s_until_it_is_rendered_there(write_cluster, tmp_path) -> None:
-    data = _cluster_data()
-    del data["accounting"], data["rest"]  # the defaults: both on
-    path = write_cluster(data)
-    versions = Path(__file__).resolve().parents[2] / "versions.yaml"
-    with pytest.raises(ConfigError) as exc:
-        open_k8s(path, versions, tmp_path / "out")
-    assert exc.value.message.startswith(f"{path}: accounting.enabled: ")
-    assert "rest.enabled: false" in (exc.value.hint or "")
-    assert not (tmp_path / "out").exists()  # nothing rendered
