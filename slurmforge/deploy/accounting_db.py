@@ -1,5 +1,6 @@
-"""Accounting around slurmdbd, for both targets: the database checks made before anything starts,
-and the setup made once slurmdbd answers (the cluster registered, the default account there).
+"""Accounting around slurmdbd, for both targets: the database checks made before anything starts
+(an external database reached and logged in to, the cluster's own kept with its password), and
+the setup made once slurmdbd answers (the cluster registered, the default account there).
 
 Commands run through ``sh`` (a shell in slurmctld, as root: an administrator for slurmdbd), as in
 slurmctl.py.
@@ -19,6 +20,13 @@ from slurmforge.errors import ConfigError, DeployError
 
 Sh = Callable[[str], tuple[int, str]]
 MARKER = ".slurmforge-password.sha256"  # in the database volume (images/mariadb/mariadb-init)
+
+
+def check_external(path: Path, db: DatabaseSpec) -> None:
+    """An external database slurmdbd can use, as far as this machine can tell: its host
+    resolves, its port answers, and it logs slurmdbd's user in."""
+    check_reachable(path, db)
+    check_login(path, db)
 
 
 def check_reachable(path: Path, db: DatabaseSpec, timeout: float = 5.0) -> None:
@@ -46,6 +54,40 @@ def check_reachable(path: Path, db: DatabaseSpec, timeout: float = 5.0) -> None:
         f"{where}: {db.host}:{db.port} refuses connections ({why})",
         hint="check that the database runs and listens there (accounting.database.port)",
     )
+
+
+def check_login(path: Path, db: DatabaseSpec, timeout: float = 10.0) -> None:
+    """An external database takes slurmdbd's user and the password in its file: the MySQL
+    handshake slurmdbd will make (PyMySQL), so a wrong password is refused here instead of
+    leaving slurmdbd restarting. Run after check_reachable."""
+    import pymysql
+
+    # as the slurmdbd image reads the file: trailing newlines are not part of the password
+    password = Path(db.password_secret).read_text().rstrip("\n")
+    try:
+        pymysql.connect(
+            host=db.host,
+            port=db.port,
+            user=db.user,
+            password=password,
+            connect_timeout=timeout,
+            read_timeout=timeout,
+        ).close()
+    except pymysql.err.MySQLError as exc:
+        code, *rest = exc.args or (0,)
+        said = str(rest[0]) if rest else type(exc).__name__
+        if code in (1044, 1045, 1698):  # access denied (to the server, or a database)
+            raise ConfigError(
+                f"{path}: accounting.database.password_secret: {db.host}:{db.port} refuses "
+                f"user {db.user!r} with the password in {db.password_secret} ({said})",
+                hint="put the password of that database user in the file, or grant the user "
+                "access from the cluster's hosts",
+            ) from None
+        raise ConfigError(
+            f"{path}: accounting.database.host: {db.host}:{db.port} did not complete a MySQL "
+            f"login ({said})",
+            hint="check that a MySQL or MariaDB server listens there (accounting.database.port)",
+        ) from None
 
 
 def check_password(cluster: Cluster, volume: Path, password_file: Path) -> None:

@@ -473,13 +473,14 @@ class Kube:
 
     def check_database(self) -> None:
         """Refuse, before anything is applied, a database slurmdbd could not use: an external
-        one whose host does not resolve or refuses connections (checked from this machine), or
-        the cluster's own whose claim outlived its password Secret or was made with another."""
+        one whose host does not resolve, refuses connections or refuses its login (checked from
+        this machine), or the cluster's own whose claim outlived its password Secret or was
+        made with another."""
         accounting = self.cluster.spec.accounting
         if not accounting.enabled:
             return
         if accounting.database is not None:
-            accounting_db.check_reachable(self.cluster.path, accounting.database)
+            accounting_db.check_external(self.cluster.path, accounting.database)
             return
         secret = k8s_render.DB_PASSWORD
         password = self.secret_data(secret)

@@ -169,13 +169,14 @@ class Local:
 
     def check_database(self) -> None:
         """Refuse, before anything is made or started, a database slurmdbd could not use: an
-        external one whose host does not resolve or refuses connections, or the cluster's own
-        whose volume was created with a password other than the one kept for it."""
+        external one whose host does not resolve, refuses connections or refuses its login, or
+        the cluster's own whose volume was created with a password other than the one kept for
+        it."""
         accounting = self.cluster.spec.accounting
         if not accounting.enabled:
             return
         if accounting.database is not None:
-            accounting_db.check_reachable(self.cluster.path, accounting.database)
+            accounting_db.check_external(self.cluster.path, accounting.database)
             return
         where = self.engine.volume_path(f"{self.cluster.name}_{local_render.ACCOUNTING_VOLUME}")
         if where is not None:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests import external_database
 from tests.cluster.conftest import Deployed, deploy, free_port, invoke, write_cluster
 from tests.cluster.test_cluster import _clean_failure
 
@@ -258,5 +259,43 @@ def test_an_external_database_that_cannot_be_reached_is_refused(deployed: Deploy
         tmp_path / "b",
         "sfrefused",
         f"127.0.0.1:{port} refuses connections",
+        accounting={"database": database},
+    )
+
+
+@pytest.fixture(scope="module")
+def site_database(images, client, tmp_path_factory):
+    with external_database.run(client, images["mariadb"], tmp_path_factory.mktemp("site")) as db:
+        yield db
+
+
+def test_an_external_database_takes_the_records(site_database, client, tmp_path) -> None:
+    """No MariaDB of the cluster's own; slurmdbd stores into the site's, where the job is."""
+    external = site_database.spec()
+    with deploy(tmp_path, "sfext", client, accounting={"database": external}) as cluster:
+        label = f"com.docker.compose.project={cluster.name}"
+        services = {
+            c.labels["com.docker.compose.service"]
+            for c in client.containers.list(filters={"label": label})
+        }
+        assert "slurmdbd" in services and "mariadb" not in services, services
+        cluster.user(USER)
+        job = _sbatch(cluster, USER, "true")
+        assert sacct(cluster, USER, [job])[job][:2] == ["COMPLETED", "0:0"]
+        assert job in site_database.jobs(cluster.name)
+
+
+def test_an_external_database_that_refuses_the_password_is_refused(
+    deployed: Deployed, site_database, tmp_path
+) -> None:
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-the-site-password-0123")
+    database = {**site_database.spec(), "password_secret": str(wrong)}
+    where = f"{site_database.host}:{site_database.port}"
+    _refused(
+        deployed,
+        tmp_path / "c",
+        "sfbadpass",
+        f"accounting.database.password_secret: {where} refuses user 'slurm'",
         accounting={"database": database},
     )

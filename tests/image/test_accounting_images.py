@@ -12,6 +12,8 @@ from pathlib import Path
 import docker
 import pytest
 
+from slurmforge.deploy import k8s_render
+
 pytestmark = pytest.mark.image
 MARKER = ".slurmforge-password.sha256"  # images/mariadb/mariadb-init
 
@@ -49,7 +51,10 @@ def test_the_database_is_made_once_and_another_password_is_refused(
             **kw,
         )
 
-    container = start(first)
+    # the first start with exactly the capabilities a Kubernetes pod gives it (no CAP_KILL: the
+    # bootstrap server, running as mysql, could not be signalled and kept its locks)
+    caps = list(k8s_render.CAPABILITIES["mariadb"])
+    container = start(first, cap_drop=["ALL"], cap_add=caps)
     try:
         _wait_ready(container)
         env = "\n".join(container.attrs["Config"]["Env"] or [])

@@ -4,9 +4,12 @@ traceback, and nothing written, deleted or leaked."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -133,6 +136,39 @@ def test_rest_needs_accounting_and_a_port_of_its_own(write_cluster) -> None:
     _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "rest.enabled: ")
     path = write_cluster(_with(rest={"port": 2222}))
     _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "rest.port: 2222 is login")
+
+
+def test_an_external_database_port_that_is_no_mysql_server_is_named(tmp_path) -> None:
+    """Something else listens there (here a line-based server): the login cannot complete,
+    which is said without a traceback (tests/cluster: a real server refusing the password)."""
+    from slurmforge.deploy import accounting_db
+    from slurmforge.deploy.model import DatabaseSpec
+
+    password = tmp_path / "pw"
+    password.write_text("a-password-of-the-site-0123")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def answer() -> None:
+            for _ in range(2):  # check_reachable's connection, then the login's
+                conn, _ = server.accept()
+                with conn, contextlib.suppress(OSError):  # the first one is gone already
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+                    conn.shutdown(socket.SHUT_RDWR)
+
+        thread = threading.Thread(target=answer)
+        thread.start()
+        db = DatabaseSpec(host="127.0.0.1", port=port, password_secret=str(password))
+        with pytest.raises(ConfigError) as exc:
+            accounting_db.check_external(tmp_path / "cluster.yaml", db)
+        thread.join()
+    assert exc.value.message.startswith(
+        f"{tmp_path / 'cluster.yaml'}: accounting.database.host: 127.0.0.1:{port} did not "
+        "complete a MySQL login ("
+    )
+    assert "MySQL or MariaDB" in (exc.value.hint or "")
 
 
 # -- credentials never in a URL, never printed ----------------------------------------------------

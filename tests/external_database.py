@@ -1,0 +1,72 @@
+"""A database a site runs outside the cluster, for the external-database tests of both targets:
+the project's MariaDB image as a container of its own, published on the host's docker0 address,
+which this machine, the Compose cluster's containers and the k8s lab's pods all reach."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class SiteDatabase:
+    host: str
+    port: int
+    password: Path  # the password file of its user slurm
+    container: Any
+
+    def spec(self) -> dict[str, Any]:
+        """``accounting.database`` of a cluster file that uses it."""
+        return {"host": self.host, "port": self.port, "password_secret": str(self.password)}
+
+    def sql(self, statement: str) -> str:
+        """``statement`` as the server's root (through its socket); its rows, tab-separated."""
+        code, out = self.container.exec_run(["mariadb", "-N", "-e", statement])
+        assert code == 0, out.decode()
+        return out.decode()
+
+    def jobs(self, cluster: str) -> list[str]:
+        """The job IDs slurmdbd stored for ``cluster``."""
+        return self.sql(f"SELECT id_job FROM slurm_acct_db.{cluster}_job_table").split()
+
+    def change_password(self) -> None:
+        """A new password for user slurm, in the server and in the file (as a site rotates it)."""
+        new = secrets.token_urlsafe(24)
+        self.sql(f"ALTER USER 'slurm'@'%' IDENTIFIED BY '{new}'")
+        self.password.chmod(0o600)
+        self.password.write_text(new)
+        self.password.chmod(0o400)
+
+
+@contextlib.contextmanager
+def run(client, image: str, root: Path) -> Iterator[SiteDatabase]:
+    password = root / "db-password"
+    password.write_text(secrets.token_urlsafe(24))
+    password.chmod(0o400)
+    gateway = client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    with socket.socket() as sock:
+        sock.bind((gateway, 0))
+        port = sock.getsockname()[1]
+    container = client.containers.run(
+        image,
+        detach=True,
+        name=f"sfsitedb{uuid.uuid4().hex[:6]}",
+        volumes={str(password): {"bind": "/run/secrets/db-password", "mode": "ro"}},
+        ports={"3306/tcp": (gateway, port)},
+        labels={"io.slurmforge.test": "external-database"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while container.exec_run(["mariadb-admin", "ping"]).exit_code != 0:
+            assert time.monotonic() < deadline, container.logs().decode()[-2000:]
+            time.sleep(1)
+        yield SiteDatabase(gateway, port, password, container)
+    finally:
+        container.remove(force=True, v=True)
