@@ -4,13 +4,15 @@ validate it, and apply it with kubectl.
 `invoke deploy --target k8s --dry-run` stops after writing and validating: every object against
 the strict OpenAPI schemas of each Kubernetes version in ``kubernetes.versions``
 (kubernetes-validate) and the directory through ``kubectl kustomize`` (client-side). Otherwise:
-nodes a smaller node set leaves out are drained; server-side apply of the Namespace, then the munge
-key Secret, created once (generated here into a private temporary file that is removed right
-after), then the rest, leaving out (and naming) kinds the server does not serve; ``kubectl wait``
-for the populate Job; a rollout status per StatefulSet; running pods brought to the applied
-config (a changed node list does not roll pods, see k8s_render.ManifestRenderer.render) and
-``scontrol reconfigure``; and a wait, through ``kubectl exec`` in slurmctld, until every node is
-in service.
+the accounting database is checked (an external one logged in to; the cluster's own still has
+the password Secret it was made with); nodes a smaller node set leaves out are drained;
+server-side apply of the Namespace, then the missing Secrets (k8s_render.SECRETS: each made once,
+in a private temporary file removed right after, or from an external database's password file),
+then the rest, leaving out (and naming) kinds the server does not serve; ``kubectl wait`` for the
+populate Job; a rollout status per StatefulSet and Deployment; running pods brought to the
+applied config (a changed node list does not roll pods, see k8s_render.ManifestRenderer.render)
+and ``scontrol reconfigure``; a wait, through ``kubectl exec`` in slurmctld, until every node is
+in service; and with accounting, until slurmdbd knows the cluster (then the default account).
 """
 
 from __future__ import annotations
@@ -217,17 +219,18 @@ class Kube:
         )
 
     def apply(self, timeout: float, removed: list[str] | None = None) -> str:
-        """Drain the nodes a smaller node set leaves out; apply (the Namespace, then the munge key
-        Secret, then the rest, so that nothing waits for what mounts it); wait for populate and
-        the rollouts; hand running pods a changed node list; wait for every node. `sinfo -N -l`."""
+        """Check the accounting database; drain the nodes a smaller node set leaves out; apply
+        (the Namespace, then the missing Secrets, then the rest, so that nothing waits for what
+        it mounts); wait for populate and the rollouts; hand running pods a changed node list;
+        wait for every node, then for slurmdbd to know the cluster. `sinfo -N -l`."""
         skipped = self.unsupported()
         names = [n for n in self.objects if n not in skipped]
+        self.check_database()  # before anything changes (a drain included)
         removed = self.removed_nodes() if removed is None else removed
         states = slurmctl.node_states(self.controller_sh) if removed else None
         known = [n for n in removed if states and n in states]
         if known:
             slurmctl.drain(self.controller_sh, known, timeout)
-        self.check_database()
         first = [n for n in names if self.objects[n]["kind"] == "Namespace"]
         self.apply_files(first)
         rotated = self.ensure_secrets()
@@ -460,8 +463,9 @@ class Kube:
                     ),
                     f"creating Secret {secret.secret}",
                 )
+            done = "replaced" if current is not None else "created"
             how = f"from {source}" if source else "generated"
-            print(f"{how}: {secret.file} (Secret {self.namespace}/{secret.secret})", file=self.log)
+            print(f"{done} Secret {self.namespace}/{secret.secret} ({how})", file=self.log)
         return replaced
 
     def running_pods(self, component: str) -> list[str]:

@@ -41,7 +41,7 @@ def test_an_external_database_takes_the_records_and_follows_its_password(
     site_database.change_password()
     proc = k8s_cluster.deploy()  # the Secret follows the file; slurmdbd restarts with it
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "db-password (Secret" in proc.stderr, proc.stderr
+    assert f"replaced Secret {kube.namespace}/db-password (from " in proc.stderr, proc.stderr
     kube.run("rollout", "status", "deployment/slurmdbd", "--timeout=300s")
     again = _submit(kube, "--wait --wrap true")
     assert _sacct(kube, [again], timeout=180) == {again: ("COMPLETED", "0:0")}

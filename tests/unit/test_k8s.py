@@ -369,13 +369,12 @@ def test_each_secret_is_mounted_only_where_it_is_used(checkout) -> None:
     cluster_file, root = checkout
     kube = _kube(cluster_file, root)
     users: dict[str, set[str]] = {}
+    by_name = {s.secret: s for s in k8s_render.SECRETS.values()}
     for obj in kube.objects.values():
         for c in _containers(obj):
             env = {e["name"]: e.get("value") for e in c.get("env", [])}
             for m in c.get("volumeMounts", []):
-                secret = k8s_render.SECRETS.get(
-                    next((s.file for s in k8s_render.SECRETS.values() if s.secret == m["name"]), "")
-                )
+                secret = by_name.get(m["name"])
                 if secret is None:
                     continue
                 users.setdefault(secret.secret, set()).add(c["name"])
@@ -519,10 +518,10 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
         == [
             *([kubectl, *ctx, "get", "--raw", path] for path in ("/api/v1", "/apis/batch/v1")),
             [kubectl, *ctx, "get", "--raw", "/apis/apps/v1"],
-            [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{nodes}", "-o", "json"],
             # the cluster's own database: its password Secret exists, mariadb-0 does not run
             [kubectl, *ns, "get", "secret", "db-password", "-o", "jsonpath={.data.db-password}"],
             [kubectl, *ns, "get", "pods", "-l", f"{instance},{database}", "-o", "json"],
+            [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{nodes}", "-o", "json"],
             [*apply, "-f", files[0]],  # the Namespace first
             # the Secrets exist already
             [kubectl, *ns, "get", "secret", "munge-key", "-o", "jsonpath={.data.munge\\.key}"],
