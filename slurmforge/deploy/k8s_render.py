@@ -88,6 +88,9 @@ POPULATE = "jail-populate"
 HEALTH_CHECK = "gpu-health-check"
 SLURMCTLD_PORT, SLURMD_PORT, DBD_PORT, DATABASE_PORT, RESTD_PORT = 6817, 6818, 6819, 3306, 6820
 PSA_MODES = ("enforce", "audit", "warn")
+# seconds between readiness probes (cheap execs): a daemon that starts after a wait (slurmctld
+# for slurmdbd) is seen ready within this, and deploy's rollout waits end as soon
+PROBE_PERIOD = 3
 DRIVER_ROOT = "/run/nvidia/driver"  # where GPU pods see the node's driver directories
 # the node's driver directories a GPU pod mounts, relative to gpu.driver_root
 DRIVER_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/bin")
@@ -246,7 +249,7 @@ class ManifestRenderer:
         digest = shlex.quote(self.images.jail_digest)
         script = (
             f"until grep -qxF {digest} {marker} 2>/dev/null; do "
-            f"echo 'waiting for the jail populate of {self.images.jail_digest[:19]}'; sleep 5; done"
+            f"echo 'waiting for the jail populate of {self.images.jail_digest[:19]}'; sleep 1; done"
         )
         return {
             "name": "wait-for-jail",
@@ -644,7 +647,7 @@ class ManifestRenderer:
             # through the socket: a TCP probe would log an aborted connection each time
             "readinessProbe": {
                 "exec": {"command": ["mariadb-admin", "ping"]},
-                "periodSeconds": 10,
+                "periodSeconds": PROBE_PERIOD,
             },
             "securityContext": self.security(CAPABILITIES[DATABASE]),
             "resources": {
@@ -813,7 +816,8 @@ def one_per_set(cluster: Cluster) -> Cluster:
 
 def pid_probe(pid_file: str) -> dict[str, Any]:
     """Ready while the daemon whose pid file this is runs."""
-    return {"exec": {"command": ["sh", "-c", f"kill -0 $(cat {pid_file})"]}, "periodSeconds": 10}
+    command = ["sh", "-c", f"kill -0 $(cat {pid_file})"]
+    return {"exec": {"command": command}, "periodSeconds": PROBE_PERIOD}
 
 
 def listening_probe(port: int) -> dict[str, Any]:
@@ -822,7 +826,7 @@ def listening_probe(port: int) -> dict[str, Any]:
     pattern = f":{port:04X} 0+:0000 0A "
     return {
         "exec": {"command": ["grep", "-qE", pattern, "/proc/net/tcp", "/proc/net/tcp6"]},
-        "periodSeconds": 10,
+        "periodSeconds": PROBE_PERIOD,
     }
 
 
