@@ -25,6 +25,7 @@ pytestmark = pytest.mark.k8s
 # how long a re-addressed node is watched: past slurmctld's pings of it (SlurmdTimeout=60: every
 # 20 s a node not heard from is pinged, and marked not responding after 60 s)
 PING_WATCH_S = 100
+LIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,8 @@ def test_no_token_no_probe_noise_and_the_secret_exists_before_its_mounts(
 
 def test_jobs_are_accounted_and_the_rest_api_answers_a_token(deployed: K8sCluster) -> None:
     """slurmdbd on the cluster's MariaDB: createuser's association, sacct after alice's jobs;
-    slurmrestd reached at its pod's address, as a client outside the Slurm pods."""
+    slurmrestd reached at its pod's address, as a client outside the Slurm pods: nodes,
+    partitions, a job submitted through it that completes; no token, 401."""
     kube = deployed.kube
     assoc = kube.sh(
         "slurmctld-0", "slurmctld", "sacctmgr -n -P show assoc user=alice format=account,user"
@@ -107,7 +109,22 @@ def test_jobs_are_accounted_and_the_rest_api_answers_a_token(deployed: K8sCluste
     code, nodes = rest_client.call(base + slurm, user="alice", jwt=jwt)
     assert code == 200, nodes
     assert sorted(n["name"] for n in nodes["nodes"]) == ["cpu-0", "cpu-1"]
-    code, answer = rest_client.call(base + slurm)  # no token
+    slurm = slurm.rsplit("/nodes", 1)[0]
+    code, parts = rest_client.call(f"{base}{slurm}/partitions", user="alice", jwt=jwt)
+    assert code == 200 and [p["name"] for p in parts["partitions"]] == ["main"], parts
+    job = {
+        "name": "from-rest",
+        "current_working_directory": "/home/alice",
+        "environment": ["PATH=/usr/bin:/bin"],
+        "script": "#!/bin/bash\nhostname\n",
+    }
+    url = f"{base}{slurm}/job/submit"
+    code, sub = rest_client.call(url, user="alice", jwt=jwt, body={"job": job})
+    assert code == 200 and not sub.get("errors"), sub
+    submitted = str(sub["job_id"])
+    assert _sacct(kube, [submitted]) == {submitted: ("COMPLETED", "0:0")}
+    assert _output(kube, f"slurm-{submitted}.out", 30) in ("cpu-0", "cpu-1")
+    code, answer = rest_client.call(f"{base}{slurm}/nodes")  # no token
     assert code == 401, answer
 
     # no secret in any pod's definition or any process's command line; slurmdbd.conf is
@@ -191,8 +208,8 @@ def _pod_of(kube, component: str) -> str:
 
 
 def _sacct(kube, jobs: list[str], timeout: float = 120) -> dict[str, tuple[str, str]]:
-    """Job → (State, ExitCode) as alice's sacct says, once it lists every one of ``jobs``
-    (slurmctld sends the records to slurmdbd after the job ends)."""
+    """Job → (State, ExitCode) as alice's sacct says, once it lists every one of ``jobs`` as
+    ended (slurmctld sends the records to slurmdbd as jobs start and end)."""
     deadline = time.monotonic() + timeout
     while True:
         out = kube.sh(
@@ -202,7 +219,8 @@ def _sacct(kube, jobs: list[str], timeout: float = 120) -> dict[str, tuple[str, 
             user="alice",
         )
         found = {j: (st, code) for j, st, code in (ln.split("|") for ln in out.splitlines())}
-        if set(found) >= set(jobs) or time.monotonic() >= deadline:
+        ended = set(found) >= set(jobs) and not any(st in LIVE for st, _ in found.values())
+        if ended or time.monotonic() >= deadline:
             return found
         time.sleep(2)
 
