@@ -22,6 +22,15 @@ Sh = Callable[[str], tuple[int, str]]
 MARKER = ".slurmforge-password.sha256"  # in the database volume (images/mariadb/mariadb-init)
 
 
+def runs_own_database(cluster: Cluster) -> bool:
+    """True when the cluster runs its own database (whose password the target checks); an
+    external one is checked here (check_external) and False returned, as with no accounting."""
+    accounting = cluster.spec.accounting
+    if accounting.enabled and accounting.database is not None:
+        check_external(cluster.path, accounting.database)
+    return accounting.enabled and accounting.database is None
+
+
 def check_external(path: Path, db: DatabaseSpec) -> None:
     """An external database slurmdbd can use, as far as this machine can tell: its host
     resolves, its port answers, and it logs slurmdbd's user in."""

@@ -272,20 +272,13 @@ class Kube:
 
     def rollouts(self) -> list[tuple[str, str]]:
         """(kind, name) of what runs pods, in the order their rollouts are waited for."""
-        out = [
+        # a node set scaled to zero has no rollout to wait for
+        empty = {ns.name for ns in self.cluster.spec.nodesets if not ns.replicas}
+        return [
             (o["kind"].lower(), o["metadata"]["name"])
             for o in self.objects.values()
-            if o["kind"] in ("StatefulSet", "Deployment")
+            if o["kind"] in ("StatefulSet", "Deployment") and o["metadata"]["name"] not in empty
         ]
-        # a node set scaled to zero has no rollout to wait for
-        return [
-            (kind, name)
-            for kind, name in out
-            if not (kind == "statefulset" and name in self.empty_node_sets())
-        ]
-
-    def empty_node_sets(self) -> set[str]:
-        return {ns.name for ns in self.cluster.spec.nodesets if not ns.replicas}
 
     def scale(self, new: Cluster, timeout: float) -> list[str]:
         """Apply ``new`` (this cluster with other node counts); returns the removed nodes."""
@@ -480,11 +473,7 @@ class Kube:
         one whose host does not resolve, refuses connections or refuses its login (checked from
         this machine), or the cluster's own whose claim outlived its password Secret or was
         made with another."""
-        accounting = self.cluster.spec.accounting
-        if not accounting.enabled:
-            return
-        if accounting.database is not None:
-            accounting_db.check_external(self.cluster.path, accounting.database)
+        if not accounting_db.runs_own_database(self.cluster):
             return
         secret = k8s_render.DB_PASSWORD
         password = self.secret_data(secret)

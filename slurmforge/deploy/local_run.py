@@ -172,11 +172,7 @@ class Local:
         external one whose host does not resolve, refuses connections or refuses its login, or
         the cluster's own whose volume was created with a password other than the one kept for
         it."""
-        accounting = self.cluster.spec.accounting
-        if not accounting.enabled:
-            return
-        if accounting.database is not None:
-            accounting_db.check_external(self.cluster.path, accounting.database)
+        if not accounting_db.runs_own_database(self.cluster):
             return
         where = self.engine.volume_path(f"{self.cluster.name}_{local_render.ACCOUNTING_VOLUME}")
         if where is not None:
