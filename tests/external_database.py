@@ -5,8 +5,10 @@ which this machine, the Compose cluster's containers and the k8s lab's pods all 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import secrets
 import socket
+import struct
 import time
 import uuid
 from collections.abc import Iterator
@@ -45,12 +47,29 @@ class SiteDatabase:
         self.password.chmod(0o400)
 
 
+SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's IPv4 address
+
+
+def bridge_address(client) -> str:
+    """The host's own address on Docker's default bridge, read from the interface itself.
+
+    The network's IPAM record is no source for it: a freshly started dockerd lists only the
+    subnet there (its ``Gateway`` key appears once the daemon has been restarted), while the
+    bridge interface always carries the address containers route through."""
+    options = client.networks.get("bridge").attrs.get("Options") or {}
+    name = options.get("com.docker.network.bridge.name", "docker0")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("256s", name.encode()[:15])
+        answer = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, request)
+    return socket.inet_ntoa(answer[20:24])
+
+
 @contextlib.contextmanager
 def run(client, image: str, root: Path) -> Iterator[SiteDatabase]:
     password = root / "db-password"
     password.write_text(secrets.token_urlsafe(24))
     password.chmod(0o400)
-    gateway = client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    gateway = bridge_address(client)
     with socket.socket() as sock:
         sock.bind((gateway, 0))
         port = sock.getsockname()[1]
