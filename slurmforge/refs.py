@@ -1,7 +1,8 @@
 """Grammars of the references this tool is given: OCI image references and registry prefixes
 (the distribution reference grammar, through docker-image-py), URLs (urllib's RFC 3986 split),
-IP addresses (ipaddress) and cron schedules (cronsim); and `redact`, which every URL goes
-through before it is printed.
+IP addresses (ipaddress) and cron schedules (the grammar Kubernetes' CronJob takes: robfig/cron's
+standard parser, written out below, as no Python library parses exactly that); and `redact`,
+which every URL goes through before it is printed.
 
 Each check returns the value or raises ValueError with what was expected, for pydantic
 validators and option parsing alike.
@@ -12,7 +13,6 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
-from datetime import datetime
 
 from docker_image import reference
 
@@ -24,6 +24,18 @@ CREDENTIALS_HINT = (
 )
 # Kubernetes' CronJob (robfig/cron's standard parser) accepts these besides 5 fields.
 CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+# robfig/cron's standard fields: (name, low, high, names accepted for numbers)
+_MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+_DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+_CRON_FIELDS = (
+    ("minute", 0, 59, {}),
+    ("hour", 0, 23, {}),
+    ("day of month", 1, 31, {}),
+    ("month", 1, 12, {m: i for i, m in enumerate(_MONTHS, 1)}),
+    ("day of week", 0, 6, {d: i for i, d in enumerate(_DAYS)}),
+)
+# Go's time.ParseDuration, which `@every <duration>` goes through
+_GO_DURATION = re.compile(r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+")
 
 
 def image_ref(value: str) -> str:
@@ -121,15 +133,63 @@ def host(value: str) -> str:
 
 
 def cron(value: str) -> str:
-    """A Kubernetes CronJob schedule: 5 fields, or one of CRON_MACROS."""
+    """A Kubernetes CronJob schedule: exactly 5 fields (minute hour day-of-month month
+    day-of-week), one of CRON_MACROS or ``@every <duration>``, as robfig/cron's standard parser
+    (which the API server validates with) reads them. A sixth field, ``L``/``W``/``#`` and day 7
+    are other crons' extensions it refuses; so is a ``TZ=`` prefix (1.25+ has ``timeZone``)."""
+    example = "e.g. '0 */6 * * *'"
     if value in CRON_MACROS:
         return value
-    from cronsim import CronSim, CronSimError
-
-    try:
-        CronSim(value, datetime(2000, 1, 1))
-    except CronSimError as exc:
+    if value.startswith("@every "):
+        if _GO_DURATION.fullmatch(value[len("@every ") :].strip()):
+            return value
+        raise ValueError(f"expected '@every' and a duration such as 1h30m, got {quote(value)}")
+    fields = value.split()
+    if value.startswith(("TZ=", "CRON_TZ=")):
         raise ValueError(
-            f"expected a cron schedule of 5 fields, e.g. '0 */6 * * *' ({exc}), got {quote(value)}"
-        ) from None
+            "expected a schedule without a time zone (Kubernetes refuses TZ= in it), "
+            f"got {quote(value)}"
+        )
+    if len(fields) != 5:
+        raise ValueError(
+            f"expected a cron schedule of 5 fields, {example} (Kubernetes has no seconds field), "
+            f"got {len(fields)} in {quote(value)}"
+        )
+    for text, (name, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
+        for part in text.split(","):
+            why = _cron_part(part, low, high, names)
+            if why:
+                raise ValueError(
+                    f"expected a cron schedule of 5 fields, {example}: its {name} "
+                    f"{quote(part)} {why}, got {quote(value)}"
+                )
     return value
+
+
+def _cron_part(part: str, low: int, high: int, names: dict[str, int]) -> str | None:
+    """Why one comma-separated part of a cron field is refused (None: accepted): ``*``, ``?``,
+    ``N`` or ``N-M``, each optionally ``/STEP``; numbers within [low, high] or names."""
+
+    def number(text: str) -> int | None:
+        if text.lower() in names:
+            return names[text.lower()]
+        return int(text) if text.isascii() and text.isdigit() else None
+
+    span, _, step = part.partition("/")
+    if "/" in step:
+        return "has more than one '/'"
+    if step and not (step.isascii() and step.isdigit() and int(step) > 0):
+        return "needs a step of 1 or more after '/'"
+    if span in ("*", "?"):
+        return None
+    ends = span.split("-")
+    if len(ends) > 2:
+        return "has more than one '-'"
+    values = [number(e) for e in ends]
+    if None in values:
+        return f"is not a number from {low} to {high}" + (" or a name" if names else "")
+    if any(not low <= v <= high for v in values):  # type: ignore[operator]
+        return f"is outside {low}-{high}"
+    if len(values) == 2 and values[0] > values[1]:  # type: ignore[operator]
+        return "has a range that runs backwards"
+    return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -235,6 +236,10 @@ def test_registries_must_be_registry_prefixes(write_config, shipped, registry) -
         ({"kubernetes": {"registry": "https://ghcr.io/acme"}}, "kubernetes.registry: expected a"),
         ({"kubernetes": {"health_check": {"schedule": "x y z w v"}}}, "expected a cron schedule"),
         ({"kubernetes": {"health_check": {"schedule": "@every"}}}, "expected a cron schedule"),
+        (
+            {"kubernetes": {"health_check": {"schedule": "0 0 */4 * * *"}}},
+            "kubernetes.health_check.schedule: expected a cron schedule of 5 fields",
+        ),
     ],
 )
 def test_cluster_values_by_their_grammars(write_cluster, changes, expected) -> None:
@@ -257,8 +262,38 @@ def test_source_urls_need_a_scheme_and_a_host(write_config, shipped, url, expect
     _assert_clean_failure(proc, f'slurm."24.11.5".sources[0].url: {expected}')
 
 
+@pytest.mark.parametrize(
+    ("schedule", "expected"),
+    [
+        ("0 0 */4 * * *", "5 fields, e.g. '0 */6 * * *' (Kubernetes has no seconds field), got 6"),
+        ("0 0 L * *", "its day of month 'L' is not a number from 1 to 31"),
+        ("0 0 15W * *", "its day of month '15W' is not a number"),
+        ("0 0 * * MON#2", "its day of week 'MON#2' is not a number from 0 to 6 or a name"),
+        ("0 0 * * 7", "its day of week '7' is outside 0-6"),
+        ("60 * * * *", "its minute '60' is outside 0-59"),
+        ("0 5-2 * * *", "its hour '5-2' has a range that runs backwards"),
+        ("*/0 * * * *", "needs a step of 1 or more"),
+        ("0 0 1 JAN-MAR-MAY *", "has more than one '-'"),
+        ("TZ=UTC 0 * * * *", "without a time zone"),
+        ("@every", "5 fields"),
+        ("@every soon", "expected '@every' and a duration"),
+    ],
+)
+def test_cron_schedules_a_cronjob_refuses(schedule, expected) -> None:
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        refs.cron(schedule)
+
+
 def test_good_values_pass_their_grammars() -> None:
-    assert refs.cron("*/5 * * * MON-FRI") and refs.cron("@hourly")
+    for schedule in (
+        "*/5 * * * MON-FRI",
+        "@hourly",
+        "0 ? * jan,Jun sun",
+        "5/10 1-3,7 * * *",
+        "@every 1h30m",
+        "0 0 31 2 *",
+    ):
+        assert refs.cron(schedule) == schedule
     assert refs.ip_address("::1") == "::1"
     assert refs.registry_prefix("localhost:5000/a/b")
     assert refs.image_ref("debian:12") and refs.image_ref(f"x/y@sha256:{'a' * 64}")
