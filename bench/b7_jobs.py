@@ -1,4 +1,4 @@
-"""B7: what the jail and the per-job /tmp cost a job, on warm images.
+"""B7: what the jail, the per-job /tmp and cgroups cost a job, on warm images.
 
 One throwaway cluster from the shipped cluster file with three node sets of two nodes each, all
 from the same images, one partition each:
@@ -9,11 +9,16 @@ from the same images, one partition each:
 The switch is slurmd's environment (SLURMFORGE_JAIL, see jail/spank/slurmforge_jail.c), set
 through the node sets' `env`.
 
+A second throwaway cluster, the same but for `slurm.cgroups: false` (processes tracked through
+/proc, nothing constrained: what every cluster ran before jobs were held to their resources),
+with the shipped partition only, is measured after the first is gone, for the cost of cgroups.
+
 Figures, each partition in turn, from a jail user on the login node:
 - step launch latency: `srun -N2 true`, median of 20 (allocation, launch on both nodes, exit);
   target: jail <= 1.3 x bare;
 - throughput: 200 `sbatch --wrap=true`, from the first submission until the queue is empty;
-  targets: >= 10 jobs/s with the jail, per-job /tmp within 10% of the per-task one.
+  targets: >= 10 jobs/s with the jail, per-job /tmp within 10% of the per-task one;
+- cgroups on vs off (`main` of each cluster): launch <= 1.15 x, jobs/s >= 0.9 x.
 """
 
 from __future__ import annotations
@@ -37,25 +42,28 @@ PARTITIONS = {"main": "cpu", "tasktmp": "tasktmp", "bare": "bare"}  # partition:
 MODES = {"tasktmp": "task-tmp", "bare": "off"}  # node set: SLURMFORGE_JAIL
 
 
-def cluster_file(root: Path, name: str) -> Path:
+def cluster_file(root: Path, name: str, cgroups: bool = True) -> Path:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
     (shipped,) = data["nodesets"]
+    partitions = PARTITIONS if cgroups else {"main": "cpu"}
     data.update(
         name=name,
         login={"address": "127.0.0.1", "port": port},
+        slurm={"cgroups": cgroups},
         nodesets=[
             shipped,
             *(
                 {**shipped, "name": ns, "env": {"SLURMFORGE_JAIL": mode}}
                 for ns, mode in MODES.items()
+                if ns in partitions.values()
             ),
         ],
         partitions=[
             {"name": part, "nodesets": [ns], "default": part == "main"}
-            for part, ns in PARTITIONS.items()
+            for part, ns in partitions.items()
         ],
     )
     (root / "layers").symlink_to(ROOT / "deploy" / "layers")
@@ -64,19 +72,27 @@ def cluster_file(root: Path, name: str) -> Path:
     return path
 
 
-def main() -> None:
-    name = "sfbench7"
+def measure(name: str, cgroups: bool) -> tuple[dict[str, float], dict[str, float]]:
+    """Deploy, then per partition the median launch (ms) and the jobs/s; then take it down."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
-        where = ["--cluster", str(cluster_file(root, name)), "--out", str(root / "out")]
+        path = cluster_file(root, name, cgroups)
+        where = ["--cluster", str(path), "--out", str(root / "out")]
+        parts = [p["name"] for p in yaml.safe_load(path.read_text())["partitions"]]
         try:
             invoke("deploy", *where)
             jail = in_jail(docker.from_env(), name)
-            latency = {part: launch_ms(jail, part) for part in PARTITIONS}
-            rate = {part: jobs_per_s(jail, part) for part in PARTITIONS}
+            latency = {part: launch_ms(jail, part) for part in parts}
+            rate = {part: jobs_per_s(jail, part) for part in parts}
         finally:
             invoke("down", "--volumes", *where)
+    return latency, rate
+
+
+def main() -> None:
+    latency, rate = measure("sfbench7", cgroups=True)
+    plain_latency, plain_rate = measure("sfbench7n", cgroups=False)
     print(f"srun -N2 true, median of {LAUNCHES}:")
     for part, ms in latency.items():
         print(f"  {part:8} {ms:6.0f} ms  ratio to bare {ms / latency['bare']:.2f}")
@@ -87,6 +103,15 @@ def main() -> None:
     print(
         f"  per-job /tmp vs per-task tmpfs: {rate['main'] / rate['tasktmp']:.2f} "
         "(target >= 0.90); target main >= 10 jobs/s"
+    )
+    print("cgroups (main, cluster with slurm.cgroups true vs false):")
+    print(
+        f"  launch {latency['main']:.0f} vs {plain_latency['main']:.0f} ms: "
+        f"{latency['main'] / plain_latency['main']:.2f} x (target <= 1.15)"
+    )
+    print(
+        f"  {rate['main']:.1f} vs {plain_rate['main']:.1f} jobs/s: "
+        f"{rate['main'] / plain_rate['main']:.2f} x (target >= 0.90)"
     )
 
 

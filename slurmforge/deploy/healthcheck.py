@@ -31,11 +31,11 @@ class NodeCheck:
     detail: str
 
 
-def gpu_nodes(local: Local) -> dict[str, str]:
-    """GPU node → a partition it is in (srun needs one that holds the node)."""
+def gpu_nodes(local: Local) -> dict[str, tuple[str, int]]:
+    """GPU node → a partition it is in (srun needs one that holds the node) and its GPUs."""
     parts = local.cluster.spec.partitions
     return {
-        node: next(p.name for p in parts if ns.name in p.nodesets)
+        node: (next(p.name for p in parts if ns.name in p.nodesets), ns.gpus)
         for ns, node in local.cluster.nodes
         if ns.gpus and any(ns.name in p.nodesets for p in parts)
     }
@@ -81,8 +81,11 @@ def run(
         script = []
         for node in checked:
             where = f"--reservation={RESERVATION} " if node in ours else ""
+            part, gpus = nodes[node]
+            # the whole node, every GPU of it (a job sees only the GPUs it was given)
             step = (
-                f"srun -p {nodes[node]} -N1 -n1 -w {node} {where}-t {timeout_min} {SCRIPT} {args}"
+                f"srun -p {part} -N1 -n1 -w {node} --exclusive --gres=gpu:{gpus} {where}"
+                f"-t {timeout_min} {SCRIPT} {args}"
             )
             rc = f'echo "__rc__ {node} ${{PIPESTATUS[0]}}"'
             script.append(f"( {step} 2>&1 | sed 's/^/{node}: /'; {rc} ) &")

@@ -46,6 +46,7 @@ from slurmforge.deploy.model import (
     DBD,
     JAIL,
     LOGIN,
+    NODE_CAPABILITIES,
     RESTD,
     Cluster,
     NodeSet,
@@ -91,6 +92,9 @@ PSA_MODES = ("enforce", "audit", "warn")
 # seconds between readiness probes (cheap execs): a daemon that starts after a wait (slurmctld
 # for slurmdbd) is seen ready within this, and deploy's rollout waits end as soon
 PROBE_PERIOD = 3
+# a node pod's preStop (drain, wait for the jobs, then DOWN); the seconds of the grace period it
+# leaves slurmd and the kubelet after it
+NODE_STATE, STOP_MARGIN = "/usr/lib/slurmforge/node-state", 5
 DRIVER_ROOT = "/run/nvidia/driver"  # where GPU pods see the node's driver directories
 # the node's driver directories a GPU pod mounts, relative to gpu.driver_root
 DRIVER_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/bin")
@@ -102,7 +106,8 @@ DRIVER_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/bin")
 DAEMON = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID")
 CAPABILITIES: dict[str, tuple[str, ...]] = {
     CONTROLLER: DAEMON,
-    "node": (*DAEMON, "SYS_CHROOT"),  # + the node set's own (the base layer adds SYS_ADMIN)
+    # + the node set's own (the base layer adds SYS_ADMIN)
+    "node": (*DAEMON, "SYS_CHROOT", *NODE_CAPABILITIES),
     LOGIN: (*DAEMON, "AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_ADMIN", "SYS_CHROOT"),
     POPULATE: ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD", "SETFCAP"),
     HEALTH_CHECK: (*DAEMON, "SYS_ADMIN", "SYS_CHROOT"),  # the login's jail mounts, chroot
@@ -537,6 +542,9 @@ class ManifestRenderer:
                 (*CAPABILITIES["node"], *ns.capabilities), runs_users=True, runs_containers=True
             ),
             "resources": {"requests": self.node_requests(resources), "limits": dict(resources)},
+            # a pod being deleted drains its node and lets its jobs finish within the grace
+            # period; those still running then end as on a lost node (images/slurmd/node-state)
+            "lifecycle": {"preStop": {"exec": {"command": [NODE_STATE, "stopping"]}}},
         }
         extra: dict[str, Any] = {}
         if ns.affinity.matchExpressions:
@@ -555,9 +563,14 @@ class ManifestRenderer:
                     }
                 }
             }
+        # the pod's pause process is PID 1 and reaps what slurmd does not: each slurmstepd
+        # daemonizes (its parent exits), so its exit would leave a zombie under a slurmd PID 1
+        extra["shareProcessNamespace"] = True
         pod = self.pod_spec([container], volumes, **extra)
-        # a node's jobs finish (or are requeued) before its pod goes
-        pod["terminationGracePeriodSeconds"] = 60
+        # preStop waits for the jobs up to this, less a margin for slurmd's own stop
+        grace = self.k8s.node_grace_seconds
+        env.append({"name": "NODE_STATE_GRACE", "value": str(max(grace - STOP_MARGIN, 0))})
+        pod["terminationGracePeriodSeconds"] = grace
         return self.stateful_set(
             ns.name,
             "node",
@@ -763,7 +776,8 @@ class ManifestRenderer:
         for ns in self.gpu_node_sets:
             part = next(p.name for p in self.spec.partitions if ns.name in p.nodesets)
             steps.append(
-                f"srun -p {part} -N {ns.replicas} --ntasks-per-node=1 --exclusive -t 30 "
+                f"srun -p {part} -N {ns.replicas} --ntasks-per-node=1 --exclusive "
+                f"--gres=gpu:{ns.gpus} -t 30 "
                 f"/opt/slurmforge/gpu-check --min-busbw {self.spec.gpu.min_busbw:g}"
             )
         volumes, mounts = self.config_volumes()

@@ -8,7 +8,8 @@ jail-populate (profile "setup", so `up` leaves it alone: `invoke deploy` runs th
 populate itself; by hand: `docker-compose --profile setup run --rm jail-populate`).
 Capabilities are granted per service, never --privileged:
 - compute nodes get their node set's capabilities; the built-in base layer gives SYS_ADMIN, which
-  the jail SPANK plugin needs for a private mount namespace and its mounts;
+  the jail SPANK plugin needs for a private mount namespace and its mounts; and SYS_NICE, with
+  which slurmstepd binds a task to its CPUs once the task runs as its user (NODE_CAPABILITIES);
 - login gets SYS_ADMIN: sshd chroots sessions into the jail, which needs /proc, /dev, the munge
   socket and the client config mounted inside it (jail-mounts.sh);
 - slurmctld and jail-populate get Docker's defaults only.
@@ -30,7 +31,16 @@ from typing import Any
 from slurmforge import jail_contract
 from slurmforge.deploy import generated, slurmconf
 from slurmforge.deploy.gpu_assign import Assignment
-from slurmforge.deploy.model import CONTROLLER, DATABASE, DBD, JAIL, LOGIN, RESTD, Cluster
+from slurmforge.deploy.model import (
+    CONTROLLER,
+    DATABASE,
+    DBD,
+    JAIL,
+    LOGIN,
+    NODE_CAPABILITIES,
+    RESTD,
+    Cluster,
+)
 
 POPULATE = "jail-populate"
 ROLE_LABEL = "io.slurmforge.role"
@@ -134,7 +144,7 @@ def render(
             # an init reaps what job steps leave behind (slurmd as PID 1 would not)
             "init": True,
             "command": ["slurmd", "-D", "-N", node],
-            **_mount_caps(list(ns.capabilities), runs_containers=True),
+            **_mount_caps(sorted({*ns.capabilities, *NODE_CAPABILITIES}), runs_containers=True),
             "volumes": [node_conf, jail_conf, key, jail, *driver.get("volumes", [])],
             **({"devices": driver["devices"]} if driver else {}),
             "labels": labels("node", **{"io.slurmforge.nodeset": ns.name}),

@@ -33,6 +33,10 @@ USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
 DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
 SERVICES = (CONTROLLER, LOGIN, JAIL, DBD, RESTD, DATABASE)  # never a node set's image
+# What every compute node holds besides its node set's capabilities, on both targets: slurmstepd
+# (root) sets a task's CPU affinity after the task switched to its user, which the kernel allows
+# a caller that is not the task's owner only with CAP_SYS_NICE (not in Docker's default set).
+NODE_CAPABILITIES = ("SYS_NICE",)
 # Slurm lower-cases account names and takes these characters in them
 ACCOUNT = r"^[a-z0-9_][a-z0-9_.-]{0,63}$"
 
@@ -185,6 +189,10 @@ class KubernetesSpec(Model):
     ) = None
     image_pull_secrets: tuple[DNSName, ...] = ()
     health_check: HealthCheckSpec = HealthCheckSpec()
+    # a node pod being deleted (drain, rollout, eviction) drains its Slurm node and gives its
+    # running jobs this long to finish (its terminationGracePeriodSeconds); those still running
+    # then end as on a lost node (NODE_FAIL, or requeued where the job allows it)
+    node_grace_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] = 60
     # node pods request what their node set declares (cpus, memory_mb), as their limits, so
     # Kubernetes places them where Slurm's view holds; true: they request next to nothing (the
     # limits stay), so a small cluster (kind on a laptop, a test lab) fits more nodes than cores
@@ -243,6 +251,16 @@ class RestSpec(Model):
     port: Port = 6820
 
 
+class SlurmSpec(Model):
+    """How Slurm runs on the nodes."""
+
+    # Jobs are held to what they asked for: proctrack/cgroup and task/cgroup constrain each job
+    # and step's CPUs, memory and devices in a cgroup of its own under the node container's.
+    # false: for a host that cannot give node containers a writable cgroup subtree; processes
+    # are then tracked through /proc and memory is scheduled but not enforced.
+    cgroups: StrictBool = True
+
+
 class ImagesSpec(Model):
     set: Annotated[str, StringConstraints(strict=True)] = "default"
     cell: Annotated[str, StringConstraints(strict=True)] | None = None
@@ -257,6 +275,7 @@ class ClusterSpec(Model):
     accounting: AccountingSpec = AccountingSpec()
     rest: RestSpec = RestSpec()
     kubernetes: KubernetesSpec = KubernetesSpec()
+    slurm: SlurmSpec = SlurmSpec()
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
     nodesets: tuple[NodeSet, ...] = Field(min_length=1)
     partitions: tuple[Partition, ...] = Field(min_length=1)

@@ -123,6 +123,7 @@ def render(
             "default": p.default,
             "max_time": p.max_time,
             "nodes": ",".join(filter(None, (_hostlist_of(cluster, n) for n in p.nodesets))),
+            "def_mem_per_cpu": def_mem_per_cpu(cluster, p.nodesets),
         }
         for p in spec.partitions
     ]
@@ -145,6 +146,7 @@ def render(
         "partitions": partitions,
         "gres_types": gres_types,
         "cgroup_disabled": cgroup_disabled(cluster.cell.slurm),
+        "cgroups": spec.slurm.cgroups,
         "accounting": spec.accounting if spec.accounting.enabled else None,
         "dbd_addr": network.dbd_addr if network else DBD,
         "jwt_key": JWT_KEY,
@@ -155,6 +157,12 @@ def render(
     if gres_types:
         files["gres.conf"] = _gres_conf(cluster, gres_files or {})
     return files
+
+
+def def_mem_per_cpu(cluster: Cluster, nodesets: tuple[str, ...]) -> int:
+    """A partition's memory per CPU for jobs that give no --mem: its node sets' memory over CPUs,
+    the smallest of them (so a job of N CPUs fits on any of its nodes)."""
+    return min(cluster.nodeset(n).memory_mb // cluster.nodeset(n).cpus for n in nodesets)
 
 
 def _hostlist_of(cluster: Cluster, nodeset: str) -> str:

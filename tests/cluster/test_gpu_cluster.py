@@ -22,6 +22,7 @@ from tests.conftest import ROOT
 V = driver_root.VERSION
 LIB = "/usr/local/nvidia/lib64"
 GPU_NODES = ("trainer-0", "trainer-1", "trainer-2")
+DUAL = "dual-0"  # a node with two GPUs (the host's nvidia3 and nvidia4)
 NCCL = "/jail/opt/user/nccl"  # fixtures, as the login node sees the jail
 SONAMES = (*driver_root.LIBRARIES.values(), "libcudart.so.12", "libnccl.so.2")
 
@@ -31,7 +32,7 @@ def gpu(
     images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployed]:
     root = tmp_path_factory.mktemp("gpucluster")
-    host = driver_root.make(root / "host", gpus=4)
+    host = driver_root.make(root / "host", gpus=6)
     with deploy(
         root,
         "sfgpu",
@@ -47,10 +48,21 @@ def gpu(
                 "cpus": 1,
                 "memory_mb": 1024,
             },
+            # written out whole: the gpu layer's gpu:1 would be united with its gpu:2
+            {
+                "name": "dual",
+                "image": "worker",
+                "replicas": 1,
+                "cpus": 2,
+                "memory_mb": 1024,
+                "features": ["gpu"],
+                "gres": ["gpu:2"],
+                "capabilities": ["SYS_ADMIN"],
+            },
         ],
         partitions=[
             {"name": "main", "nodesets": ["cpu"], "default": True},
-            {"name": "gpu", "nodesets": ["trainer"]},
+            {"name": "gpu", "nodesets": ["trainer", "dual"]},
         ],
     ) as cluster:
         yield cluster
@@ -58,7 +70,7 @@ def gpu(
 
 def _job(gpu: Deployed, node: str, command: str) -> tuple[int, str]:
     """``command`` as a job step on ``node`` (inside the jail), submitted from the login node."""
-    part = "gpu" if node.startswith("trainer") else "main"
+    part = "main" if node.startswith("cpu") else "gpu"
     # -Q: no "queued and waiting" lines in the output while the node finishes the previous job
     return gpu.sh(
         "login", f"srun -Q -p {part} -N1 -w {node} bash -c {shlex.quote(command)}", user="root"
@@ -66,7 +78,7 @@ def _job(gpu: Deployed, node: str, command: str) -> tuple[int, str]:
 
 
 def test_nodes_come_up_with_their_own_gpus(gpu: Deployed) -> None:
-    assert gpu.states() == {"cpu-0": "idle", **{n: "idle" for n in GPU_NODES}}
+    assert gpu.states() == {"cpu-0": "idle", DUAL: "idle", **{n: "idle" for n in GPU_NODES}}
     gres = gpu.ok("slurmctld", "cat /etc/slurm/gres.conf")
     for i, node in enumerate(GPU_NODES):
         assert f"NodeName={node} Name=gpu File=/dev/nvidia{i}" in gres
@@ -157,6 +169,42 @@ def test_cpu_nodes_get_no_driver(gpu: Deployed) -> None:
     assert code == 0 and out.strip() == "0", out
 
 
+# open(2) of a stand-in GPU: the device cgroup lets a job reach only the GPUs it was given
+# (EPERM for the others); behind a device it may open there is no driver here (ENXIO)
+OPEN_GPUS = (
+    "python3 -c 'import errno, glob, os\n"
+    'for d in sorted(glob.glob("/dev/nvidia[0-9]*")):\n'
+    '    try: os.close(os.open(d, os.O_RDWR)); print(d, "opened")\n'
+    "    except OSError as e: print(d, errno.errorcode[e.errno])'; "
+    "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+)
+
+
+def test_a_job_given_one_gpu_can_open_only_that_one(gpu: Deployed) -> None:
+    assert gpu.ok(DUAL, "ls /dev | grep -E '^nvidia[0-9]+$'").split() == ["nvidia3", "nvidia4"]
+    for gres, expect in (
+        ("gpu:1", {"/dev/nvidia3": "ENXIO", "/dev/nvidia4": "EPERM"}),
+        ("gpu:2", {"/dev/nvidia3": "ENXIO", "/dev/nvidia4": "ENXIO"}),
+    ):
+        code, out = gpu.sh(
+            "login",
+            f"srun -Q -p gpu -w {DUAL} --gres={gres} bash -c {shlex.quote(OPEN_GPUS)}",
+            user="root",
+        )
+        assert code == 0, out
+        lines = out.splitlines()
+        assert dict(line.split() for line in lines[:-1]) == expect, out
+        # Slurm numbers the job's GPUs from 0, as it always does
+        assert lines[-1] == (
+            "CUDA_VISIBLE_DEVICES=0" if gres == "gpu:1" else "CUDA_VISIBLE_DEVICES=0,1"
+        )
+    # without --gres a job gets no GPU at all
+    code, out = gpu.sh(
+        "login", f"srun -Q -p gpu -w {DUAL} bash -c {shlex.quote(OPEN_GPUS)}", user="root"
+    )
+    assert code == 0 and "opened" not in out and out.count("EPERM") == 2, out
+
+
 def test_gpu_check_drains_slow_nodes_and_resumes_them_when_they_pass(gpu: Deployed) -> None:
     fixtures = ROOT / "tests" / "fixtures" / "nccl"
     for name in ("all_reduce_v2.txt", "all_reduce_old_error_column.txt"):
@@ -169,13 +217,20 @@ def test_gpu_check_drains_slow_nodes_and_resumes_them_when_they_pass(gpu: Deploy
     )
     assert slow.returncode == 0, slow.stdout + slow.stderr
     rows = {ln.split()[0]: ln.split()[1] for ln in slow.stdout.splitlines()[2:]}
-    assert rows == {"trainer-0": "drained", "trainer-1": "drained", "trainer-2": "skipped"}
+    assert rows == {
+        "trainer-0": "drained",
+        "trainer-1": "drained",
+        "trainer-2": "skipped",
+        DUAL: "drained",
+    }
     reasons = gpu.ok("slurmctld", "sinfo -h -N -n trainer-0,trainer-1 -o '%N %t %E'")
     assert reasons.count("slurmforge-gpu-check: busbw 22.77 GB/s < 100") == 2, slow.stdout
     fast = gpu.invoke("gpu-check", "--command", "cat /opt/user/nccl/all_reduce_v2.txt")
     assert fast.returncode == 0, fast.stdout + fast.stderr
     assert "resumed" in fast.stdout
-    gpu.wait_states({"trainer-0": "idle", "trainer-1": "idle", "trainer-2": "drain"}, timeout=30)
+    gpu.wait_states(
+        {"trainer-0": "idle", "trainer-1": "idle", "trainer-2": "drain", DUAL: "idle"}, timeout=30
+    )
     assert "slurmforge-gpu-check" not in gpu.ok("slurmctld", "scontrol show res 2>&1 || true")
     gpu.ok("slurmctld", "scontrol update NodeName=trainer-2 State=RESUME")
 
@@ -208,7 +263,7 @@ def test_scaling_past_the_hosts_gpus_is_refused_and_changes_nothing(gpu: Deploye
     proc = gpu.invoke("scale", "trainer=5")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     first = proc.stderr.splitlines()[0]
-    assert "need 5 GPUs" in first and "has 4" in first, proc.stderr
+    assert "need 7 GPUs" in first and "has 6" in first, proc.stderr  # 5 trainers + dual's 2
     # the stored count and the running cluster are as before: a redeploy changes nothing
     assert gpu.invoke("deploy").returncode == 0
     assert sorted(n for n in gpu.states() if n.startswith("trainer")) == list(GPU_NODES)

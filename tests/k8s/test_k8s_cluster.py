@@ -3,7 +3,9 @@ which): deployed with `invoke deploy --target k8s`, every node idle, jobs from t
 the jail; accounting (sacct, sacctmgr) on the cluster's MariaDB and the REST API with a token;
 the database and slurmdbd deleted, or their password Secret lost; a node pod that comes back
 under a new IP, slurmctld deleted with a held job, a redeploy with a changed cluster file, and
-`invoke scale` up and down under running jobs."""
+`invoke scale` up and down under running jobs; a node pod deleted under a job (no grace: the
+job ends NODE_FAIL; with its grace: the node drains and the job finishes), and a job's memory held
+in a cgroup of its own."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import base64
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -271,6 +274,81 @@ def test_a_node_pod_back_under_a_new_address_is_idle_again(deployed: K8sCluster)
     finally:
         for holder in holders:
             subprocess.run(["docker", "rm", "-f", holder], capture_output=True, check=False)
+
+
+def _job(kube, job: str) -> dict[str, str]:
+    shown = kube.sh("slurmctld-0", "slurmctld", f"scontrol -o show job {job}")
+    return dict(re.findall(r"(\w+)=(\S*)", shown))
+
+
+def _until(what: str, check, timeout: float) -> float:
+    """Seconds until ``check()`` holds (polled every half second)."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout, f"not within {timeout} s: {what}"
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+def test_a_node_pod_deleted_under_a_job_ends_it_and_comes_back(deployed: K8sCluster) -> None:
+    """Deleted with no grace (as an eviction or a lost kubelet does it): the job's processes are
+    gone with the pod, the job ends NODE_FAIL, and the pod that replaces it is in service."""
+    kube = deployed.kube
+    job = _submit(kube, "--no-requeue -N2 -o /dev/null --wrap 'srun sleep 600'")
+    _until(
+        "the step runs on both nodes",
+        lambda: (
+            f"{job}.0 cpu-[0-1]" in kube.sh("slurmctld-0", "slurmctld", "squeue -h -s -o '%i %N'")
+        ),
+        60,
+    )
+    kube.run("delete", "pod", "cpu-0", "--grace-period=0", "--force", "--wait=false")
+    _until("the job ended", lambda: _job(kube, job)["JobState"] not in LIVE, 120)
+    assert _job(kube, job)["JobState"] == "NODE_FAIL", _job(kube, job)
+    idle = kube.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=120)
+    assert idle < 60, f"idle {idle:.0f} s after the job ended"
+    out = kube.sh("login-0", "login", "srun -N2 hostname", user="alice")
+    assert sorted(out.split()) == ["cpu-0", "cpu-1"]
+
+
+def test_a_node_pod_deleted_gracefully_drains_and_lets_its_job_finish(
+    deployed: K8sCluster,
+) -> None:
+    """A pod deleted with its grace period (a drain, a rollout): its node takes no new job, the
+    running one finishes, and the next pod is in service."""
+    kube = deployed.kube
+    kube.sh("login-0", "login", "rm -f ~/graceful.out", user="alice")
+    job = _submit(kube, "-w cpu-1 -o graceful.out --wrap 'sleep 15; echo finished'")
+    _wait_running(kube, job)
+    kube.run("delete", "pod", "cpu-1", "--wait=false")
+    reason = "sinfo -h -n cpu-1 -o '%t %E'"
+    _until(
+        "cpu-1 drained by its preStop",
+        lambda: "slurmforge: pod stopping" in kube.sh("slurmctld-0", "slurmctld", reason),
+        30,
+    )
+    later = _submit(kube, "-w cpu-1 -o /dev/null --wrap true")
+    assert _output(kube, "graceful.out", 60) == "finished"
+    assert _sacct(kube, [job])[job] == ("COMPLETED", "0:0")
+    kube.wait_states({"cpu-1": "idle"}, timeout=120)
+    # what was submitted to the draining node waited and ran on the new pod
+    assert _sacct(kube, [later])[later] == ("COMPLETED", "0:0")
+
+
+def test_a_job_is_held_to_its_memory_and_leaves_nothing_behind(deployed: K8sCluster) -> None:
+    kube = deployed.kube
+    # a daemon a job leaves behind ends with the job, and no exited process stays a zombie in
+    # the node pod (slurmd is no init; the pod's is)
+    escape = "setsid bash -c 'sleep 4242 & disown' < /dev/null > /dev/null 2>&1; sleep 1"
+    kube.sh("login-0", "login", f"srun -w cpu-0 bash -c {shlex.quote(escape)}", user="alice")
+    left = "ps -eo stat=,args= | grep -E '^Z|[s]leep 4242' || true"
+    _until("nothing left on cpu-0", lambda: not kube.sh("cpu-0", "slurmd", left), 20)
+    alloc = "python3 -c \"x = bytearray(600 << 20); x[::4096] = b'x' * len(x[::4096])\""
+    job = _submit(kube, f"--wait --mem=64M -o /dev/null --wrap {shlex.quote(alloc)} || true")
+    assert _sacct(kube, [job])[job][0] == "OUT_OF_MEMORY"
+    cgroup = kube.sh("login-0", "login", "srun -n1 cat /proc/self/cgroup", user="alice")
+    memory = next((ln for ln in cgroup.splitlines() if ":memory:" in ln), cgroup)
+    assert re.search(r"/job_\d+/step_0(/user)?/task_0$", memory), cgroup
 
 
 def _delete_holding_its_address(kube, pod: str) -> list[str]:

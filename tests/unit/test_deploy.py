@@ -165,16 +165,26 @@ def test_slurm_conf_comes_from_the_model(write_cluster, versions) -> None:
         "NodeName=big-[0-2] CPUs=4 RealMemory=1024 Features=cpu,small Gres=gpu:a100:2 State=UNKNOWN"
     ) in conf
     assert not [line for line in conf if line.startswith("NodeName=off")]
-    assert "PartitionName=main Nodes=cpu-[0-2] Default=YES MaxTime=INFINITE State=UP" in conf
-    assert "PartitionName=all Nodes=cpu-[0-2],big-[0-2] MaxTime=1-00:00:00 State=UP" in conf
-    assert "ProctrackType=proctrack/linuxproc" in conf
+    # a job without --mem gets memory per CPU that fits it on any of the partition's nodes
+    assert (
+        "PartitionName=main Nodes=cpu-[0-2] Default=YES MaxTime=INFINITE DefMemPerCPU=1024 State=UP"
+    ) in conf
+    assert (
+        "PartitionName=all Nodes=cpu-[0-2],big-[0-2] MaxTime=1-00:00:00 DefMemPerCPU=256 State=UP"
+    ) in conf
+    assert "SelectTypeParameters=CR_Core_Memory" in conf
+    assert "ProctrackType=proctrack/cgroup" in conf
+    assert "TaskPlugin=task/cgroup,task/affinity" in conf
     assert "MpiDefault=pmix" in conf  # a plain srun starts an MPI program
     assert "PrologEpilogTimeout=120" in conf  # a hung epilog drains its node, with the reason
     assert conf[3:5] == ["SlurmctldHost=slurmctld", "SlurmUser=slurm"]
     assert "GresTypes=gpu" in conf
     assert "StateSaveLocation=/var/spool/slurmctld" in conf
     assert "NodeName=big-[0-2] Name=gpu Type=a100 Count=2" in files["gres.conf"]
-    assert "CgroupPlugin=disabled" in files["cgroup.conf"]  # the default cell is Slurm 24.11
+    cgroup = files["cgroup.conf"].splitlines()
+    for line in ("CgroupPlugin=autodetect", "ConstrainCores=yes", "ConstrainRAMSpace=yes"):
+        assert line in cgroup
+    assert "ConstrainDevices=yes" in cgroup and "IgnoreSystemd=yes" in cgroup
     plug = files["plugstack.conf"]
     assert "required /usr/lib/slurmforge/spank/jail.so root=/jail" in plug
     assert "pyxis.so" not in plug and " local=" not in plug  # images without pyxis
@@ -199,6 +209,15 @@ def test_with_pyxis_the_jail_plugin_gives_containers_node_local_roots(
 @pytest.mark.parametrize(("slurm", "disabled"), [("23.11.6", False), ("24.05.3", True)])
 def test_cgroup_plugin_follows_the_slurm_version(slurm: str, disabled: bool) -> None:
     assert slurmconf.cgroup_disabled(slurm) is disabled
+
+
+def test_without_cgroups_processes_are_tracked_through_proc(write_cluster, versions) -> None:
+    data = _with(slurm={"cgroups": False})
+    files = slurmconf.render(model.load(write_cluster(data), versions))
+    conf = files["slurm.conf"].splitlines()
+    assert "ProctrackType=proctrack/linuxproc" in conf and "TaskPlugin=task/affinity" in conf
+    assert "SelectTypeParameters=CR_Core_Memory" in conf  # still scheduled
+    assert "CgroupPlugin=disabled" in files["cgroup.conf"]  # the default cell is Slurm 24.11
 
 
 def test_jail_gets_only_the_client_files(write_cluster, versions, tmp_path: Path) -> None:
@@ -234,7 +253,8 @@ def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: 
     assert "cap_add" not in services["slurmctld"]
     assert "cap_add" not in services["jail-populate"]
     assert services["login"]["cap_add"] == ["SYS_ADMIN"]
-    assert services["cpu-0"]["cap_add"] == ["SYS_ADMIN"]
+    # SYS_NICE: slurmstepd binds tasks that already run as their user to their CPUs
+    assert services["cpu-0"]["cap_add"] == ["SYS_ADMIN", "SYS_NICE"]
     # compute nodes start users' containers (pivot_root in a user namespace): no seccomp filter
     assert services["cpu-0"]["security_opt"] == ["apparmor:unconfined", "seccomp:unconfined"]
     assert services["login"]["security_opt"] == ["apparmor:unconfined"]

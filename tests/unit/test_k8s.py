@@ -183,6 +183,15 @@ def test_node_sets_gpus_and_storage_follow_the_model(checkout) -> None:
     cpu = objects["statefulset-cpu.yaml"]
     (c,) = cpu["spec"]["template"]["spec"]["containers"]
     assert "nvidia.com/gpu" not in c["resources"]["limits"]
+    # a pod being deleted drains its node; its jobs get the grace period, less slurmd's stop
+    assert c["lifecycle"]["preStop"]["exec"]["command"] == [
+        "/usr/lib/slurmforge/node-state",
+        "stopping",
+    ]
+    assert cpu["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+    # a PID 1 that reaps: slurmd would leave every exited slurmstepd a zombie
+    assert cpu["spec"]["template"]["spec"]["shareProcessNamespace"] is True
+    assert {"name": "NODE_STATE_GRACE", "value": "55"} in c["env"]
     assert not [v for v in cpu["spec"]["template"]["spec"]["volumes"] if "hostPath" in v]
     jail = objects["pvc-jail.yaml"]["spec"]
     assert jail["accessModes"] == ["ReadWriteMany"]
@@ -200,6 +209,8 @@ def test_node_sets_gpus_and_storage_follow_the_model(checkout) -> None:
     check = objects["cronjob-gpu-health-check.yaml"]["spec"]
     args = check["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "srun -p train -N 3 --ntasks-per-node=1" in args[-1] and "--min-busbw 150" in args[-1]
+    # every GPU of each node (a job step sees only the GPUs it is given)
+    assert "--exclusive --gres=gpu:5 " in args[-1]
 
 
 def test_populate_job_is_named_after_everything_that_defines_it(checkout, write_cluster) -> None:

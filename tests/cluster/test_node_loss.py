@@ -1,0 +1,132 @@
+"""A node lost under a running job, on the default cluster, as a real cluster loses one: its
+container killed (the restart policy brings it back) or stopped for good. The job ends NODE_FAIL
+with a reason the user can read, or is requeued and runs again when it allows requeue; the node
+is back in service within 60 s of its restart, and the next job runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from tests.cluster.conftest import Deployed
+from tests.cluster.test_accounting import sacct
+
+pytestmark = pytest.mark.cluster
+
+USER = "lossuser"
+
+
+def _running(cluster: Deployed, options: str, script: str) -> str:
+    """A 2-node batch job of ``script``, once it runs on both nodes; its ID."""
+    cluster.user(USER)
+    job = cluster.ok(
+        "login", f"cd ~ && sbatch --parsable -N2 {options} --wrap '{script}'", user=USER
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        # the step runs on both nodes (srun's processes have started everywhere)
+        steps = cluster.ok("login", f"squeue -h -s -j {job} -o '%i %N'", user=USER)
+        if f"{job}.0 cpu-[0-1]" in steps.splitlines():
+            return job
+        assert time.monotonic() < deadline, f"job {job} did not start its step: {steps}"
+        time.sleep(1)
+
+
+def _kill(cluster: Deployed, node: str) -> float:
+    """SIGKILL a node container's init, as the kernel's OOM killer or a crash would; when the
+    restart policy has it running again."""
+    container = cluster.container(node)
+    restarts = container.attrs["RestartCount"]
+    os.kill(container.attrs["State"]["Pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:
+        container.reload()
+        if container.attrs["RestartCount"] > restarts and container.status == "running":
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"{node} was not restarted: {container.status}"
+        time.sleep(0.2)
+
+
+def _job_state(cluster: Deployed, job: str) -> dict[str, str]:
+    shown = cluster.ok("slurmctld", f"scontrol -o show job {job}")
+    return dict(re.findall(r"(\w+)=(\S*)", shown))
+
+
+def _ended(cluster: Deployed, job: str) -> bool:
+    """The job has its final state (COMPLETING: its epilogs still run)."""
+    active = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_FED")
+    return _job_state(cluster, job)["JobState"] not in active
+
+
+def _wait_until(what: str, check, timeout: float = 90) -> float:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.5)
+    return time.monotonic()
+
+
+def _both_idle(cluster: Deployed) -> bool:
+    states = cluster.states()
+    return states.get("cpu-0") == "idle" and states.get("cpu-1") == "idle"
+
+
+def test_a_node_killed_under_a_job_ends_it_node_fail(deployed: Deployed) -> None:
+    job = _running(deployed, "--no-requeue", "srun sleep 600")
+    restarted = _kill(deployed, "cpu-0")
+    _wait_until("the job ended", lambda: _ended(deployed, job))
+    shown = _job_state(deployed, job)
+    assert shown["JobState"] == "NODE_FAIL" and shown["Reason"] == "NodeDown", shown
+    idle = _wait_until("both nodes idle", lambda: _both_idle(deployed))
+    assert idle - restarted < 60
+    assert sacct(deployed, USER, [job])[job][0] == "NODE_FAIL"
+    # the node said why it went down
+    events = deployed.ok("slurmctld", "sacctmgr -n -P show event nodes=cpu-0 format=reason")
+    assert "node restarted; the processes of jobs" in events, events
+    # the step's processes on the node that stayed up were ended with the job
+    _wait_until("no sleep left", lambda: not deployed.sh("cpu-1", "pgrep -f '[s]leep 600'")[1])
+    assert sorted(deployed.ok("login", "srun -N2 hostname", user=USER).split()) == [
+        "cpu-0",
+        "cpu-1",
+    ]
+
+
+def test_a_requeueable_job_runs_again_and_completes(deployed: Deployed) -> None:
+    # the first run waits to be lost; the second (SLURM_RESTART_COUNT=1) finishes
+    script = (
+        "echo run ${SLURM_RESTART_COUNT:-0} >> ~/requeue-$SLURM_JOB_ID.out; "
+        '[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] || srun sleep 600'
+    )
+    job = _running(deployed, "--requeue -o /dev/null", script)
+    _kill(deployed, "cpu-1")
+
+    def ran_again() -> bool:
+        shown = _job_state(deployed, job)
+        return shown["Restarts"] == "1" and _ended(deployed, job)
+
+    _wait_until("the requeued job ended", ran_again, timeout=240)
+    assert _job_state(deployed, job)["JobState"] == "COMPLETED"
+    # sacct keeps both runs: the lost one and the one that completed
+    runs = deployed.ok("login", f"sacct -n -P -X -D -j {job} -o State", user=USER).split()
+    assert runs == ["NODE_FAIL", "COMPLETED"], runs
+    runs = deployed.ok("login", f"cat ~/requeue-{job}.out", user=USER).splitlines()
+    assert runs == ["run 0", "run 1"], runs
+    _wait_until("both nodes idle", lambda: _both_idle(deployed))
+
+
+def test_a_node_that_does_not_come_back_is_down_after_slurmd_timeout(deployed: Deployed) -> None:
+    job = _running(deployed, "--no-requeue", "srun sleep 600")
+    container = deployed.container("cpu-1")
+    container.stop(timeout=0)  # stopped for good: no restart
+    try:
+        # SlurmdTimeout=60, and up to a ping interval more
+        _wait_until("the job ended", lambda: _ended(deployed, job), timeout=150)
+        assert _job_state(deployed, job)["JobState"] == "NODE_FAIL"
+        assert deployed.states()["cpu-1"].startswith("down")
+    finally:
+        container.start()
+    _wait_until("both nodes idle", lambda: _both_idle(deployed), timeout=60)
