@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 ROOT = "/jail"  # where populate copies to, and where every node and login sees the jail
+# where the nodes and the login see the jail's client config (bound onto the jail's /etc/slurm)
+CONF = "/etc/slurmforge/jail/slurm"
 MARKER = ".slurmforge/jail"
 SENTINEL = ".slurmforge/populated"
 DIGEST_ENV = "SLURMFORGE_JAIL_DIGEST"  # the image ID that SENTINEL records

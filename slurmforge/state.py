@@ -19,8 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from slurmforge.errors import ConfigError, quote
 SOURCES_LOCK = "versions.lock"
 IMAGES_LOCK = Path("build") / "images.lock.json"
 TESTED = Path("build") / "tested.json"
-CLUSTER_FILES = ("munge.key", "jwt_hs256.key", "db-password", "replicas.json")  # all it holds
+SCALE_FILE = "replicas.json"
 
 
 def write_text(path: Path, text: str) -> None:
@@ -169,7 +168,7 @@ def munge_key_path(cluster_name: str) -> Path:
 
 def read_scale(cluster_name: str) -> dict[str, int]:
     """Node set → the node count `invoke scale` set (it overrides the cluster file's)."""
-    file = cluster_dir(cluster_name) / "replicas.json"
+    file = cluster_dir(cluster_name) / SCALE_FILE
     try:
         data = json.loads(file.read_text())
     except FileNotFoundError:
@@ -182,29 +181,25 @@ def read_scale(cluster_name: str) -> dict[str, int]:
 
 
 def write_scale(cluster_name: str, replicas: Mapping[str, int]) -> None:
-    file = cluster_dir(cluster_name) / "replicas.json"
+    file = cluster_dir(cluster_name) / SCALE_FILE
     write_text(file, json.dumps(dict(replicas), indent=2, sort_keys=True) + "\n")
 
 
-def forget_cluster(cluster_name: str) -> None:
-    """Delete the cluster's state files (and the directory, once empty): only those this tool
-    writes, never whatever else $SLURMFORGE_STATE_DIR points at."""
+def forget_cluster(cluster_name: str, secrets: Iterable[str] = ()) -> None:
+    """Delete the cluster's state files, its scale and its ``secrets`` (file names), and the
+    directory once empty: only those this tool writes, never whatever else
+    $SLURMFORGE_STATE_DIR points at."""
     directory = cluster_dir(cluster_name)
-    for name in CLUSTER_FILES:
+    for name in (SCALE_FILE, *secrets):
         (directory / name).unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # not there, or it holds something not ours
         directory.rmdir()
 
 
-# The cluster's secrets, made at its first deploy: name → how many random bytes, and whether
-# kept as text (a password: URL-safe base64, so it needs no quoting in SQL or a config file).
-SECRETS = {"munge.key": (1024, False), "jwt_hs256.key": (64, False), "db-password": (32, True)}
-
-
-def ensure_secret(cluster_name: str, name: str) -> tuple[Path, bool]:
-    """The cluster's secret ``name`` (one of SECRETS), made once: mode 0400 in a 0700 directory,
-    written beside its place and renamed, so never partial. Returns its path and whether it was
-    made now."""
+def ensure_secret(cluster_name: str, name: str, content: Callable[[], bytes]) -> tuple[Path, bool]:
+    """The cluster's secret file ``name`` (deploy/roles.py declares them), made once from
+    ``content()``: mode 0400 in a 0700 directory, written beside its place and renamed, so never
+    partial. Returns its path and whether it was made now."""
     path = cluster_dir(cluster_name) / name
     if path.exists():
         return path, False
@@ -213,16 +208,6 @@ def ensure_secret(cluster_name: str, name: str) -> tuple[Path, bool]:
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(new_secret(name))
+        fh.write(content())
     os.replace(tmp, path)
     return path, True
-
-
-def new_secret(name: str) -> bytes:
-    """Fresh content for the secret ``name`` (one of SECRETS)."""
-    size, text = SECRETS[name]
-    return secrets.token_urlsafe(size).encode() if text else secrets.token_bytes(size)
-
-
-def ensure_munge_key(cluster_name: str) -> tuple[Path, bool]:
-    return ensure_secret(cluster_name, "munge.key")

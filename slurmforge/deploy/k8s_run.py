@@ -6,7 +6,7 @@ the strict OpenAPI schemas of each Kubernetes version in ``kubernetes.versions``
 (kubernetes-validate) and the directory through ``kubectl kustomize`` (client-side). Otherwise:
 the accounting database is checked (an external one logged in to; the cluster's own still has
 the password Secret it was made with); nodes a smaller node set leaves out are drained;
-server-side apply of the Namespace, then the missing Secrets (k8s_render.SECRETS: each made once,
+server-side apply of the Namespace, then the missing Secrets (roles.SECRETS: each made once,
 in a private temporary file removed right after, or from an external database's password file),
 then the rest, leaving out (and naming) kinds the server does not serve; ``kubectl wait`` for the
 populate Job; a rollout status per StatefulSet and Deployment; running pods brought to the
@@ -34,8 +34,9 @@ from typing import IO, Any
 import yaml
 
 from slurmforge import state
-from slurmforge.deploy import accounting_db, k8s_render, slurmconf, slurmctl
-from slurmforge.deploy.model import CONTROLLER, DATABASE, DBD, JAIL, LOGIN, Cluster
+from slurmforge.deploy import accounting_db, k8s_images, k8s_render, kustomize, roles, slurmctl
+from slurmforge.deploy.model import Cluster
+from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD, JAIL, NODE, Secret
 from slurmforge.errors import ConfigError, DeployError
 
 CONFIG_ANNOTATION = "slurmforge.io/config"  # on a pod: the Slurm config it was told to load
@@ -116,15 +117,13 @@ class Kube:
                     local_ids[component] = info.id
                     pyxis = pyxis or (component == JAIL and info.carries("pyxis"))
 
-        images = k8s_render.resolve_images(
-            self.cluster, state.read_images_lock(self.root), local_ids
-        )
+        images = k8s_images.resolve(self.cluster, state.read_images_lock(self.root), local_ids)
         renderer = k8s_render.ManifestRenderer(self.cluster, images, self.namespace)
         self.objects = renderer.render(pyxis)
         self.populate_job = next(
             o["metadata"]["name"] for o in self.objects.values() if o["kind"] == "Job"
         )
-        return k8s_render.write(self.dir, self.objects, self.namespace, str(self.cluster.path))
+        return kustomize.write(self.dir, self.objects, self.namespace, str(self.cluster.path))
 
     def check_versions(self) -> tuple[str, ...]:
         """``kubernetes.versions``, each one kubernetes-validate has schemas for."""
@@ -325,7 +324,7 @@ class Kube:
         ordinals: a StatefulSet scales down from the top)."""
         counts = {ns.name: ns.replicas for ns in self.cluster.spec.nodesets}
         removed = []
-        for item in self._get("statefulsets", **{"app.kubernetes.io/component": "node"}):
+        for item in self._get("statefulsets", **{"app.kubernetes.io/component": NODE}):
             name, now = item["metadata"]["name"], item["spec"].get("replicas", 1)
             if name in counts:
                 removed += [f"{name}-{i}" for i in range(counts[name], now)]
@@ -339,11 +338,10 @@ class Kube:
             if o["kind"] == "ConfigMap"
         }
         return {
-            where: {f: hashlib.sha256(v.encode()).hexdigest() for f, v in data[name].items()}
-            for where, name in (
-                ("/etc/slurm", k8s_render.NODE_CONFIG),
-                (slurmconf.JAIL_CONF, k8s_render.JAIL_CONFIG),
-            )
+            config.path: {
+                f: hashlib.sha256(v.encode()).hexdigest() for f, v in data[config.name].items()
+            }
+            for config in (roles.SLURM_CONF, roles.JAIL_CONF)
         }
 
     def sync_config(self, timeout: float) -> bool:
@@ -354,17 +352,21 @@ class Kube:
         a minute or two; an update of the pod's own object (an annotation naming the config)
         makes the kubelet sync it at once."""
         want = self.expected_config()
+        mounting = {  # role → the watched config directories its pods mount
+            role.name: [c.path for c in role.configs if c.path in want]
+            for role in roles.running(self.cluster.spec, "k8s")
+            if role.workload in ("daemon", "nodes")
+        }
         pods = {}
         for item in self._get("pods"):
             component = item["metadata"]["labels"].get("app.kubernetes.io/component")
-            if component not in (CONTROLLER, "node", LOGIN):
+            if not mounting.get(component):
                 continue
             if item["status"].get("phase") != "Running" or item["metadata"].get(
                 "deletionTimestamp"
             ):
                 continue
-            dirs = ["/etc/slurm"] if component == CONTROLLER else list(want)
-            expect = {f"{d}/{f}": h for d in dirs for f, h in want[d].items()}
+            expect = {f"{d}/{f}": h for d in mounting[component] for f, h in want[d].items()}
             pods[item["metadata"]["name"]] = (item["spec"]["containers"][0]["name"], expect)
 
         def stale(pod: str) -> bool:
@@ -405,18 +407,16 @@ class Kube:
 
     # -- secrets and the database ------------------------------------------------------------
 
-    def secret_files(self) -> dict[k8s_render.SecretFile, Path | None]:
+    def secret_files(self) -> dict[Secret, Path | None]:
         """The Secrets this cluster mounts → the file each is kept equal to (an external
         database's password), or None for one made here once."""
-        accounting = self.cluster.spec.accounting
-        out: dict[k8s_render.SecretFile, Path | None] = {k8s_render.MUNGE: None}
-        if accounting.enabled:
-            out[k8s_render.JWT] = None
-            db = accounting.database
-            out[k8s_render.DB_PASSWORD] = Path(db.password_secret) if db else None
-        return out
+        db = self.cluster.spec.accounting.database
+        return {
+            s: Path(db.password_secret) if db and s is roles.DB_PASSWORD else None
+            for s in roles.cluster_secrets(self.cluster.spec)
+        }
 
-    def secret_data(self, secret: k8s_render.SecretFile) -> bytes | None:
+    def secret_data(self, secret: Secret) -> bytes | None:
         """What the Secret holds now, or None when there is none."""
         key = secret.file.replace(".", "\\.")
         argv = self.kubectl("get", "secret", secret.secret, "-o", f"jsonpath={{.data.{key}}}")
@@ -439,7 +439,7 @@ class Kube:
                 path = Path(tmp) / secret.file
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as fh:
-                    fh.write(source.read_bytes() if source else state.new_secret(secret.file))
+                    fh.write(source.read_bytes() if source else secret.new())
                 if current is not None:
                     self._check(
                         self.kubectl("delete", "secret", secret.secret),
@@ -475,7 +475,7 @@ class Kube:
         made with another."""
         if not accounting_db.runs_own_database(self.cluster):
             return
-        secret = k8s_render.DB_PASSWORD
+        secret = roles.DB_PASSWORD
         password = self.secret_data(secret)
         where = f"{self.cluster.path}: accounting: the database of cluster {self.cluster.name}"
         hint = (
@@ -490,7 +490,7 @@ class Kube:
             return
         if f"{DATABASE}-0" not in self.running_pods(DATABASE):
             return  # the image refuses another password at start (images/mariadb/mariadb-init)
-        marker = f"{k8s_render.DATABASE_DIR}/{accounting_db.MARKER}"
+        marker = f"{roles.DATABASE_DATA.path}/{accounting_db.MARKER}"
         proc = self.run(self.kubectl("exec", f"{DATABASE}-0", "-c", DATABASE, "--", "cat", marker))
         recorded = proc.stdout.strip() if proc.returncode == 0 else None
         if recorded and recorded != hashlib.sha256(password).hexdigest():

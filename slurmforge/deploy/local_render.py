@@ -1,18 +1,16 @@
 """The `local` target's renderer (local_run.py runs it): the cluster as a Docker Compose file, valid
 for `docker compose` v2 and `docker-compose` v1 (file format 3.8, no features either lacks).
 
-Services: slurmctld, login, one per compute node (named after the Slurm node, so Compose's DNS
-resolves it), with accounting slurmdbd and (unless the cluster names an external database)
-mariadb on the volume "accounting", slurmrestd published on the login address, and
-jail-populate (profile "setup", so `up` leaves it alone: `invoke deploy` runs the same image's
-populate itself; by hand: `docker-compose --profile setup run --rm jail-populate`).
-Capabilities are granted per service, never --privileged:
-- compute nodes get their node set's capabilities; the built-in base layer gives SYS_ADMIN, which
-  the jail SPANK plugin needs for a private mount namespace and its mounts; and SYS_NICE, with
-  which slurmstepd binds a task to its CPUs once the task runs as its user (NODE_CAPABILITIES);
-- login gets SYS_ADMIN: sshd chroots sessions into the jail, which needs /proc, /dev, the munge
-  socket and the client config mounted inside it (jail-mounts.sh);
-- slurmctld and jail-populate get Docker's defaults only.
+A service per role the cluster runs (roles.py): its record's image, command, published ports,
+configuration directories (written beside the Compose file), secrets (bound read-only at
+/run/secrets), its own data (a named volume) and the jail (a named volume), in the order its
+``after`` says. A compute node is one service per Slurm node, named after it so that Compose's
+DNS resolves it. jail-populate has the profile "setup", so `up` leaves it alone: `invoke deploy`
+runs the same image's populate itself (by hand: `docker-compose --profile setup run --rm
+jail-populate`).
+Capabilities are granted per service, never --privileged: Docker's default set plus what the
+role's record needs beyond it (SYS_ADMIN on the login node; SYS_NICE on the compute nodes, plus
+their node set's, where the base layer adds SYS_ADMIN).
 GPU nodes also get the host driver's files, each mounted read-only (Compose cannot add nosuid or
 nodev to a bind mount; the projection into the jail does), and their own GPU device nodes plus
 the shared control devices.
@@ -29,26 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from slurmforge import jail_contract
-from slurmforge.deploy import generated, slurmconf
+from slurmforge.deploy import generated, roles
 from slurmforge.deploy.gpu_assign import Assignment
-from slurmforge.deploy.model import (
-    CONTROLLER,
-    DATABASE,
-    DBD,
-    JAIL,
-    LOGIN,
-    NODE_CAPABILITIES,
-    RESTD,
-    Cluster,
-)
+from slurmforge.deploy.model import Cluster, NodeSet
+from slurmforge.deploy.roles import POPULATE, Role
 
-POPULATE = "jail-populate"
 ROLE_LABEL = "io.slurmforge.role"
 CLUSTER_LABEL = "io.slurmforge.cluster"
-NODE_CONF, JAIL_CONF = "etc/slurm", "jail/etc/slurm"  # relative to the compose file
-DBD_CONF = "etc/slurmdbd"  # slurmdbd.conf without its password
-SECRETS_DIR = "/run/secrets"  # where every container finds its secret files (read-only)
-ACCOUNTING_VOLUME = "accounting"  # the cluster's own MariaDB's data
+JAIL_VOLUME = "jail"
 
 
 def _mount_caps(caps: list[str], *, runs_containers: bool = False) -> dict[str, Any]:
@@ -74,142 +60,120 @@ def _gpu(assignment: Assignment, node: str) -> dict[str, Any]:
     }
 
 
+class ComposeRenderer:
+    """``secrets``: file name (roles.SECRETS) → the file on this host, bound read-only into the
+    containers that mount it; never an environment variable."""
+
+    def __init__(
+        self, cluster: Cluster, secrets: dict[str, Path], jail_id: str, gpus: Assignment
+    ) -> None:
+        self.cluster = cluster
+        self.spec = cluster.spec
+        self.secrets = secrets
+        self.jail_id = jail_id
+        self.gpus = gpus
+        self.running = roles.running(cluster.spec, "local")
+
+    def render(self) -> dict[str, Any]:
+        services: dict[str, Any] = {}
+        for role in self.running:
+            if role.workload == "nodes":
+                for ns, node in self.cluster.nodes:
+                    services[node] = self.node(role, ns, node)
+            else:
+                services[role.name] = self.service(role, role.name, self.cluster.images[role.image])
+        volumes: dict[str, Any] = {JAIL_VOLUME: {}}
+        volumes.update({r.data.local: {} for r in self.running if r.data})
+        return {"version": "3.8", "services": services, "volumes": volumes}
+
+    def service(
+        self, role: Role, name: str, image: str, command: tuple[str, ...] | None = None, **more
+    ) -> dict[str, Any]:
+        """The role's service; ``more``: extra capabilities, environment, volumes, labels."""
+        job = role.workload == "job"
+        service: dict[str, Any] = {"image": image}
+        service.update({"profiles": ["setup"]} if job else {"hostname": name, "init": True})
+        command = role.command if command is None else command
+        if command:
+            service["command"] = list(command)
+        service.update(
+            _mount_caps(
+                role.added_capabilities(more.get("capabilities", ())),
+                runs_containers=role.runs_containers,
+            )
+        )
+        ports = [self.publish(p) for p in role.ports if p.publish]
+        if ports:
+            service["ports"] = ports
+        env = {**role.env(self.spec), **self.env(role), **more.get("env", {})}
+        if env:
+            service["environment"] = env
+        service["volumes"] = [*self.volumes(role), *more.get("volumes", [])]
+        service["labels"] = {
+            CLUSTER_LABEL: self.cluster.name,
+            ROLE_LABEL: role.name,
+            **more.get("labels", {}),
+        }
+        after = [s for r in self.running if r.name in role.after for s in self.names(r)]
+        if after:
+            service["depends_on"] = after
+        service["restart"] = "no" if job else "unless-stopped"
+        return service
+
+    def node(self, role: Role, ns: NodeSet, node: str) -> dict[str, Any]:
+        driver = _gpu(self.gpus, node)
+        service = self.service(
+            role,
+            node,
+            self.cluster.images[ns.image],
+            tuple(node if a == "{node}" else a for a in role.command),
+            capabilities=ns.capabilities,
+            env=dict(ns.env),
+            volumes=driver.get("volumes", []),
+            labels={"io.slurmforge.nodeset": ns.name},
+        )
+        if driver:
+            service["devices"] = driver["devices"]
+        return service
+
+    def names(self, role: Role) -> list[str]:
+        """The services of ``role``."""
+        if role.workload == "nodes":
+            return [node for _, node in self.cluster.nodes]
+        return [role.name]
+
+    def env(self, role: Role) -> dict[str, str]:
+        env = {var: f"{c.path}/{file}" for c in role.configs if c.env for var, file in [c.env]}
+        if role.name == POPULATE:
+            env.update(jail_contract.populate_env(self.jail_id, self.spec.jail.kept))
+        return env
+
+    def volumes(self, role: Role) -> list[str]:
+        out = [f"./{c.local}:{c.path}:ro" for c in role.configs]
+        out += [
+            f"{self.secrets[s.file]}:{roles.LOCAL_SECRETS_DIR}/{s.file}:ro"
+            for s in role.mounted_secrets(self.spec)
+        ]
+        if role.data:
+            out.append(f"{role.data.local}:{role.data.path}")
+        if role.jail:
+            mode = ":ro" if role.jail == "ro" else ""
+            out.append(f"{JAIL_VOLUME}:{jail_contract.ROOT}{mode}")
+        return out
+
+    def publish(self, port: roles.Port) -> str:
+        """A published port on the login address (an IPv6 one in brackets)."""
+        address = self.spec.login.address
+        host = f"[{address}]" if ":" in address else address
+        return f"{host}:{roles.published(self.spec, port)}:{port.number}"
+
+
 def render(
     cluster: Cluster, secrets: dict[str, Path], jail_id: str, gpus: Assignment | None = None
 ) -> dict[str, Any]:
-    """``secrets``: name (munge.key, jwt_hs256.key, db-password) → the file on this host, bound
-    read-only into the containers that need it; never an environment variable."""
-    gpus = gpus or Assignment()
-
-    def secret(name: str) -> str:
-        return f"{secrets[name]}:{SECRETS_DIR}/{name}:ro"
-
-    key = secret("munge.key")
-    node_conf = f"./{NODE_CONF}:/etc/slurm:ro"
-    jail_conf = f"./{JAIL_CONF}:{slurmconf.JAIL_CONF}:ro"
-    jail = f"jail:{slurmconf.JAIL_ROOT}"
-
-    accounting = cluster.spec.accounting
-    dbd = [DBD] if accounting.enabled else []
-
-    def labels(role: str, **extra: str) -> dict[str, str]:
-        return {CLUSTER_LABEL: cluster.name, ROLE_LABEL: role, **extra}
-
-    services: dict[str, Any] = {
-        CONTROLLER: {
-            "image": cluster.images[CONTROLLER],
-            "hostname": CONTROLLER,
-            "init": True,
-            "command": ["slurmctld", "-D"],
-            "volumes": [
-                node_conf,
-                key,
-                *([secret("jwt_hs256.key")] if accounting.enabled else []),
-                f"state:{slurmconf.STATE_DIR}",
-                f"{jail}:ro",
-            ],
-            "labels": labels(CONTROLLER),
-            # nodes first: slurmctld resolves every node name when it starts (slurmd retries
-            # until the controller answers)
-            **(
-                {"depends_on": [node for _, node in cluster.nodes] + dbd}
-                if cluster.nodes or dbd
-                else {}
-            ),
-            "restart": "unless-stopped",
-        },
-        LOGIN: {
-            "image": cluster.images[LOGIN],
-            "hostname": LOGIN,
-            "init": True,
-            "command": ["/usr/sbin/sshd", "-D", "-e"],
-            **_mount_caps(["SYS_ADMIN"]),
-            "ports": [f"{_host(cluster.spec.login.address)}:{cluster.spec.login.port}:22"],
-            "volumes": [node_conf, jail_conf, key, jail],
-            **(
-                {"environment": {jail_contract.SCRATCH_ENV: " ".join(cluster.spec.jail.scratch)}}
-                if cluster.spec.jail.scratch
-                else {}
-            ),
-            "labels": labels(LOGIN),
-            "depends_on": [CONTROLLER],
-            "restart": "unless-stopped",
-        },
-    }
-    for ns, node in cluster.nodes:
-        driver = _gpu(gpus, node)
-        service: dict[str, Any] = {
-            "image": cluster.images[ns.image],
-            "hostname": node,
-            # an init reaps what job steps leave behind (slurmd as PID 1 would not)
-            "init": True,
-            "command": ["slurmd", "-D", "-N", node],
-            **_mount_caps(sorted({*ns.capabilities, *NODE_CAPABILITIES}), runs_containers=True),
-            "volumes": [node_conf, jail_conf, key, jail, *driver.get("volumes", [])],
-            **({"devices": driver["devices"]} if driver else {}),
-            "labels": labels("node", **{"io.slurmforge.nodeset": ns.name}),
-            "restart": "unless-stopped",
-        }
-        if ns.env:
-            service["environment"] = dict(ns.env)
-        services[node] = service
-    if accounting.enabled:
-        services[DBD] = {
-            "image": cluster.images[DBD],
-            "hostname": DBD,
-            "init": True,
-            "command": ["slurmdbd", "-D"],
-            "volumes": [
-                f"./{DBD_CONF}/slurmdbd.conf:/etc/slurmforge/slurmdbd.conf:ro",
-                key,
-                secret("jwt_hs256.key"),
-                secret("db-password"),
-                f"{jail}:ro",  # user names resolve as on the nodes (the jail's accounts)
-            ],
-            "labels": labels(DBD),
-            **({"depends_on": [DATABASE]} if accounting.database is None else {}),
-            "restart": "unless-stopped",
-        }
-    if accounting.enabled and accounting.database is None:
-        services[DATABASE] = {
-            "image": cluster.images[DATABASE],
-            "hostname": DATABASE,
-            "init": True,
-            "volumes": [f"{ACCOUNTING_VOLUME}:/var/lib/mysql", secret("db-password")],
-            "labels": labels(DATABASE),
-            "restart": "unless-stopped",
-        }
-    if cluster.spec.rest.enabled:
-        rest = cluster.spec.rest
-        services[RESTD] = {
-            "image": cluster.images[RESTD],
-            "hostname": RESTD,
-            "init": True,
-            "ports": [f"{_host(cluster.spec.login.address)}:{rest.port}:6820"],
-            "volumes": [node_conf, key, f"{jail}:ro"],
-            "labels": labels(RESTD),
-            "depends_on": [CONTROLLER],
-            "restart": "unless-stopped",
-        }
-    services[POPULATE] = {
-        "image": cluster.images[JAIL],
-        "profiles": ["setup"],
-        "command": [slurmconf.JAIL_ROOT],
-        "environment": jail_contract.populate_env(jail_id, cluster.spec.jail.kept),
-        "volumes": [jail],
-        "labels": labels(POPULATE),
-        "restart": "no",
-    }
-    volumes: dict[str, Any] = {"jail": {}, "state": {}}
-    if DATABASE in services:
-        volumes[ACCOUNTING_VOLUME] = {}
-    return {"version": "3.8", "services": services, "volumes": volumes}
+    """The Compose file's data for ``cluster``."""
+    return ComposeRenderer(cluster, secrets, jail_id, gpus or Assignment()).render()
 
 
 def dump(compose: dict[str, Any], source: str) -> str:
     return generated.dump_yaml(compose, source)
-
-
-def _host(address: str) -> str:
-    """An address as a Compose port mapping writes it (an IPv6 one in brackets)."""
-    return f"[{address}]" if ":" in address else address

@@ -17,16 +17,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from slurmforge import jail, proc, state
-from slurmforge.deploy import accounting_db, gpu_assign, local_render, slurmconf, slurmctl
-from slurmforge.deploy.model import (
-    CONTROLLER,
-    JAIL,
-    LOGIN,
-    RESTD,
-    Cluster,
-    as_dict,
-    check_user,
-)
+from slurmforge.deploy import accounting_db, gpu_assign, local_render, roles, slurmconf, slurmctl
+from slurmforge.deploy.model import Cluster, as_dict, check_user
+from slurmforge.deploy.roles import CONTROLLER, DBD_CONF, JAIL, JAIL_CONF, LOGIN, SLURM_CONF
 from slurmforge.engine import APIError, Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
 
@@ -127,9 +120,12 @@ class Local:
     def check_ports(self) -> None:
         """The published ports (login's sshd, slurmrestd) are free, or already ours."""
         spec = self.cluster.spec
-        wanted = [("login.port", LOGIN, spec.login.port)]
-        if spec.rest.enabled:
-            wanted.append(("rest.port", RESTD, spec.rest.port))
+        wanted = [
+            (port.publish, role.name, roles.published(spec, port))
+            for role in roles.running(spec, "local")
+            for port in role.ports
+            if port.publish
+        ]
         for key, service, port in wanted:
             mine = self.running(service)
             if mine is not None:
@@ -152,19 +148,15 @@ class Local:
         """The files the containers are given: the munge key and, with accounting, the JWT key
         and the database password (the external database's own file, when it has one). Kept
         outside the repository; made at the first deploy and reused by every later one."""
-        accounting = self.cluster.spec.accounting
-        names = ["munge.key"]
-        if accounting.enabled:
-            names.append("jwt_hs256.key")
-            if accounting.database is None:
-                names.append("db-password")
+        database = self.cluster.spec.accounting.database
         out = {}
-        for name in names:
-            out[name], made = state.ensure_secret(self.cluster.name, name)
+        for secret in roles.cluster_secrets(self.cluster.spec):
+            if secret is roles.DB_PASSWORD and database is not None:
+                out[secret.file] = Path(database.password_secret)
+                continue
+            out[secret.file], made = state.ensure_secret(self.cluster.name, secret.file, secret.new)
             if made:
-                print(f"generated {name} {out[name]}", file=self.log)
-        if accounting.enabled and accounting.database is not None:
-            out["db-password"] = Path(accounting.database.password_secret)
+                print(f"generated {secret.file} {out[secret.file]}", file=self.log)
         return out
 
     def check_database(self) -> None:
@@ -174,7 +166,7 @@ class Local:
         it."""
         if not accounting_db.runs_own_database(self.cluster):
             return
-        where = self.engine.volume_path(f"{self.cluster.name}_{local_render.ACCOUNTING_VOLUME}")
+        where = self.engine.volume_path(f"{self.cluster.name}_{roles.DATABASE_DATA.local}")
         if where is not None:
             accounting_db.check_password(
                 self.cluster, Path(where), state.cluster_dir(self.cluster.name) / "db-password"
@@ -187,18 +179,18 @@ class Local:
 
     def render(self, jail_id: str, secrets: dict[str, Path]) -> bool:
         """Write the reviewable directory; True when the nodes' slurm.conf changed."""
-        conf = self.dir / local_render.NODE_CONF
+        conf = self.dir / SLURM_CONF.local
         before = (conf / "slurm.conf").read_text() if (conf / "slurm.conf").exists() else None
         assignment = self.gpus
         slurmconf.write(
             self.cluster,
             conf,
-            self.dir / local_render.JAIL_CONF,
+            self.dir / JAIL_CONF.local,
             assignment.gres_files(),
             self.pyxis(),
         )
         if self.cluster.spec.accounting.enabled:
-            dbd = self.dir / local_render.DBD_CONF
+            dbd = self.dir / DBD_CONF.local
             dbd.mkdir(parents=True, exist_ok=True)
             (dbd / "slurmdbd.conf").write_text(slurmconf.slurmdbd_conf(self.cluster))
         data = local_render.render(self.cluster, secrets, jail_id, assignment)
@@ -288,7 +280,7 @@ class Local:
             raise ConfigError(f"{self.cluster.name} has no generated Compose file at {self.file}")
         self.compose("down", "--remove-orphans", *(["--volumes"] if volumes else []))
         if volumes:
-            state.forget_cluster(self.cluster.name)
+            state.forget_cluster(self.cluster.name, roles.SECRETS)
 
     def check_deployed(self) -> None:
         if not self.file.exists() or self.container(CONTROLLER) is None:

@@ -16,7 +16,9 @@ from pydantic import AfterValidator, Field, StrictBool, StrictInt, StringConstra
 
 from slurmforge import features, matrix, refs, state
 from slurmforge.config import Config, Model, format_path, read_yaml, validate
+from slurmforge.deploy import roles
 from slurmforge.deploy.layers import Layers
+from slurmforge.deploy.roles import CONTROLLER, LOGIN
 from slurmforge.errors import ConfigError, quote
 
 # node and service names: DNS labels short enough for Slurm node names with a "-<index>" suffix
@@ -29,14 +31,6 @@ AbsPath = Annotated[str, StringConstraints(strict=True, pattern=r"^/[^\s:]*$")]
 EnvName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 # a jail user's name, as the jail's createuser accepts it (and useradd after it)
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
-# Components that run as part of the cluster (the rest are build stages).
-CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
-DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
-SERVICES = (CONTROLLER, LOGIN, JAIL, DBD, RESTD, DATABASE)  # never a node set's image
-# What every compute node holds besides its node set's capabilities, on both targets: slurmstepd
-# (root) sets a task's CPU affinity after the task switched to its user, which the kernel allows
-# a caller that is not the task's owner only with CAP_SYS_NICE (not in Docker's default set).
-NODE_CAPABILITIES = ("SYS_NICE",)
 # Slurm lower-cases account names and takes these characters in them
 ACCOUNT = r"^[a-z0-9_][a-z0-9_.-]{0,63}$"
 
@@ -428,20 +422,14 @@ def _bind_images(
                 f"({', '.join(ns.gres)}) but {ns.image!r} has no GPU user space; expected "
                 f"{' or '.join(gpu_images)}"
             )
-    wanted = {CONTROLLER, LOGIN, JAIL, *(ns.image for ns in spec.nodesets)}
-    if spec.accounting.enabled:
-        wanted.add(DBD)
-        if spec.accounting.database is None:
-            wanted.add(DATABASE)
-    if spec.rest.enabled:
-        wanted.add(RESTD)
+    wanted = roles.images(spec)
     hint = f"invoke build --set {set_name} --cell {cell.name}"
     return cell, {c: refs[c] for c in sorted(wanted)}, hint
 
 
 def usable_nodes(refs: dict[str, str]) -> list[str]:
     """The public components a node set may run (not the controller, login, jail, …)."""
-    return sorted(set(refs) - set(SERVICES))
+    return sorted(set(refs) - roles.SERVICE_IMAGES)
 
 
 def as_dict(cluster: Cluster) -> dict[str, Any]:

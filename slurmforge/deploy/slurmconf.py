@@ -13,12 +13,14 @@ from pathlib import Path
 import jinja2
 
 from slurmforge import jail_contract
-from slurmforge.deploy.model import CONTROLLER, DATABASE, DBD, Cluster
+from slurmforge.deploy import roles
+from slurmforge.deploy.model import Cluster
+from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD
 
-STATE_DIR = "/var/spool/slurmctld"
+STATE_DIR = roles.CONTROLLER_STATE.path
 SPOOL_DIR = "/var/spool/slurmd"
 JAIL_ROOT = jail_contract.ROOT
-JAIL_CONF = "/etc/slurmforge/jail/slurm"  # where the nodes see the jail's client config
+JAIL_CONF = jail_contract.CONF
 SPANK_PLUGIN = "/usr/lib/slurmforge/spank/jail.so"
 PYXIS_PLUGIN = "/usr/lib/slurmforge/spank/pyxis.so"  # slurmforge-pyxis, when built
 # node-local container roots, per user (images/gpu/enroot.conf; created by enroot_install)

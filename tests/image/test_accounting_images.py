@@ -12,7 +12,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from slurmforge.deploy import k8s_render
+from slurmforge.deploy import roles
 
 pytestmark = pytest.mark.image
 MARKER = ".slurmforge-password.sha256"  # images/mariadb/mariadb-init
@@ -53,7 +53,7 @@ def test_the_database_is_made_once_and_another_password_is_refused(
 
     # the first start with exactly the capabilities a Kubernetes pod gives it (no CAP_KILL: the
     # bootstrap server, running as mysql, could not be signalled and kept its locks)
-    caps = list(k8s_render.CAPABILITIES["mariadb"])
+    caps = list(roles.role(roles.DATABASE).capabilities)
     container = start(first, cap_drop=["ALL"], cap_add=caps)
     try:
         _wait_ready(container)

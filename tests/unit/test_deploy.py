@@ -269,7 +269,10 @@ def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: 
     ):
         mount = f"{tmp_path / name}:/run/secrets/{name}:ro"
         assert {n for n, s in services.items() if mount in s.get("volumes", [])} == holders
-    assert not any("environment" in services[s] for s in ("slurmdbd", "mariadb", "slurmrestd"))
+    # no secret travels in the environment, not even where a secret file is
+    values = [str(v) for s in services.values() for v in s.get("environment", {}).values()]
+    assert not any("secret" in v or str(tmp_path) in v for v in values), values
+    assert "environment" not in services["mariadb"] and "environment" not in services["slurmrestd"]
     for service in ("slurmdbd", "mariadb", "slurmrestd"):
         assert "cap_add" not in services[service] and "security_opt" not in services[service]
     assert services["slurmrestd"]["ports"] == ["127.0.0.1:6820:6820"]

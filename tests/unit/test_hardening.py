@@ -451,13 +451,13 @@ def test_a_relative_state_dir_is_refused(write_cluster) -> None:
 
 
 def test_rendering_k8s_again_keeps_files_it_did_not_write(tmp_path: Path) -> None:
-    from slurmforge.deploy import k8s_render
+    from slurmforge.deploy import kustomize
 
     out = tmp_path / "k8s"
     obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}
-    k8s_render.write(out, {"namespace.yaml": obj, "old.yaml": obj}, "a", "cluster.yaml")
+    kustomize.write(out, {"namespace.yaml": obj, "old.yaml": obj}, "a", "cluster.yaml")
     (out / "notes.txt").write_text("mine\n")
-    k8s_render.write(out, {"namespace.yaml": obj}, "a", "cluster.yaml")
+    kustomize.write(out, {"namespace.yaml": obj}, "a", "cluster.yaml")
     assert not (out / "old.yaml").exists()  # an earlier render's, gone
     assert (out / "notes.txt").read_text() == "mine\n"
 

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from slurmforge import config, state
-from slurmforge.deploy import k8s_render, model, open_k8s
+from slurmforge.deploy import k8s_images, k8s_render, model, open_k8s, roles
+from slurmforge.deploy.k8s_objects import secret_env
 from slurmforge.deploy.k8s_run import Kube, kubectl_path
 from slurmforge.errors import ConfigError, DeployError
 from tests.unit.test_cli import _assert_clean_failure, _invoke
@@ -283,8 +284,8 @@ def test_pods_get_no_token_and_the_munge_key_collides_with_nothing(checkout) -> 
             for m in c.get("volumeMounts", []):
                 assert not m["mountPath"].startswith(("/run/secrets", "/var/run/secrets")), name
                 if m["name"] == "munge-key":
-                    assert m["mountPath"] == k8s_render.MUNGE_DIR
-                    assert k8s_render.MUNGE_ENV in c["env"], (name, c["name"])
+                    assert m["mountPath"] == roles.MUNGE.dir
+                    assert secret_env(roles.MUNGE) in c["env"], (name, c["name"])
             for port in c.get("ports", []):
                 assert port["protocol"] == "TCP", (name, port)
             if "readinessProbe" in c:
@@ -380,7 +381,7 @@ def test_each_secret_is_mounted_only_where_it_is_used(checkout) -> None:
     cluster_file, root = checkout
     kube = _kube(cluster_file, root)
     users: dict[str, set[str]] = {}
-    by_name = {s.secret: s for s in k8s_render.SECRETS.values()}
+    by_name = {s.secret: s for s in roles.SECRETS.values()}
     for obj in kube.objects.values():
         for c in _containers(obj):
             env = {e["name"]: e.get("value") for e in c.get("env", [])}
@@ -464,7 +465,7 @@ def test_accounting_off_renders_no_accounting_object(checkout, write_cluster) ->
     names = " ".join(kube.objects)
     assert not [w for w in ("mariadb", "slurmdbd", "slurmrestd") if w in names]
     assert "jwt" not in json.dumps(kube.objects)
-    assert list(kube.secret_files()) == [k8s_render.MUNGE]
+    assert list(kube.secret_files()) == [roles.MUNGE]
 
 
 NODES = ("cpu-0", "cpu-1", "a100-0", "a100-1", "a100-2")  # the cluster of _cluster_data
@@ -695,7 +696,7 @@ def test_registry_override_moves_and_pins_images(write_cluster, tmp_path) -> Non
         c: "registry.example.com/hpc/" + r.rsplit("/", 1)[1] for c, r in cluster.images.items()
     }
     lock = {moved["jail"]: "sha256:" + "a" * 64}
-    images = k8s_render.resolve_images(cluster, lock)
+    images = k8s_images.resolve(cluster, lock)
     assert images.refs["jail"] == moved["jail"].rsplit(":", 1)[0] + "@sha256:" + "a" * 64
     assert images.refs["slurmctld"] == moved["slurmctld"]  # not pushed there: by tag
     assert images.jail_digest == "sha256:" + "a" * 64

@@ -1,0 +1,380 @@
+"""The roles a cluster runs, declared once for every deploy target.
+
+A role is one kind of container in a cluster: the controller, a compute node, the login node,
+slurmdbd and its database, the REST API, the jail populate, the GPU health check. Its record says
+what it is (image, command, ports, readiness), what it is given (secrets, configuration
+directories, the jail, its own data, capabilities, resources) and when a cluster runs it. The
+renderers (local_render.py, k8s_render.py) and runners (local_run.py, k8s_run.py) translate the
+records into their target's objects; nothing there restates them.
+
+- Where to add a role: a `Role` in ROLES, and its image under images/. Both targets then render
+  it (a Compose service; a StatefulSet or Deployment with its Services on Kubernetes), mount what
+  it names, and wait for its readiness probe.
+- Where to add a secret: a `Secret` in SECRETS, named in each role that mounts it. It is made at
+  the first deploy (local: a file in the cluster's state directory; k8s: a Secret) and never
+  written into a generated file.
+- Where a role needs more than the generic translation (a compute node's per-node services and
+  GPUs, slurmdbd's wait for its database), that target's renderer has a hook named after it.
+"""
+
+from __future__ import annotations
+
+import secrets as random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from slurmforge import jail_contract
+
+if TYPE_CHECKING:
+    from slurmforge.deploy.model import ClusterSpec
+
+# Role names: also their Compose services, their objects' names on Kubernetes and, where a role
+# has an image of its own, its component in versions.yaml.
+CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
+DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
+NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
+TARGETS = ("local", "k8s")
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A secret file the images read. Locally it is bound read-only at /run/secrets/<file> (the
+    images' default); on Kubernetes it is a Secret of one key mounted read-only in a directory of
+    its own (/run/secrets would collide with the service-account token below /var/run/secrets),
+    and ``env`` tells the image where."""
+
+    file: str
+    secret: str  # the Kubernetes Secret's name
+    env: str
+    dir: str
+    size: int  # random bytes when made
+    text: bool  # kept as text (a password: URL-safe base64, no quoting needed in SQL or config)
+    when: Callable[[ClusterSpec], bool] = lambda spec: True  # whether the cluster has it
+
+    @property
+    def path(self) -> str:
+        """Where a Kubernetes pod finds it."""
+        return f"{self.dir}/{self.file}"
+
+    def new(self) -> bytes:
+        """Fresh content."""
+        return (
+            random.token_urlsafe(self.size).encode() if self.text else random.token_bytes(self.size)
+        )
+
+
+def _accounting(spec: ClusterSpec) -> bool:
+    return spec.accounting.enabled
+
+
+MUNGE = Secret("munge.key", "munge-key", "MUNGE_KEY_FILE", "/etc/slurmforge/munge", 1024, False)
+# signs and checks tokens (slurmctld, slurmdbd; scontrol token)
+JWT = Secret(
+    "jwt_hs256.key", "jwt-key", "JWT_KEY_FILE", "/etc/slurmforge/jwt", 64, False, _accounting
+)
+# an external database's comes from its file (accounting.database.password_secret)
+DB_PASSWORD = Secret(
+    "db-password", "db-password", "DB_PASSWORD_FILE", "/etc/slurmforge/db", 32, True, _accounting
+)
+SECRETS = {s.file: s for s in (MUNGE, JWT, DB_PASSWORD)}
+LOCAL_SECRETS_DIR = "/run/secrets"
+
+
+@dataclass(frozen=True)
+class ConfigDir:
+    """A directory of generated configuration files, mounted read-only: written beside the
+    Compose file (``local``) or held in a ConfigMap (``name``)."""
+
+    name: str
+    local: str  # relative to the Compose file
+    path: str  # where the containers see it
+    env: tuple[str, str] | None = None  # (variable, file) for an image that is told where
+
+
+SLURM_CONF = ConfigDir("slurm-config", "etc/slurm", "/etc/slurm")
+# the jail's client subset (slurm.conf, plugstack.conf, ...), bound onto the jail's /etc/slurm
+JAIL_CONF = ConfigDir("slurm-jail-config", "jail/etc/slurm", jail_contract.CONF)
+# slurmdbd.conf without its password (the image adds StoragePass from DB_PASSWORD at start)
+DBD_CONF = ConfigDir(
+    "slurmdbd-config",
+    "etc/slurmdbd",
+    "/etc/slurmforge/slurmdbd",
+    ("SLURMDBD_CONF_IN", "slurmdbd.conf"),
+)
+CONFIGS = (SLURM_CONF, JAIL_CONF, DBD_CONF)
+
+
+@dataclass(frozen=True)
+class Data:
+    """State a role keeps across restarts: a named volume locally, a ReadWriteOnce claim of its
+    StatefulSet on Kubernetes, sized by ``kubernetes.<setting>``."""
+
+    path: str
+    local: str  # the Compose volume (renaming it would lose a running cluster's data)
+    claim: str  # the volumeClaimTemplate (pod <role>-0's claim is <claim>-<role>-0)
+    setting: Literal["state", "database"]
+    owner: str | None = None  # handed to this user:group before the role starts (k8s; Docker
+    # volumes copy the image's owner, a new claim's root is root's)
+
+
+# slurmctld's StateSaveLocation; the cluster's own accounting database
+CONTROLLER_STATE = Data("/var/spool/slurmctld", "state", "state", "state", owner="slurm:slurm")
+DATABASE_DATA = Data("/var/lib/mysql", "accounting", "data", "database")
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str
+    number: int
+    # the cluster file's setting of the port it is published on (on the login address locally;
+    # a Service of kubernetes.login_service's type on k8s); None: reached inside the cluster
+    publish: Literal["login.port", "rest.port"] | None = None
+    service_port: int | None = None  # a Kubernetes Service's port, when not the published one
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Ready while: the daemon of ``pid_file`` runs, something listens on ``listening`` (read
+    from the kernel's socket table: no connection, which daemons would log), or ``command``
+    succeeds. Local deploys wait for Slurm's own view instead."""
+
+    pid_file: str | None = None
+    listening: int | None = None
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a role's pod requests and its limits: (cpu, memory) each, as Kubernetes writes them."""
+
+    requests: tuple[str, str]
+    limits: tuple[str, str]
+
+
+# What the roles' processes do that needs a capability. Targets that drop every capability add
+# back exactly these (k8s); Docker's default set already holds most, so locally only the rest is
+# added. The entrypoint installs the munge key for the munge user (CHOWN, FOWNER, DAC_OVERRIDE)
+# and starts munged as that user (SETUID, SETGID); Slurm daemons start processes as users and
+# signal them (SETUID, SETGID, KILL); the jail plugin and sshd chroot (SYS_CHROOT).
+DAEMON = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID")
+DOCKER_DEFAULT_CAPABILITIES = frozenset(
+    {
+        *("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD"),
+        *("NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"),
+    }
+)
+
+Workload = Literal["daemon", "nodes", "job", "schedule"]
+
+
+def _always(spec: ClusterSpec) -> bool:
+    return True
+
+
+def _no_env(spec: ClusterSpec) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    image: str | None  # its component in versions.yaml; None: each node set's own
+    workload: Workload = "daemon"  # daemon: one; nodes: one per Slurm node; job: runs to
+    # completion when deploy asks (populate); schedule: on a schedule (k8s CronJob)
+    command: tuple[str, ...] = ()  # () runs the image's own; "{node}" is the Slurm node's name
+    container: str = ""  # the container's name in a pod, when not the role's
+    ports: tuple[Port, ...] = ()
+    probe: Probe | None = None
+    secrets: tuple[Secret, ...] = ()  # each mounted when the cluster has it
+    configs: tuple[ConfigDir, ...] = ()
+    jail: Literal["rw", "ro"] | None = None  # how it mounts the jail
+    data: Data | None = None
+    capabilities: tuple[str, ...] = ()  # all that its processes need (a node set adds its own)
+    runs_users: bool = False  # users' sessions or jobs, whose setuid programs need escalation
+    runs_containers: bool = False  # jobs start containers (enroot's pivot_root in a user
+    # namespace, which the runtimes' default seccomp profiles refuse): no seccomp filter
+    fixed_hostname: bool = False  # its host name must be its name (slurmdbd checks DbdHost)
+    stable_name: bool = False  # reached or operated by a stable name (k8s: pod <name>-0), as a
+    # role that keeps data is
+    after: tuple[str, ...] = ()  # roles started before it, where a target orders starts
+    resources: Resources = Resources(("100m", "128Mi"), ("1", "512Mi"))
+    grace_seconds: int | None = None  # to stop cleanly, when more than the runtime's default
+    targets: tuple[str, ...] = TARGETS
+    when: Callable[[ClusterSpec], bool] = _always  # whether a cluster runs it
+    env: Callable[[ClusterSpec], dict[str, str]] = field(default=_no_env)
+
+    @property
+    def container_name(self) -> str:
+        return self.container or self.name
+
+    def mounted_secrets(self, spec: ClusterSpec) -> tuple[Secret, ...]:
+        return tuple(s for s in self.secrets if s.when(spec))
+
+    def added_capabilities(self, extra: tuple[str, ...] = ()) -> list[str]:
+        """What to add to Docker's default set (its targets drop nothing)."""
+        return sorted({*self.capabilities, *extra} - DOCKER_DEFAULT_CAPABILITIES)
+
+
+def _login_env(spec: ClusterSpec) -> dict[str, str]:
+    scratch = spec.jail.scratch
+    return {jail_contract.SCRATCH_ENV: " ".join(scratch)} if scratch else {}
+
+
+def _own_database(spec: ClusterSpec) -> bool:
+    return spec.accounting.enabled and spec.accounting.database is None
+
+
+def _health_check(spec: ClusterSpec) -> bool:
+    return spec.kubernetes.health_check.enabled and any(ns.gpus for ns in spec.nodesets)
+
+
+ROLES: tuple[Role, ...] = (
+    Role(
+        CONTROLLER,
+        image=CONTROLLER,
+        command=("slurmctld", "-D"),
+        ports=(Port("slurmctld", 6817),),
+        probe=Probe(pid_file="/var/run/slurmctld.pid"),
+        secrets=(MUNGE, JWT),
+        configs=(SLURM_CONF,),
+        # read-only: users and groups come from the jail's /etc (libnss-extrausers)
+        jail="ro",
+        data=CONTROLLER_STATE,
+        capabilities=DAEMON,
+        # nodes first: slurmctld resolves every node name when it starts (slurmd retries until
+        # the controller answers)
+        stable_name=True,  # the nodes reach slurmctld-0.slurmctld
+        after=(NODE, DBD),
+        resources=Resources(("500m", "512Mi"), ("2", "2Gi")),
+    ),
+    Role(
+        NODE,
+        image=None,
+        workload="nodes",
+        command=("slurmd", "-D", "-N", "{node}"),
+        container="slurmd",
+        ports=(Port("slurmd", 6818),),
+        probe=Probe(pid_file="/var/run/slurmd.pid"),
+        secrets=(MUNGE,),
+        configs=(SLURM_CONF, JAIL_CONF),
+        jail="rw",
+        # slurmstepd (root) sets a task's CPU affinity after the task switched to its user, which
+        # the kernel allows a caller that is not the task's owner only with SYS_NICE; the base
+        # layer's node sets add SYS_ADMIN (the jail plugin's private mount namespace)
+        capabilities=(*DAEMON, "SYS_CHROOT", "SYS_NICE"),
+        runs_users=True,
+        runs_containers=True,
+    ),
+    Role(
+        LOGIN,
+        image=LOGIN,
+        command=("/usr/sbin/sshd", "-D", "-e"),
+        ports=(Port("ssh", 22, publish="login.port", service_port=22),),
+        probe=Probe(pid_file="/run/sshd.pid"),
+        secrets=(MUNGE,),
+        configs=(SLURM_CONF, JAIL_CONF),
+        jail="rw",
+        # sshd chroots sessions into the jail, which needs /proc, /dev, the munge socket and the
+        # client config mounted inside it (images/login/jail-mounts.sh)
+        capabilities=(*DAEMON, "AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_ADMIN", "SYS_CHROOT"),
+        runs_users=True,
+        stable_name=True,  # `invoke login`, kubectl exec login-0
+        after=(CONTROLLER,),
+        resources=Resources(("250m", "256Mi"), ("2", "2Gi")),
+        env=_login_env,
+    ),
+    Role(
+        DATABASE,
+        image=DATABASE,
+        ports=(Port("mysql", 3306),),
+        # through the socket: a TCP probe would log an aborted connection each time
+        probe=Probe(command=("mariadb-admin", "ping")),
+        secrets=(DB_PASSWORD,),
+        data=DATABASE_DATA,
+        # its first start makes its data directory mysql's, then the server becomes mysql
+        capabilities=("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"),
+        # the buffer pool (images/mariadb/slurmforge.cnf) grows to 2 GiB
+        resources=Resources(("250m", "512Mi"), ("2", "3Gi")),
+        grace_seconds=60,  # InnoDB shuts down cleanly
+        when=_own_database,
+    ),
+    Role(
+        DBD,
+        image=DBD,
+        command=("slurmdbd", "-D"),
+        ports=(Port("slurmdbd", 6819),),
+        probe=Probe(pid_file="/run/slurmdbd/slurmdbd.pid"),
+        secrets=(MUNGE, JWT, DB_PASSWORD),
+        configs=(DBD_CONF,),
+        jail="ro",  # user names resolve as on the nodes (the jail's accounts)
+        # starts as root, writes its config for SlurmUser and becomes it
+        capabilities=DAEMON,
+        fixed_hostname=True,
+        after=(DATABASE,),
+        resources=Resources(("100m", "256Mi"), ("1", "1Gi")),
+        when=_accounting,
+    ),
+    Role(
+        RESTD,
+        image=RESTD,
+        # it holds no key: each request's token is checked by slurmctld and slurmdbd
+        ports=(Port("http", 6820, publish="rest.port"),),
+        probe=Probe(listening=6820),
+        secrets=(MUNGE,),
+        configs=(SLURM_CONF,),
+        jail="ro",
+        capabilities=DAEMON,  # started as its own account (runuser)
+        after=(CONTROLLER,),
+        when=lambda spec: spec.rest.enabled,
+    ),
+    Role(
+        POPULATE,
+        image=JAIL,
+        workload="job",
+        command=(jail_contract.ROOT,),
+        jail="rw",
+        # copies a root filesystem with its owners, modes and file capabilities
+        capabilities=("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD", "SETFCAP"),
+        resources=Resources(("500m", "512Mi"), ("2", "2Gi")),
+    ),
+    Role(
+        HEALTH_CHECK,
+        image=LOGIN,  # set up like the login node: srun inside the jail
+        workload="schedule",
+        secrets=(MUNGE,),
+        configs=(SLURM_CONF, JAIL_CONF),
+        jail="rw",
+        capabilities=(*DAEMON, "SYS_ADMIN", "SYS_CHROOT"),  # the login's jail mounts, chroot
+        targets=("k8s",),  # local: `invoke gpu-check`
+        when=_health_check,
+    ),
+)
+BY_NAME = {r.name: r for r in ROLES}
+# what never runs as a node set's image
+SERVICE_IMAGES = frozenset(r.image for r in ROLES if r.image) | {JAIL}
+
+
+def role(name: str) -> Role:
+    return BY_NAME[name]
+
+
+def running(spec: ClusterSpec, target: str | None = None) -> list[Role]:
+    """The roles ``spec``'s cluster runs (on ``target``, or on either), in ROLES' order."""
+    return [r for r in ROLES if r.when(spec) and (target is None or target in r.targets)]
+
+
+def cluster_secrets(spec: ClusterSpec) -> list[Secret]:
+    """The secrets the cluster's roles mount, in SECRETS' order."""
+    used = {s for r in running(spec) for s in r.mounted_secrets(spec)}
+    return [s for s in SECRETS.values() if s in used]
+
+
+def published(spec: ClusterSpec, port: Port) -> int:
+    """The port ``port`` is published on (its ``publish`` setting's value)."""
+    return {"login.port": spec.login.port, "rest.port": spec.rest.port}[port.publish or ""]
+
+
+def images(spec: ClusterSpec) -> set[str]:
+    """The components whose images the cluster runs (node sets' included)."""
+    return {r.image for r in running(spec) if r.image} | {ns.image for ns in spec.nodesets}
