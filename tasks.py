@@ -332,17 +332,18 @@ def _cluster_file(cluster: str | None) -> Path:
     return Path(cluster).resolve() if cluster else HERE / "deploy" / "cluster.yaml"
 
 
-def _where(cluster, config, out, target="local", context=None, namespace=None):
+def _where(cluster, config, out, target="local", context=None, namespace=None, dry_run=False):
     from slurmforge.deploy import Where
 
     out_root = out_dir("--out", out, HERE / "deploy" / "out")
-    return Where(_cluster_file(cluster), _config_path(config), out_root, target, context, namespace)
+    cluster_file, config_file = _cluster_file(cluster), _config_path(config)
+    return Where(cluster_file, config_file, out_root, target, context, namespace, dry_run)
 
 
-def _local(cluster: str | None, config: str | None, out: str | None):
+def _target(cluster, config, out, target, context, namespace):
     from slurmforge.deploy import open_target
 
-    return open_target(_where(cluster, config, out))
+    return open_target(_where(cluster, config, out, target, context, namespace))
 
 
 @task(
@@ -367,29 +368,38 @@ def deploy(
     """Generate the manifests, populate the jail, start the cluster and wait for its nodes."""
     from slurmforge.deploy import deploy as deploy_cluster
 
-    where = _where(cluster, config, out, target, context, namespace)
-    for line in deploy_cluster(where, timeout, dry_run):
+    where = _where(cluster, config, out, target, context, namespace, dry_run)
+    for line in deploy_cluster(where, timeout):
         print(line)
 
 
-@task(help=DEPLOY_HELP)
+@task(help=TARGET_HELP)
 @_fails_cleanly
-def status(c, cluster=None, config=None, out=None):
+def status(c, target="local", cluster=None, config=None, out=None, context=None, namespace=None):
     """Containers of the cluster and what Slurm says about its nodes and jobs."""
-    print(_local(cluster, config, out).status())
+    print(_target(cluster, config, out, target, context, namespace).status())
 
 
 @task(
     help={
-        **DEPLOY_HELP,
+        **TARGET_HELP,
         "volumes": "also delete the jail, the controller state, the accounting database and "
         "the secrets",
     }
 )
 @_fails_cleanly
-def down(c, cluster=None, config=None, out=None, volumes=False):
+def down(
+    c,
+    target="local",
+    cluster=None,
+    config=None,
+    out=None,
+    context=None,
+    namespace=None,
+    volumes=False,
+):
     """Stop and remove the cluster's containers (and with --volumes, its data)."""
-    _local(cluster, config, out).down(volumes)
+    _target(cluster, config, out, target, context, namespace).down(volumes)
 
 
 @task(
@@ -419,15 +429,17 @@ def scale(
     print(f"scaled: {spec}" + (f" (removed {', '.join(removed)})" if removed else ""))
 
 
-@task(help={**DEPLOY_HELP, "user": "log in as this jail user instead of root"})
+@task(help={**TARGET_HELP, "user": "log in as this jail user instead of root"})
 @_fails_cleanly
-def login(c, user=None, cluster=None, config=None, out=None):
+def login(
+    c, user=None, target="local", cluster=None, config=None, out=None, context=None, namespace=None
+):
     """Open a shell inside the jail on the login node."""
     if user is not None:
         from slurmforge.deploy.model import check_user
 
-        check_user(user)  # refused before Docker is asked anything
-    argv = _local(cluster, config, out).login_argv(user)
+        check_user(user)  # refused before the cluster is asked anything
+    argv = _target(cluster, config, out, target, context, namespace).login_argv(user)
     os.execvp(argv[0], argv)
 
 
@@ -453,18 +465,28 @@ def jail_populate(c, into, set="default", cell=None, keep=None, config=None):
 
 @task(
     help={
-        **DEPLOY_HELP,
+        **TARGET_HELP,
         "min_busbw": "drain nodes below this bus bandwidth, GB/s (default: gpu.min_busbw)",
         "command": "run this instead of all_reduce_perf on each node (wrappers, tests)",
     }
 )
 @_fails_cleanly
-def gpu_check(c, cluster=None, config=None, out=None, min_busbw=None, command=None):
+def gpu_check(
+    c,
+    target="local",
+    cluster=None,
+    config=None,
+    out=None,
+    context=None,
+    namespace=None,
+    min_busbw=None,
+    command=None,
+):
     """Run the GPU health check once on every GPU node: drain slow ones, resume recovered ones."""
-    from slurmforge.deploy import healthcheck
-
     threshold = number("--min-busbw", min_busbw, inclusive=True)
-    results = healthcheck.run(_local(cluster, config, out), threshold, command)
+    results = _target(cluster, config, out, target, context, namespace).gpu_check(
+        threshold, command
+    )
     print(_table([[r.node, r.verdict, r.detail] for r in results], ["node", "verdict", "detail"]))
     if any(r.verdict == "error" for r in results):
         from slurmforge.errors import DeployError

@@ -1,24 +1,33 @@
 """Deployment: one typed cluster model, rendered to Slurm config and to a target's manifests.
 
-Where to add a deploy target: ``TARGETS`` and ``open_target`` here, a ``<name>_render`` module
-that turns the model (model.py, slurmconf.py) into its manifests and a ``<name>_run`` module
-whose class runs them with the methods ``deploy`` and ``scale`` call (``admit``,
-``check_deployed``, ``scale``, and ``deploy``/``render``+``apply``).
+What a cluster runs is declared once, in roles.py (where to add a role or a secret); the model
+(model.py) and Slurm's configuration (slurmconf.py) are the same for every target.
+
+Where to add a deploy target: a class that implements `Target` (its ``<name>_render`` module
+turns the model and the roles into manifests; its ``<name>_run`` module holds the class), and a
+line in TARGETS. A command the target cannot carry out is left to `Target`'s own method, which
+refuses it with one line and a hint; the CLI never tests the target's name.
 """
 
 from __future__ import annotations
 
-import contextlib
+import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, ClassVar
 
 from slurmforge import options
 from slurmforge.errors import ConfigError
 
-TARGETS = ("local", "k8s")
-DEFAULT_WAIT = {"local": 180.0, "k8s": 600.0}  # seconds; on k8s, per wait
+if TYPE_CHECKING:
+    from slurmforge.deploy.model import Cluster
+
+# name → "module:class" of its Target (imported when chosen: each brings its own dependencies)
+TARGETS = {
+    "local": "slurmforge.deploy.local_run:Local",
+    "k8s": "slurmforge.deploy.k8s_run:Kube",
+}
 
 
 @dataclass(frozen=True)
@@ -29,102 +38,104 @@ class Where:
     versions_file: Path
     out_root: Path
     target: str = "local"
-    context: str | None = None  # k8s only
-    namespace: str | None = None  # k8s only
+    context: str | None = None
+    namespace: str | None = None
+    dry_run: bool = False
 
-    def check(self, dry_run: bool = False) -> None:
-        """A bad --target, or a k8s-only option on local, refused before anything is read."""
-        check_target(self.target)
-        if self.target != "k8s":
-            local_only(context=self.context, namespace=self.namespace, dry_run=dry_run)
+    def target_class(self) -> type[Target]:
+        """The chosen target's class; a bad --target, or an option the target does not take,
+        refused before anything is read."""
+        if self.target not in TARGETS:
+            raise ConfigError(f"--target {self.target!r}: expected one of {', '.join(TARGETS)}")
+        module, name = TARGETS[self.target].split(":")
+        cls: type[Target] = getattr(importlib.import_module(module), name)
+        given = {"context": self.context, "namespace": self.namespace, "dry_run": self.dry_run}
+        refused = [k for k, v in given.items() if v and k not in cls.OPTIONS]
+        if refused:
+            takers = [t for t in TARGETS if t != self.target]
+            names = ", ".join(f"--{k.replace('_', '-')}" for k in refused)
+            raise ConfigError(f"{names}: for --target {' or '.join(takers)} only")
+        return cls
 
     def wait(self, timeout: str | None) -> float:
         """``--timeout`` in seconds, or the target's default."""
-        return options.number("--timeout", timeout, DEFAULT_WAIT[self.target])
+        return options.number("--timeout", timeout, self.target_class().DEFAULT_WAIT)
 
 
-def local_only(**given: Any) -> None:
-    """Refuse options (``name=value``) that only --target k8s takes."""
-    names = [f"--{k.replace('_', '-')}" for k, v in given.items() if v]
-    if names:
-        raise ConfigError(f"{', '.join(names)}: for --target k8s only")
+class Target:
+    """What every deploy-side command asks of a target. A target overrides what it supports;
+    the rest is refused here, naming the command and the target."""
+
+    NAME: ClassVar[str]
+    DEFAULT_WAIT: ClassVar[float]  # seconds
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()  # target-only options it takes
+    cluster: Cluster
+
+    @classmethod
+    def open(cls, where: Where) -> Target:
+        """The target for ``where`` (loads both files, connects what it needs)."""
+        raise NotImplementedError
+
+    def _unsupported(self, command: str, hint: str | None = None) -> ConfigError:
+        return ConfigError(f"invoke {command}: not supported by --target {self.NAME}", hint=hint)
+
+    def deploy(self, timeout: float) -> list[str]:
+        """Render, apply, wait until every node is in service; the lines to show the user."""
+        raise self._unsupported("deploy")
+
+    def admit(self, new: Cluster) -> None:
+        """Refuse ``new`` (this cluster with other node counts) when it cannot run here."""
+
+    def check_deployed(self) -> None:
+        """Refuse a cluster that is not deployed here."""
+        raise self._unsupported("scale")
+
+    def scale(self, new: Cluster, timeout: float) -> list[str]:
+        """Apply ``new``; the removed nodes."""
+        raise self._unsupported("scale")
+
+    def status(self) -> str:
+        raise self._unsupported("status")
+
+    def down(self, volumes: bool) -> None:
+        raise self._unsupported("down")
+
+    def login_argv(self, user: str | None) -> list[str]:
+        """The command that opens a shell in the jail on the login node."""
+        raise self._unsupported("login")
+
+    def sh(self, role: str, command: str) -> tuple[int, str]:
+        """Run ``command`` with bash in the role's (first) container: exit status, output."""
+        raise NotImplementedError
+
+    def gpu_check(self, min_busbw: float | None, command: str | None) -> list:
+        """Run the GPU health check once on every GPU node (healthcheck.NodeCheck each)."""
+        raise self._unsupported("gpu-check")
 
 
-def open_target(where: Where) -> Any:
-    """The target's runner: `Local` or `Kube` (loads both files, connects what it needs)."""
-    where.check()
-    if where.target == "k8s":
-        return open_k8s(
-            where.cluster_file, where.versions_file, where.out_root, where.namespace, where.context
-        )
-    return open_local(where.cluster_file, where.versions_file, where.out_root, where.target)
+def open_target(where: Where) -> Target:
+    """The chosen target for ``where``."""
+    return where.target_class().open(where)
 
 
-def deploy(where: Where, timeout: str | None, dry_run: bool = False) -> list[str]:
-    """`invoke deploy` on either target; the lines to show the user."""
-    check_target(where.target)  # first: the --timeout default depends on it
+def deploy(where: Where, timeout: str | None) -> list[str]:
+    """`invoke deploy` on the chosen target; the lines to show the user."""
     seconds = where.wait(timeout)
-    where.check(dry_run)
-    target = open_target(where)
-    if where.target == "k8s":
-        directory = target.render()
-        versions = target.validate()
-        lines = [
-            f"wrote {len(target.objects)} objects to {directory} "
-            f"(valid for Kubernetes {', '.join(versions)}; `kubectl kustomize` renders it)"
-        ]
-        return lines if dry_run else [*lines, target.apply(seconds)]
-    took = target.deploy(seconds)
-    spec = target.cluster.spec
-    return [
-        f"cluster {spec.name}: {len(target.cluster.nodes)} nodes idle after {took:.1f} s "
-        f"(manifests: {target.dir})",
-        "log in:  invoke login            (root shell in the jail on the login node)",
-        "         invoke login --user NAME",
-        f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from createuser)",
-    ]
+    return open_target(where).deploy(seconds)
 
 
-def open_local(cluster_file: Path, versions_file: Path, out_root: Path, target: str = "local"):
-    """The `local` target for ``cluster_file`` (loads versions.yaml, connects to Docker)."""
-    from slurmforge import config
-    from slurmforge.deploy import model
-    from slurmforge.deploy.local_run import Local
-    from slurmforge.engine import Engine
-
-    check_target(target)
-    cluster = model.load(cluster_file, config.load(versions_file))
-    return Local(cluster, Engine.connect(), out_root)
-
-
-def check_target(target: str) -> None:
-    if target not in TARGETS:
-        raise ConfigError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
-
-
-def open_k8s(
-    cluster_file: Path,
-    versions_file: Path,
-    out_root: Path,
-    namespace: str | None = None,
-    context: str | None = None,
-):
-    """The `k8s` target: images are found in the push lock, else in the local engine."""
-    from slurmforge import config
-    from slurmforge.deploy import model
-    from slurmforge.deploy.k8s_run import Kube
-    from slurmforge.engine import Engine
-    from slurmforge.errors import EngineUnavailable
-
+def check_namespace(namespace: str | None) -> None:
     if namespace is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
         raise ConfigError(f"--namespace {namespace!r}: expected a DNS label (a-z, 0-9, -)")
-    versions = config.load(versions_file)
-    cluster = model.load(cluster_file, versions)
-    kube = Kube(cluster, out_root, versions.root, None, namespace, context)
-    kube.check_versions()
-    with contextlib.suppress(EngineUnavailable):  # fine when the push lock pins every image
-        kube.engine = Engine.connect()
-    return kube
+
+
+def load_cluster(where: Where) -> tuple[Cluster, Path]:
+    """The cluster file's model, bound to versions.yaml's images; and that file's directory."""
+    from slurmforge import config
+    from slurmforge.deploy import model
+
+    versions = config.load(where.versions_file)
+    return model.load(where.cluster_file, versions), versions.root
 
 
 def parse_scale(arg: str) -> tuple[str, int]:
@@ -145,7 +156,6 @@ def scale(where: Where, arg: str, timeout: str | None) -> list[str]:
     from slurmforge import config, state
     from slurmforge.deploy import model
 
-    where.check()
     seconds = where.wait(timeout)
     nodeset, count = parse_scale(arg)  # bad input is refused before anything is contacted
     versions = config.load(where.versions_file)

@@ -1,4 +1,4 @@
-"""`invoke gpu-check`: run the jail's GPU health check once on every GPU node of a local cluster.
+"""`invoke gpu-check`: run the jail's GPU health check once on every GPU node of a cluster.
 
 The check itself is a job step (``/opt/slurmforge/gpu-check`` in the jail, from rootfs/): it runs
 all_reduce_perf, drains its node when the bus bandwidth is below the threshold, and resumes a node
@@ -14,8 +14,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from slurmforge.deploy.local_run import Local
-from slurmforge.deploy.model import CONTROLLER, LOGIN
+from slurmforge.deploy import Target
+from slurmforge.deploy.roles import CONTROLLER, LOGIN
 from slurmforge.errors import ConfigError, DeployError
 
 SCRIPT = "/opt/slurmforge/gpu-check"
@@ -31,19 +31,19 @@ class NodeCheck:
     detail: str
 
 
-def gpu_nodes(local: Local) -> dict[str, tuple[str, int]]:
+def gpu_nodes(target: Target) -> dict[str, tuple[str, int]]:
     """GPU node → a partition it is in (srun needs one that holds the node) and its GPUs."""
-    parts = local.cluster.spec.partitions
+    parts = target.cluster.spec.partitions
     return {
         node: (next(p.name for p in parts if ns.name in p.nodesets), ns.gpus)
-        for ns, node in local.cluster.nodes
+        for ns, node in target.cluster.nodes
         if ns.gpus and any(ns.name in p.nodesets for p in parts)
     }
 
 
-def node_info(local: Local, nodes: list[str]) -> dict[str, tuple[str, str]]:
+def node_info(target: Target, nodes: list[str]) -> dict[str, tuple[str, str]]:
     """node → (state, reason)."""
-    code, out = local.sh(CONTROLLER, f"sinfo -h -N -n {','.join(nodes)} -o '%N|%T|%E'")
+    code, out = target.sh(CONTROLLER, f"sinfo -h -N -n {','.join(nodes)} -o '%N|%T|%E'")
     if code:
         raise DeployError(f"slurmctld is not answering: {out}")
     info = {}
@@ -54,26 +54,26 @@ def node_info(local: Local, nodes: list[str]) -> dict[str, tuple[str, str]]:
 
 
 def run(
-    local: Local, min_busbw: float | None, command: str | None, timeout_min: int = 15
+    target: Target, min_busbw: float | None, command: str | None, timeout_min: int = 15
 ) -> list[NodeCheck]:
     """Check every GPU node once; ``min_busbw`` (GB/s) defaults to the cluster's gpu.min_busbw."""
     if min_busbw is None:
-        min_busbw = local.cluster.spec.gpu.min_busbw
-    nodes = gpu_nodes(local)
+        min_busbw = target.cluster.spec.gpu.min_busbw
+    nodes = gpu_nodes(target)
     if not nodes:
-        raise ConfigError(f"{local.cluster.path}: no node set requests GPUs; nothing to check")
-    info = node_info(local, nodes)
+        raise ConfigError(f"{target.cluster.path}: no node set requests GPUs; nothing to check")
+    info = node_info(target, nodes)
     ours = [n for n in nodes if "drain" in info[n][0] and info[n][1].startswith(REASON)]
     others = [n for n in nodes if "drain" in info[n][0] and n not in ours]
     checked = [n for n in nodes if n not in others]
     results = [NodeCheck(n, "skipped", f"drained by someone else: {info[n][1]}") for n in others]
     if ours:
         _sh(
-            local,
+            target,
             f"scontrol create reservation ReservationName={RESERVATION} Nodes={','.join(ours)} "
             "Users=root StartTime=now Duration=60 Flags=MAINT,IGNORE_JOBS",
         )
-        _sh(local, f"scontrol update NodeName={','.join(ours)} State=RESUME")
+        _sh(target, f"scontrol update NodeName={','.join(ours)} State=RESUME")
     try:
         args = f"--min-busbw {min_busbw:g}" + (
             f" --command {shlex.quote(command)}" if command else ""
@@ -90,12 +90,12 @@ def run(
             rc = f'echo "__rc__ {node} ${{PIPESTATUS[0]}}"'
             script.append(f"( {step} 2>&1 | sed 's/^/{node}: /'; {rc} ) &")
         # srun runs where users run it: in the jail on the login node
-        _, out = local.sh(
+        _, out = target.sh(
             LOGIN, f"chroot /jail bash -c {shlex.quote(chr(10).join([*script, 'wait']))}"
         )
     finally:
         if ours:
-            local.sh(CONTROLLER, f"scontrol delete ReservationName={RESERVATION}")
+            target.sh(CONTROLLER, f"scontrol delete ReservationName={RESERVATION}")
     codes = {m.group(1): int(m.group(2)) for ln in out.splitlines() if (m := _RC.match(ln))}
     for node in checked:
         lines = [ln[len(node) + 2 :] for ln in out.splitlines() if ln.startswith(f"{node}: ")]
@@ -115,13 +115,13 @@ def run(
             )
         if node in ours and verdict == "error":  # not checked: back to the drain it was in
             reason = shlex.quote(info[node][1])
-            local.sh(CONTROLLER, f"scontrol update NodeName={node} State=DRAIN Reason={reason}")
+            target.sh(CONTROLLER, f"scontrol update NodeName={node} State=DRAIN Reason={reason}")
         results.append(NodeCheck(node, verdict, " / ".join(summary) or "no output"))
     return sorted(results, key=lambda r: r.node)
 
 
-def _sh(local: Local, command: str) -> str:
-    code, out = local.sh(CONTROLLER, command)
+def _sh(target: Target, command: str) -> str:
+    code, out = target.sh(CONTROLLER, command)
     if code:
         raise DeployError(f"{command.split()[0]} failed: {out}")
     return out

@@ -18,6 +18,7 @@ in service; and with accounting, until slurmdbd knows the cluster (then the defa
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -29,14 +30,25 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import yaml
 
-from slurmforge import state
-from slurmforge.deploy import accounting_db, k8s_images, k8s_render, kustomize, roles, slurmctl
-from slurmforge.deploy.model import Cluster
-from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD, JAIL, NODE, Secret
+from slurmforge import jail_contract, state
+from slurmforge.deploy import (
+    Target,
+    Where,
+    accounting_db,
+    check_namespace,
+    k8s_images,
+    k8s_render,
+    kustomize,
+    load_cluster,
+    roles,
+    slurmctl,
+)
+from slurmforge.deploy.model import Cluster, check_user
+from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD, JAIL, LOGIN, NODE, Secret
 from slurmforge.errors import ConfigError, DeployError
 
 CONFIG_ANNOTATION = "slurmforge.io/config"  # on a pod: the Slurm config it was told to load
@@ -83,7 +95,28 @@ def _version_key(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split("."))
 
 
-class Kube:
+class Kube(Target):
+    """The `k8s` target: a kustomize directory applied with kubectl."""
+
+    NAME = "k8s"
+    DEFAULT_WAIT: ClassVar[float] = 600.0  # per wait
+    OPTIONS = frozenset({"context", "namespace", "dry_run"})
+
+    @classmethod
+    def open(cls, where: Where) -> Kube:
+        """Images are found in the push lock, else in the local engine (when one answers)."""
+        from slurmforge.engine import Engine
+        from slurmforge.errors import EngineUnavailable
+
+        check_namespace(where.namespace)
+        cluster, root = load_cluster(where)
+        kube = cls(cluster, where.out_root, root, None, where.namespace, where.context)
+        kube.dry_run = where.dry_run
+        kube.check_versions()
+        with contextlib.suppress(EngineUnavailable):  # fine when the push lock pins every image
+            kube.engine = Engine.connect()
+        return kube
+
     def __init__(
         self,
         cluster: Cluster,
@@ -104,6 +137,17 @@ class Kube:
         self.run = run
         self.log = log or sys.stderr
         self.objects: dict[str, dict[str, Any]] = {}
+        self.dry_run = False
+
+    def deploy(self, timeout: float) -> list[str]:
+        """Render and validate; unless a dry run, apply and wait (see the module's docstring)."""
+        directory = self.render()
+        versions = self.validate()
+        lines = [
+            f"wrote {len(self.objects)} objects to {directory} "
+            f"(valid for Kubernetes {', '.join(versions)}; `kubectl kustomize` renders it)"
+        ]
+        return lines if self.dry_run else [*lines, self.apply(timeout)]
 
     # -- render and validate -----------------------------------------------------------------
 
@@ -304,12 +348,48 @@ class Kube:
 
     # -- operate -----------------------------------------------------------------------------
 
-    def controller_sh(self, command: str) -> tuple[int, str]:
+    def sh(self, role: str, command: str) -> tuple[int, str]:
+        """``command`` in the role's first pod (``<role>-0`` of its StatefulSet)."""
+        container = roles.role(role).container_name
         proc = self.run(
-            self.kubectl("exec", f"{CONTROLLER}-0", "-c", CONTROLLER, "--", "bash", "-c", command)
+            self.kubectl("exec", f"{role}-0", "-c", container, "--", "bash", "-c", command)
         )
         out = proc.stdout if proc.returncode == 0 else proc.stderr + proc.stdout
         return proc.returncode, out.strip()
+
+    def controller_sh(self, command: str) -> tuple[int, str]:
+        return self.sh(CONTROLLER, command)
+
+    def status(self) -> str:
+        """The cluster's pods, then what Slurm says about its nodes and jobs."""
+        pods = self._check(
+            self.kubectl("get", "pods", "-l", f"app.kubernetes.io/instance={self.cluster.name}"),
+            "listing the pods",
+        )
+        code, out = self.controller_sh("sinfo -N -l; echo; squeue")
+        return pods.rstrip() + "\n\n" + (out if code == 0 else f"slurmctld is not answering: {out}")
+
+    def login_argv(self, user: str | None) -> list[str]:
+        """kubectl exec into login-0, chrooted into the jail (as ``user`` through su)."""
+        inner = ["su", "--login", "--", check_user(user)] if user else ["/bin/bash", "-l"]
+        tty = ["-it"] if sys.stdin.isatty() else ["-i"]
+        container = roles.role(LOGIN).container_name
+        exec_ = ["exec", *tty, f"{LOGIN}-0", "-c", container, "--"]
+        return self.kubectl(*exec_, "chroot", jail_contract.ROOT, *inner)
+
+    def gpu_check(self, min_busbw: float | None, command: str | None) -> list:
+        raise self._unsupported(
+            "gpu-check",
+            hint="the CronJob gpu-health-check runs it on schedule; now: kubectl create job "
+            f"--namespace {self.namespace} --from=cronjob/gpu-health-check gpu-check-now",
+        )
+
+    def down(self, volumes: bool) -> None:
+        raise self._unsupported(
+            "down",
+            hint=f"kubectl delete -k {self.dir} removes what deploy applied (claims made from "
+            "volumeClaimTemplates stay: the controller state and the database)",
+        )
 
     def _get(self, kind: str, **labels: str) -> list[dict[str, Any]]:
         """This cluster's objects of ``kind`` (with these labels too)."""

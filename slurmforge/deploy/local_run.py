@@ -14,10 +14,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from slurmforge import jail, proc, state
-from slurmforge.deploy import accounting_db, gpu_assign, local_render, roles, slurmconf, slurmctl
+from slurmforge.deploy import (
+    Target,
+    Where,
+    accounting_db,
+    gpu_assign,
+    load_cluster,
+    local_render,
+    roles,
+    slurmconf,
+    slurmctl,
+)
 from slurmforge.deploy.model import Cluster, as_dict, check_user
 from slurmforge.deploy.roles import CONTROLLER, DBD_CONF, JAIL, JAIL_CONF, LOGIN, SLURM_CONF
 from slurmforge.engine import APIError, Engine
@@ -47,7 +57,17 @@ def compose_cli() -> list[str]:
     )
 
 
-class Local:
+class Local(Target):
+    """The `local` target: Docker Compose on this host."""
+
+    NAME = "local"
+    DEFAULT_WAIT: ClassVar[float] = 180.0
+
+    @classmethod
+    def open(cls, where: Where) -> Local:
+        cluster, _ = load_cluster(where)
+        return cls(cluster, Engine.connect(), where.out_root)
+
     def __init__(
         self, cluster: Cluster, engine: Engine, out_root: Path, log: IO[str] | None = None
     ) -> None:
@@ -200,7 +220,18 @@ class Local:
 
     # --- operations ---------------------------------------------------------------------------
 
-    def deploy(self, timeout: float) -> float:
+    def deploy(self, timeout: float) -> list[str]:
+        took = self.start(timeout)
+        spec = self.cluster.spec
+        return [
+            f"cluster {spec.name}: {len(self.cluster.nodes)} nodes idle after {took:.1f} s "
+            f"(manifests: {self.dir})",
+            "log in:  invoke login            (root shell in the jail on the login node)",
+            "         invoke login --user NAME",
+            f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from createuser)",
+        ]
+
+    def start(self, timeout: float) -> float:
         """Render, populate the jail, start everything, wait for every node; seconds taken."""
         start = time.monotonic()
         _ = self.gpus  # GPU node sets without GPUs are refused before anything happens
@@ -304,6 +335,11 @@ class Local:
         self._apply(ids[JAIL], self.secrets(), populate=False)
         self.wait_ready(timeout)
         return removed
+
+    def gpu_check(self, min_busbw: float | None, command: str | None) -> list:
+        from slurmforge.deploy import healthcheck
+
+        return healthcheck.run(self, min_busbw, command)
 
     def login_argv(self, user: str | None) -> list[str]:
         container = self.running(LOGIN)

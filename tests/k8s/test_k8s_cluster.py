@@ -21,7 +21,7 @@ import time
 import pytest
 
 from tests import rest_client
-from tests.k8s.conftest import K8sCluster
+from tests.k8s.conftest import INVOKE, ROOT, K8sCluster
 from tests.k8s.lab import LAB
 
 pytestmark = pytest.mark.k8s
@@ -67,6 +67,30 @@ def test_every_pod_starts_every_node_is_idle_and_a_user_runs_jobs(deployed: K8sC
     out = kube.sh("login-0", "login", "cd ~ && sbatch --wait --wrap 'id -un'", user="alice")
     job = re.search(r"Submitted batch job (\d+)", out).group(1)
     assert kube.sh("login-0", "login", f"cat ~/slurm-{job}.out", user="alice") == "alice"
+
+
+def test_status_and_login_as_a_user_runs_them_on_the_k8s_target(deployed: K8sCluster) -> None:
+    where = ["--target", "k8s", "--cluster", str(deployed.cluster_file)]
+    where += ["--out", str(deployed.root / "out")]
+    where += ["--context", deployed.kube.context] if deployed.kube.context else []
+
+    def invoke(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        argv = [*INVOKE, *args, *where]
+        return subprocess.run(
+            argv, cwd=ROOT, env=deployed.env, input=stdin, capture_output=True, text=True
+        )
+
+    status = invoke("status")
+    assert status.returncode == 0, status.stderr
+    assert re.search(r"^slurmctld-0 +1/1 +Running", status.stdout, re.M), status.stdout
+    assert re.search(r"^cpu-1 +1 +main\* +idle", status.stdout, re.M), status.stdout
+    # a shell in the jail on the login pod, as alice: her home, and Slurm as from ssh
+    login = invoke("login", "--user", "alice", stdin="id -un; pwd; srun -N2 hostname | sort\n")
+    assert login.returncode == 0, login.stderr
+    assert login.stdout.split() == ["alice", "/home/alice", "cpu-0", "cpu-1"], login.stdout
+    down = invoke("down")
+    assert down.returncode == 2 and "not supported by --target k8s" in down.stderr
+    assert deployed.kube.states() == {"cpu-0": "idle", "cpu-1": "idle"}  # nothing was touched
 
 
 def test_no_token_no_probe_noise_and_the_secret_exists_before_its_mounts(

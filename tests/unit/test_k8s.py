@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from slurmforge import config, state
-from slurmforge.deploy import k8s_images, k8s_render, model, open_k8s, roles
+from slurmforge.deploy import Where, k8s_images, k8s_render, model, open_target, roles
 from slurmforge.deploy.k8s_objects import secret_env
 from slurmforge.deploy.k8s_run import Kube, kubectl_path
 from slurmforge.errors import ConfigError, DeployError
@@ -657,7 +657,7 @@ def test_bad_kubernetes_settings(write_cluster, tmp_path, kubernetes: dict, expe
     path = write_cluster(_cluster_data(**kubernetes))
     versions = Path(__file__).resolve().parents[2] / "versions.yaml"
     with pytest.raises(ConfigError) as exc:
-        open_k8s(path, versions, tmp_path / "out")
+        open_target(Where(path, versions, tmp_path / "out", "k8s"))
     assert f"{path}: {expected}" in exc.value.message
 
 
@@ -711,3 +711,52 @@ def test_validation_catches_a_field_the_schema_lacks(checkout) -> None:
     path.write_text(yaml.safe_dump(obj))
     with pytest.raises(Exception, match=r"statefulset-login.yaml: invalid for Kubernetes 1.29 at "):
         kube.validate()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["down", "--target", "k8s"], "invoke down: not supported by --target k8s"),
+        (["gpu-check", "--target", "k8s"], "invoke gpu-check: not supported by --target k8s"),
+        (["status", "--context", "prod"], "--context: for --target k8s only"),
+        (["login", "--namespace", "a"], "--namespace: for --target k8s only"),
+        (["deploy", "--dry-run"], "--dry-run: for --target k8s only"),
+    ],
+)
+def test_a_command_the_target_cannot_carry_out_is_refused_by_it(
+    checkout, args: list[str], expected: str
+) -> None:
+    cluster_file, root = checkout
+    proc = _invoke(*args, "--cluster", str(cluster_file), "--out", str(root / "out"))
+    _assert_clean_failure(proc, expected)
+    assert not (root / "out").exists()  # nothing rendered, nothing applied
+
+
+def test_status_and_login_on_k8s_run_these_kubectl_commands(checkout) -> None:
+    cluster_file, root = checkout
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        out = "slurmctld-0   1/1   Running\n" if "pods" in argv else "cpu-0 1 main* idle\n"
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    kube = _kube(cluster_file, root, run, namespace="team-a", context="prod")
+    calls.clear()
+    status = kube.status()
+    kubectl = kubectl_path()
+    ns = ["--context", "prod", "--namespace", "team-a"]
+    assert calls == [
+        [kubectl, *ns, "get", "pods", "-l", "app.kubernetes.io/instance=train"],
+        [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--", "bash", "-c",
+         "sinfo -N -l; echo; squeue"],
+    ]  # fmt: skip
+    assert status == "slurmctld-0   1/1   Running\n\ncpu-0 1 main* idle"
+    tty = kube.login_argv("alice")[len(ns) + 2]
+    assert tty in ("-i", "-it")
+    assert kube.login_argv("alice") == [
+        kubectl, *ns, "exec", tty, "login-0", "-c", "login", "--",
+        "chroot", "/jail", "su", "--login", "--", "alice",
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="--user 'x y'"):
+        kube.login_argv("x y")
