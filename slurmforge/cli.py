@@ -1,0 +1,219 @@
+"""The command line's options, declared once: help, default and how each becomes a value.
+
+tasks.py declares each task with `task`, naming the option groups it takes (SELECT, FETCH,
+TARGET) and its own options. A group is handed to the task's body as one value (a `Selection`,
+a `FetchOptions`, a deploy `Where`), built by the group; its options' flags, help and defaults
+come from here alone, so no task restates them. A failure of the package (SlurmforgeError)
+becomes one ``error:`` line (and a hint) with exit status 2 for bad input, 1 otherwise.
+
+Standard library and invoke only at import: the no-op build's fast path starts from here.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from invoke import Exit
+from invoke import task as invoke_task
+
+from slurmforge.options import out_dir
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: versions.yaml, deploy/
+REQUIRED = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class Option:
+    help: str
+    default: Any = None  # REQUIRED: a positional argument; False: a flag
+    iterable: bool = False  # repeatable; a list (or None) reaches the task
+
+
+@dataclass(frozen=True)
+class Group:
+    """Options that reach a task's body as one value, named ``name``, made by ``build``."""
+
+    name: str
+    options: dict[str, Option]
+    build: Callable[..., Any]
+    keep: tuple[str, ...] = field(default=())  # of options, only these (default: all)
+
+    def only(self, *names: str, **changed: Option) -> Group:
+        """This group with only ``names`` (and ``changed`` replacing some of them)."""
+        return Group(self.name, {**self.options, **changed}, self.build, names)
+
+    @property
+    def declared(self) -> dict[str, Option]:
+        keep = self.keep or tuple(self.options)
+        return {k: self.options[k] for k in keep}
+
+
+# -- the matrix selection ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Select:
+    """What a build-side task works on; the Project is made only when asked for (it brings
+    the Docker SDK, which the no-op fast path does without)."""
+
+    config: Path
+    set: str
+    cells: tuple[str, ...]
+    components: tuple[str, ...]
+
+    def project(self):
+        from slurmforge.app import Project, Selection
+
+        return Project(Selection(self.config, self.set, self.cells, self.components))
+
+
+def config_path(config: str | None) -> Path:
+    return Path(config).resolve() if config else ROOT / "versions.yaml"
+
+
+def _select(set="default", cell=None, component=None, config=None) -> Select:
+    cells = tuple([cell] if isinstance(cell, str) else cell or ())
+    return Select(config_path(config), set, cells, tuple(component or ()))
+
+
+SELECT = Group(
+    "select",
+    {
+        "set": Option("matrix set from versions.yaml (default: default)", "default"),
+        "cell": Option(
+            "only this cell, e.g. 24.11.5-cuda12.2.2-debian12 (repeatable)", iterable=True
+        ),
+        "component": Option(
+            "only this component and what it is built from (repeatable)", iterable=True
+        ),
+        "config": Option("path to versions.yaml"),
+    },
+    _select,
+)
+
+
+# -- fetching sources ----------------------------------------------------------------------------
+
+
+def _fetch(mirror=None, allow_unpinned=False, trust=None):
+    from slurmforge.app import FetchOptions
+
+    return FetchOptions(mirror, allow_unpinned, tuple(trust or ()))
+
+
+FETCH = Group(
+    "fetch",
+    {
+        "mirror": Option(
+            "rewrite source URLs onto this mirror URL or directory (<mirror>/<host>/<path>); "
+            "default $SLURMFORGE_MIRROR"
+        ),
+        "allow_unpinned": Option(
+            "accept sources whose sha256 is 'unpinned' (checksum of what was downloaded)", False
+        ),
+        "trust": Option(
+            "origin (URL prefix) you trust to serve the right bytes (repeatable, required)",
+            iterable=True,
+        ),
+    },
+    _fetch,
+    ("mirror", "allow_unpinned"),
+)
+
+
+# -- which cluster, on which target --------------------------------------------------------------
+
+
+def _where(
+    target="local", cluster=None, config=None, out=None, context=None, namespace=None, dry_run=False
+):
+    from slurmforge.deploy import Where
+
+    out_root = out_dir("--out", out, ROOT / "deploy" / "out")
+    cluster_file = Path(cluster).resolve() if cluster else ROOT / "deploy" / "cluster.yaml"
+    return Where(cluster_file, config_path(config), out_root, target, context, namespace, dry_run)
+
+
+TARGET = Group(
+    "where",
+    {
+        "target": Option(
+            "local (Docker Compose on this host) or k8s (kubectl apply of a kustomize dir)",
+            "local",
+        ),
+        "cluster": Option("cluster file (default deploy/cluster.yaml)"),
+        "config": SELECT.options["config"],
+        "out": Option("where generated manifests go (default deploy/out)"),
+        "context": Option("k8s: the kubeconfig context (default: kubectl's current one)"),
+        "namespace": Option(
+            "k8s: the namespace (default: kubernetes.namespace, else the cluster name)"
+        ),
+        "dry_run": Option("k8s: write and validate the manifests, apply nothing", False),
+    },
+    _where,
+    ("target", "cluster", "config", "out", "context", "namespace"),
+)
+
+
+# -- the task decorator --------------------------------------------------------------------------
+
+
+def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a SlurmforgeError into one line (+ hint) and exit 2 (bad input) or 1 (failure)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from slurmforge.errors import SlurmforgeError
+
+        try:
+            return fn(*args, **kwargs)
+        except SlurmforgeError as exc:
+            if os.environ.get("SLURMFORGE_DEBUG"):
+                raise
+            from slurmforge.refs import redact
+
+            hint = f"\nhint: {exc.hint}" if exc.hint else ""
+            raise Exit(redact(f"error: {exc.message}{hint}"), code=exc.exit_code) from None
+
+    return wrapper
+
+
+def task(*groups: Group, **own: Option) -> Callable[[Callable[..., Any]], Any]:
+    """An invoke task taking ``groups`` (each reaches the body as its one value, by the group's
+    name) and ``own`` options (each by its own name). The body's parameters name what it uses."""
+
+    def wrap(body: Callable[..., Any]) -> Any:
+        grouped = {name: g for g in groups for name in g.declared}
+        declared = {**{k: o for g in groups for k, o in g.declared.items()}, **own}
+        params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        # invoke gives each option the first free letter of its name as a short flag, in this
+        # order: the groups' options, then the task's own
+        required = [k for k in declared if declared[k].default is REQUIRED]
+        for name in [*required, *(k for k in declared if k not in required)]:
+            params.append(
+                inspect.Parameter(
+                    name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=declared[name].default
+                )
+            )
+
+        @functools.wraps(body)
+        def run(c: Any, **given: Any) -> Any:
+            values = {k: v for k, v in given.items() if k not in grouped}
+            for g in groups:
+                values[g.name] = g.build(**{k: given[k] for k in g.declared})
+            return body(c, **values)
+
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        del run.__wrapped__  # invoke reads the signature above, not the body's
+        return invoke_task(
+            help={k: o.help for k, o in declared.items()},
+            iterable=[k for k, o in declared.items() if o.iterable],
+        )(fails_cleanly(run))
+
+    return wrap
