@@ -16,8 +16,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
-from slurmforge import config as config_mod
-from slurmforge import fastpath, matrix, options, state
+from slurmforge import fastpath, matrix, options, state, versions
 from slurmforge.build import BuildOptions, BuildRunner, Result
 from slurmforge.config import UNPINNED, Bootstrap, Config
 from slurmforge.context import ContextSources, Need, bootstrap_of, needs, parent_refs
@@ -50,7 +49,7 @@ class FetchOptions:
 class Project:
     def __init__(self, selection: Selection) -> None:
         self.selection = selection
-        self.config: Config = config_mod.load(selection.config_path)
+        self.config: Config = versions.load(selection.config_path)
         self.root = self.config.root
         all_cells = matrix.cells_of(self.config, selection.set_name)
         self.cells = matrix.select_cells(all_cells, selection.cells, selection.set_name)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -18,13 +16,13 @@ from pydantic import (
     Strict,
     StringConstraints,
     Tag,
-    ValidationError,
     create_model,
     model_validator,
 )
 
-from slurmforge import features, refs, state
-from slurmforge.errors import ConfigError, quote
+from slurmforge import features, refs
+from slurmforge.errors import quote
+from slurmforge.inputs import Model
 
 UNPINNED = "unpinned"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -33,6 +31,18 @@ _COMMIT = r"^[0-9a-f]{40}$"
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
 _DEB_NAME = r"^[a-z0-9][a-z0-9+.-]+$"  # a Debian package name (Debian policy 5.6.1)
 TAG_FIELDS = frozenset({"slurm", "slurm_series", "cuda", "distro", "component"})
+
+
+def _version3(value: str) -> str:
+    if not re.fullmatch(_VERSION3, value):
+        raise ValueError(f"expected a version like '24.11.5', got {quote(value)}")
+    return value
+
+
+def _commit(value: str) -> str:
+    if not re.fullmatch(_COMMIT, value):
+        raise ValueError(f"expected a full commit ID (40 lowercase hex digits), got {quote(value)}")
+    return value
 
 
 def _sha256(value: str) -> str:
@@ -75,15 +85,11 @@ Str = Annotated[str, Strict()]
 Int = Annotated[int, Strict()]
 Sha256 = Annotated[str, Strict(), AfterValidator(_sha256)]
 Url = Annotated[str, Strict(), AfterValidator(_url)]
-Version3 = Annotated[str, Strict(), StringConstraints(pattern=_VERSION3)]
+Version3 = Annotated[str, Strict(), AfterValidator(_version3)]
 Name = Annotated[str, Strict(), StringConstraints(pattern=_NAME)]
 GitUrl = Annotated[str, Strict(), AfterValidator(_git_url)]
-Commit = Annotated[str, Strict(), StringConstraints(pattern=_COMMIT)]
+Commit = Annotated[str, Strict(), AfterValidator(_commit)]
 GitTag = Annotated[str, Strict(), StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")]
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Source(Model):
@@ -180,7 +186,7 @@ class Distro(Model):
 class Slurm(Model):
     sources: tuple[AnySource, ...] = Field(min_length=1)
     # tool → the release of it built against this Slurm (for tools with several 'releases')
-    tools: dict[Name, Version3] = {}
+    tools: dict[Name, Version3] = Field(default_factory=dict)
     # distro packages this tag's debian/control does not ask for but its build needs
     build_deps: tuple[Annotated[str, Strict(), StringConstraints(pattern=_DEB_NAME)], ...] = ()
 
@@ -270,7 +276,7 @@ class Tool(Model):
 
     version: Str | None = None
     sources: tuple[AnySource, ...] = ()
-    releases: dict[Version3, Release] = {}
+    releases: dict[Version3, Release] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _has_origin(self) -> Tool:
@@ -417,247 +423,3 @@ class Config(BaseModel):
         if isinstance(source, GitSource):
             return source.commit
         return source.sha256 if source.pinned else self.locked.get(source.url, UNPINNED)
-
-
-MAX_FILE_BYTES = 1 << 20  # a config file larger than this is refused before it is parsed
-MAX_NODES = 100_000  # YAML nodes after expanding aliases (a small file can expand to billions)
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate and non-scalar mapping keys instead of keeping the last
-    (or failing on an unhashable one), and aliases that expand a document past MAX_NODES."""
-
-    def compose_document(self) -> yaml.Node:
-        node = super().compose_document()
-        _count_nodes(node, {}, set())
-        return node
-
-
-def _count_nodes(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> int:
-    """How many nodes ``node`` stands for once its aliases are expanded (shared nodes are counted
-    once per use, computed once); a YAMLError past MAX_NODES or on a recursive alias."""
-    if id(node) in sizes:
-        return sizes[id(node)]
-    if id(node) in open_:
-        raise yaml.composer.ComposerError(
-            None, None, "an alias refers to a node that contains it", node.start_mark
-        )
-    open_.add(id(node))
-    size = 1
-    if isinstance(node, yaml.SequenceNode):
-        size += sum(_count_nodes(child, sizes, open_) for child in node.value)
-    elif isinstance(node, yaml.MappingNode):
-        size += sum(
-            _count_nodes(k, sizes, open_) + _count_nodes(v, sizes, open_) for k, v in node.value
-        )
-    open_.discard(id(node))
-    if size > MAX_NODES:
-        raise yaml.composer.ComposerError(
-            None,
-            None,
-            f"aliases expand this document past {MAX_NODES} values; repeat fewer",
-            node.start_mark,
-        )
-    sizes[id(node)] = size
-    return size
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if not isinstance(key_node, yaml.ScalarNode):
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                "a key must be a plain value, not a list or mapping",
-                key_node.start_mark,
-            )
-        key = loader.construct_object(key_node)
-        if key in seen:
-            line = key_node.start_mark.line + 1
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {line})", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def format_path(loc: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in loc:
-        if part in ("[key]", ARCHIVE_KIND, GIT_KIND):
-            # pydantic's markers: the key itself was invalid; the branch of a source union
-            continue
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z_][\w-]*", part):
-            out += f".{part}" if out else part
-        else:
-            out += f'."{part}"' if out else f'"{part}"'
-    return out or "(top level)"
-
-
-def _describe(err: dict[str, Any]) -> str:
-    kind, msg, value = err["type"], err["msg"], err.get("input")
-    if kind == "extra_forbidden":
-        return "unknown key"
-    if kind == "missing":
-        return "required key is missing"
-    if kind == "string_pattern_mismatch":
-        pattern = err["ctx"]["pattern"]
-        wanted = {
-            _VERSION3: "a version like '24.11.5'",
-            _COMMIT: "a full commit ID (40 lowercase hex digits)",
-        }.get(pattern, f"a value matching {pattern}")
-        return f"expected {wanted}, got {quote(value)}"
-    if kind.endswith("_type") or kind in ("model_type", "dict_type", "tuple_type"):
-        return f"{msg.lower()}, got {type(value).__name__} {quote(value)}"
-    if kind == "value_error":
-        return msg.removeprefix("Value error, ")
-    return f"{msg}, got {quote(value)}"
-
-
-def _pick(errors: list[dict[str, Any]]) -> dict[str, Any]:
-    # pydantic reports every failing branch; the deepest location is the most useful one.
-    return max(errors, key=lambda e: len(e["loc"]))
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    """A YAML mapping (duplicate keys refused); ConfigError naming the file and line otherwise.
-    The file is read as bytes (at most MAX_FILE_BYTES) and decoded as strict UTF-8."""
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(
-            f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; a config file is far smaller"
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: byte {exc.start}: not UTF-8 (0x{data[exc.start]:02x}); save the file as UTF-8"
-        ) from None
-    try:
-        parsed = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
-    if not isinstance(parsed, dict):
-        raise ConfigError(
-            f"{path}: expected a mapping at the top level, got {type(parsed).__name__}"
-        )
-    return parsed
-
-
-Blame = Callable[[tuple[str | int, ...]], tuple[Path, tuple[str | int, ...]]]
-
-
-def validate(
-    model: type[M],
-    data: Any,
-    path: Path,
-    loc: tuple[str | int, ...] = (),
-    blame: Blame | None = None,
-) -> M:
-    """``model`` from ``data``; a ConfigError with file and key path (under ``loc``) otherwise.
-    ``blame`` maps a key path to the file (and its key path) that gave the value there, for data
-    merged from several files."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        err = _pick(exc.errors())
-        where = loc + tuple(p for p in err["loc"] if p not in (ARCHIVE_KIND, GIT_KIND))
-        if blame is not None:
-            path, where = blame(where)
-        raise ConfigError(f"{path}: {format_path(where)}: {_describe(err)}") from None
-
-
-def load(path: Path) -> Config:
-    """Parse and validate ``path`` (and its lock file); raise ConfigError with file and key path."""
-    from slurmforge import matrix  # here: matrix imports this module
-
-    versions = validate(Versions, read_yaml(path), path)
-    _check_references(path, versions)
-    config = Config(path=path, versions=versions, locked=state.read_sources_lock(path))
-    matrix.check_tags(config)
-    return config
-
-
-def _check_references(path: Path, v: Versions) -> None:
-    known = {"distro": v.distros, "slurm": v.slurm, "cuda": v.cuda}
-    label = {"distro": "distro", "slurm": "Slurm version", "cuda": "CUDA version"}
-    for set_name, mset in v.sets.items():
-        if mset.matrix is not None:
-            for axis in ("distro", "slurm", "cuda"):
-                values = getattr(mset.matrix, axis)
-                for i, value in enumerate(values):
-                    if value not in known[axis]:
-                        _unknown(
-                            path,
-                            ("sets", set_name, "matrix", axis, i),
-                            label[axis],
-                            value,
-                            known[axis],
-                        )
-                if len(set(values)) != len(values):
-                    raise ConfigError(
-                        f"{path}: {format_path(('sets', set_name, 'matrix', axis))}: "
-                        f"duplicate entries in {list(values)}"
-                    )
-        for i, cell in enumerate(mset.include):
-            for axis in ("distro", "slurm", "cuda"):
-                value = getattr(cell, axis)
-                if value not in known[axis]:
-                    _unknown(
-                        path,
-                        ("sets", set_name, "include", i, axis),
-                        label[axis],
-                        value,
-                        known[axis],
-                    )
-    for name, tool in v.tools.items():
-        releases = tool.releases if isinstance(tool, Tool) else {}
-        for version, slurm in v.slurm.items():
-            picked = slurm.tools.get(name)
-            where = format_path(("slurm", version, "tools", name))
-            if releases and picked is None:
-                raise ConfigError(
-                    f"{path}: {where}: required key is missing (tools.{name} has several "
-                    f"releases; pick one of {', '.join(releases)} for Slurm {version})"
-                )
-            if picked is not None and picked not in releases:
-                raise ConfigError(
-                    f"{path}: {where}: unknown release {picked!r}; expected one of "
-                    f"{', '.join(releases) or '(none: the tool has no releases)'}"
-                )
-    for version, slurm in v.slurm.items():
-        for name in slurm.tools:
-            if name not in v.tools:
-                raise ConfigError(
-                    f"{path}: {format_path(('slurm', version, 'tools', name))}: unknown tool"
-                )
-    for name, distro in v.distros.items():
-        if distro.bootstrap and not distro.bootstrap.mirror.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"{path}: distros.{name}.bootstrap.mirror: expected an http(s) Debian mirror"
-            )
-
-
-def _unknown(
-    path: Path, loc: tuple[str | int, ...], what: str, value: str, known: dict[str, Any]
-) -> None:
-    raise ConfigError(
-        f"{path}: {format_path(loc)}: unknown {what} {quote(value)}; "
-        f"expected one of {', '.join(sorted(known))}"
-    )

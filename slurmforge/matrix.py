@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from slurmforge import refs
-from slurmforge.config import Config, MatrixSet, format_path
+from slurmforge.config import Config, MatrixSet
 from slurmforge.errors import ConfigError, quote
+from slurmforge.inputs import format_path
 
 INTERNAL_REGISTRY = "slurmforge"
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from slurmforge import gitsource, refs
-from slurmforge.config import UNPINNED, Config, ConfigError, GitSource, Source, Wheel
-from slurmforge.errors import ChecksumError, PinError, SourceError
+from slurmforge.config import UNPINNED, Config, GitSource, Source, Wheel
+from slurmforge.errors import ChecksumError, ConfigError, PinError, SourceError
 
 MIRROR_ENV = "SLURMFORGE_MIRROR"
 _CHUNK = 1 << 20

@@ -131,10 +131,10 @@ def check_namespace(namespace: str | None) -> None:
 
 def load_cluster(where: Where) -> tuple[Cluster, Path]:
     """The cluster file's model, bound to versions.yaml's images; and that file's directory."""
-    from slurmforge import config
     from slurmforge.deploy import model
+    from slurmforge.versions import load as load_versions
 
-    versions = config.load(where.versions_file)
+    versions = load_versions(where.versions_file)
     return model.load(where.cluster_file, versions), versions.root
 
 
@@ -153,12 +153,13 @@ def scale(where: Where, arg: str, timeout: str | None) -> list[str]:
     """`invoke scale NODESET=N` on a running cluster of either target; returns the removed
     nodes. The count is kept in the cluster's state and overrides the file's; it is written only
     once the new cluster is valid, fits, and the cluster is deployed."""
-    from slurmforge import config, state
+    from slurmforge import state
     from slurmforge.deploy import model
+    from slurmforge.versions import load as load_versions
 
     seconds = where.wait(timeout)
     nodeset, count = parse_scale(arg)  # bad input is refused before anything is contacted
-    versions = config.load(where.versions_file)
+    versions = load_versions(where.versions_file)
     current = model.load(where.cluster_file, versions)
     names = [ns.name for ns in current.spec.nodesets]
     if nodeset not in names:

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slurmforge.config import format_path, read_yaml
 from slurmforge.errors import ConfigError, quote
+from slurmforge.inputs import format_path, read_yaml
 
 BASE = "base"
 # What every node set that uses definitions starts from.

@@ -15,11 +15,12 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, StrictBool, StrictInt, StringConstraints
 
 from slurmforge import features, matrix, refs, state
-from slurmforge.config import Config, Model, format_path, read_yaml, validate
+from slurmforge.config import Config
 from slurmforge.deploy import roles
 from slurmforge.deploy.layers import Layers
 from slurmforge.deploy.roles import CONTROLLER, LOGIN
 from slurmforge.errors import ConfigError, quote
+from slurmforge.inputs import Model, format_path, read_yaml, validate
 
 # node and service names: DNS labels short enough for Slurm node names with a "-<index>" suffix
 DNSName = Annotated[

@@ -13,7 +13,7 @@ import testinfra
 
 from slurmforge import matrix, state
 from slurmforge.app import Project
-from slurmforge.config import load
+from slurmforge.versions import load
 from tests.conftest import ROOT, TEST_CELLS, TEST_CONFIG, build, select
 
 IMAGE_SET = os.environ.get("SLURMFORGE_TEST_SET") or "ci"

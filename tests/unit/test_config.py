@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge import config, matrix
+from slurmforge import config, matrix, versions
 from slurmforge.errors import ConfigError
 from tests.conftest import ROOT
 
 
 def test_shipped_file_loads() -> None:
-    cfg = config.load(ROOT / "versions.yaml")
+    cfg = versions.load(ROOT / "versions.yaml")
     v = cfg.versions
     assert v.distros["debian12"].bootstrap is not None
     assert v.distros["ubuntu22.04"].image == "ubuntu:22.04"
@@ -168,7 +168,7 @@ def test_malformed_input_names_key_path(case: str, shipped: dict, write_config) 
     mutate(data)
     path = write_config(data)
     with pytest.raises(ConfigError) as err:
-        config.load(path)
+        versions.load(path)
     message = err.value.message
     assert message.startswith(f"{path}: "), message
     assert expected in message, message
@@ -180,19 +180,19 @@ def test_duplicate_yaml_key_is_refused(write_config) -> None:
     text = (ROOT / "versions.yaml").read_text() + "\naccounts:\n  slurm: {uid: 1, gid: 1}\n"
     path = write_config({}, text=text)
     with pytest.raises(ConfigError, match=r"invalid YAML: duplicate key 'accounts'"):
-        config.load(path)
+        versions.load(path)
 
 
 def test_invalid_yaml_reports_line(write_config) -> None:
     path = write_config({}, text="accounts: [unclosed\n")
     with pytest.raises(ConfigError, match=r"line 2 column 1: invalid YAML"):
-        config.load(path)
+        versions.load(path)
 
 
 def test_top_level_must_be_mapping(write_config) -> None:
     path = write_config({}, text="- a\n- b\n")
     with pytest.raises(ConfigError, match="expected a mapping at the top level, got list"):
-        config.load(path)
+        versions.load(path)
 
 
 def test_duplicate_cell_in_include(shipped: dict, write_config) -> None:
@@ -204,11 +204,11 @@ def test_duplicate_cell_in_include(shipped: dict, write_config) -> None:
         match=r"sets\.default\.include\[0\]: duplicate cell "
         r"24\.05\.8-cuda12\.2\.2-debian12",
     ):
-        config.load(write_config(shipped))  # refused on load: the set's tags are checked there
+        versions.load(write_config(shipped))  # refused on load: the set's tags are checked there
 
 
 def test_unknown_set(tmp_path: Path) -> None:
-    cfg = config.load(ROOT / "versions.yaml")
+    cfg = versions.load(ROOT / "versions.yaml")
     with pytest.raises(
         ConfigError, match="unknown matrix set 'nightly'; expected one of ci, default"
     ):
@@ -220,8 +220,8 @@ def test_lock_file_supplies_unpinned_checksums(shipped: dict, write_config) -> N
     shipped["slurm"]["24.11.5"]["sources"] = [{"url": url, "sha256": "unpinned"}]
     path = write_config(shipped)
     path.with_name("versions.lock").write_text(f'{{"sources": {{"{url}": "{GOOD_SHA}"}}}}')
-    cfg = config.load(path)
+    cfg = versions.load(path)
     assert cfg.sha256_of(cfg.versions.slurm["24.11.5"].sources[0]) == GOOD_SHA
     path.with_name("versions.lock").write_text("[1, 2]")
     with pytest.raises(ConfigError, match=r"versions\.lock: expected JSON"):
-        config.load(path)
+        versions.load(path)

@@ -15,6 +15,7 @@ import yaml
 from slurmforge import config, state
 from slurmforge.deploy import local_render, model, parse_scale, slurmconf
 from slurmforge.errors import ConfigError
+from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 from tests.unit.test_cli import _assert_clean_failure, _invoke
 
@@ -23,7 +24,7 @@ SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
 
 @pytest.fixture
 def versions() -> config.Config:
-    return config.load(ROOT / "versions.yaml")
+    return load_versions(ROOT / "versions.yaml")
 
 
 def _with(**changes) -> dict:

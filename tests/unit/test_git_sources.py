@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge import config
+from slurmforge import config, versions
 from slurmforge.app import FetchOptions, Project, Selection
 from slurmforge.config import GitSource
 from slurmforge.errors import ConfigError, PinError
@@ -27,7 +27,7 @@ def _mirror(mirror: Path, repo: Repo, host_path: str) -> None:
 
 @pytest.fixture
 def cfg(shipped: dict, write_config) -> config.Config:
-    return config.load(write_config(shipped))
+    return versions.load(write_config(shipped))
 
 
 @pytest.fixture

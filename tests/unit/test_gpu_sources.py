@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge import config, features, matrix
+from slurmforge import config, features, matrix, versions
 from slurmforge.app import Project, Selection
 from slurmforge.config import Wheel
 from slurmforge.context import ContextSources
@@ -77,7 +77,7 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 @pytest.fixture
 def cfg(shipped: dict, write_config) -> config.Config:
-    return config.load(write_config(shipped))
+    return versions.load(write_config(shipped))
 
 
 def test_wheel_is_fetched_by_pip_and_verified(index: str, tmp_path: Path, cfg) -> None:
@@ -202,7 +202,7 @@ def test_unknown_file_kind_is_refused(tmp_path: Path) -> None:
 def test_bad_gpu_config_names_the_key(shipped: dict, write_config, change, message) -> None:
     change(shipped)
     with pytest.raises(ConfigError) as exc:
-        config.load(write_config(shipped))
+        versions.load(write_config(shipped))
     assert message in exc.value.message
 
 
@@ -268,13 +268,13 @@ def test_every_image_carries_the_tools_built_from_their_pinned_commits(cfg, tmp_
 
 def test_apt_kind_renders_one_recipe_and_passes_hadolint(shipped, write_config, tmp_path) -> None:
     shipped["cuda"]["12.2.2"]["runtime"] = {"apt": APT}
-    cfg = config.load(write_config(shipped))
+    cfg = versions.load(write_config(shipped))
     cache = Cache(tmp_path / "cache")
     key = cache.root / ("e" * 64) / "3bf863cc.pub"
     key.parent.mkdir(parents=True)
     key.write_bytes(b"key")
     _cache_all(
-        cfg.model_copy(update={"versions": config.load(ROOT / "versions.yaml").versions}), cache
+        cfg.model_copy(update={"versions": versions.load(ROOT / "versions.yaml").versions}), cache
     )
     out = tmp_path / "Dockerfile"
     for component in ("worker", "jail"):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge import jail, refs
+from slurmforge import jail, refs, versions
 from slurmforge.errors import ConfigError, SourceError
 from tests.conftest import ROOT
 from tests.unit.inproc import run_cli
@@ -422,7 +422,7 @@ def test_shipped_files_still_pass() -> None:
 def test_a_failed_fetch_leaves_no_directory_it_made(tmp_path: Path) -> None:
     from slurmforge import config, sources
 
-    cfg = config.load(ROOT / "versions.yaml")
+    cfg = versions.load(ROOT / "versions.yaml")
     cache = sources.Cache(tmp_path / "new" / "cache")
     missing = config.Source(url=(tmp_path / "nowhere.tar.gz").as_uri(), sha256="a" * 64)
     with pytest.raises(SourceError, match=r"nowhere\.tar\.gz"):

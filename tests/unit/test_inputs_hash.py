@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge import config, matrix
+from slurmforge import matrix, versions
 from slurmforge.plan import changes
 from slurmforge.render import DockerfileRenderer, inputs_hash
 from tests.conftest import ROOT
@@ -28,7 +28,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def _login_hash(project: Path, parents: dict[str, str] = PARENTS) -> tuple[str, dict]:
-    cfg = config.load(project / "versions.yaml")
+    cfg = versions.load(project / "versions.yaml")
     targets = {
         t.component: t for t in matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))
     }
@@ -96,7 +96,7 @@ def test_other_components_files_do_not_change_hash(project: Path) -> None:
 
 
 def test_build_context_tar_is_deterministic(project: Path) -> None:
-    cfg = config.load(project / "versions.yaml")
+    cfg = versions.load(project / "versions.yaml")
     login = next(
         t
         for t in matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))

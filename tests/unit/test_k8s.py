@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
-from slurmforge import config, state
+from slurmforge import state
 from slurmforge.deploy import Where, k8s_images, k8s_render, model, open_target, roles
 from slurmforge.deploy.k8s_objects import secret_env
 from slurmforge.deploy.k8s_run import Kube, kubectl_path
 from slurmforge.errors import ConfigError, DeployError
+from slurmforge.versions import load as load_versions
 from tests.unit.test_cli import _assert_clean_failure, _invoke
 from tests.unit.test_deploy import _with
 
@@ -55,7 +56,7 @@ def _cluster_data(**kubernetes: Any) -> dict:
 @pytest.fixture
 def checkout(tmp_path: Path, write_cluster) -> tuple[Path, Path]:
     """A checkout-like dir: versions.yaml, a cluster file and a push lock for every image."""
-    versions = config.load(Path(__file__).resolve().parents[2] / "versions.yaml")
+    versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
     cluster_file = write_cluster(_cluster_data())
     cluster = model.load(cluster_file, versions)
     lock = {ref: f"sha256:{i:064x}" for i, ref in enumerate(sorted(cluster.images.values()))}
@@ -65,7 +66,7 @@ def checkout(tmp_path: Path, write_cluster) -> tuple[Path, Path]:
 
 
 def _kube(cluster_file: Path, root: Path, run=None, **kw: Any) -> Kube:
-    versions = config.load(Path(__file__).resolve().parents[2] / "versions.yaml")
+    versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
     cluster = model.load(cluster_file, versions)
     if run is not None:
         kw["run"] = run
@@ -681,14 +682,14 @@ def test_gpu_node_set_without_a_gpu_image_is_refused_for_every_target(write_clus
 
 
 def test_images_neither_pushed_nor_built(write_cluster, tmp_path) -> None:
-    versions = config.load(Path(__file__).resolve().parents[2] / "versions.yaml")
+    versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
     cluster = model.load(write_cluster(_cluster_data()), versions)
     with pytest.raises(ConfigError, match=r"\(jail\) is neither pushed nor built"):
         Kube(cluster, tmp_path / "out", tmp_path).render()
 
 
 def test_registry_override_moves_and_pins_images(write_cluster, tmp_path) -> None:
-    versions = config.load(Path(__file__).resolve().parents[2] / "versions.yaml")
+    versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
     cluster = model.load(
         write_cluster(_cluster_data(registry="registry.example.com/hpc")), versions
     )

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from slurmforge import config, matrix
+from slurmforge import config, matrix, versions
 from slurmforge.errors import ConfigError
 from tests.conftest import ROOT
 
 
 @pytest.fixture
 def cfg() -> config.Config:
-    return config.load(ROOT / "versions.yaml")
+    return versions.load(ROOT / "versions.yaml")
 
 
 def _ids(targets: list[matrix.Target]) -> list[str]:
@@ -50,7 +50,7 @@ def test_cuda_independent_targets_are_shared_across_cuda_versions(shipped, write
         "build": shipped["cuda"]["12.2.2"]["build"],
     }
     shipped["sets"]["default"]["matrix"]["cuda"] = ["12.2.2", "12.4.1"]
-    cfg = config.load(write_config(shipped))
+    cfg = versions.load(write_config(shipped))
     targets = matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))
     ctld = [t for t in targets if t.component == "slurmctld"]
     assert len(ctld) == 1
@@ -76,7 +76,7 @@ def test_cuda_independent_targets_are_shared_across_cuda_versions(shipped, write
 def test_tags_follow_the_set_templates(shipped, write_config) -> None:
     shipped["sets"]["default"]["registry"] = "registry.example:5000/hpc"
     shipped["sets"]["default"]["tags"] = ["{slurm}-{distro}", "{slurm_series}", "{component}-x"]
-    cfg = config.load(write_config(shipped))
+    cfg = versions.load(write_config(shipped))
     cell = matrix.Cell("debian12", "24.11.5", "12.2.2")
     assert matrix.tags_for(cfg.versions.sets["default"], "slurmd", cell) == [
         "registry.example:5000/hpc/slurmd:24.11.5-debian12",

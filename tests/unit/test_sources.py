@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pytest
 
-from slurmforge import config
+from slurmforge import config, versions
 from slurmforge.config import Source
 from slurmforge.errors import ChecksumError, ConfigError, SourceError
 from slurmforge.sources import Cache, mirror_url
@@ -58,7 +58,7 @@ def server() -> Iterator[str]:
 
 @pytest.fixture
 def cfg(shipped: dict, write_config) -> config.Config:
-    return config.load(write_config(shipped))
+    return versions.load(write_config(shipped))
 
 
 def _files(root: Path) -> list[Path]:
