@@ -1,11 +1,18 @@
-"""What slurmforge and the jail image agree on: one place for populate's inputs and outputs.
+"""The jail's contract: every name slurmforge, the jail image, the login node's hooks and the
+jail SPANK plugin agree on, in one place (tests/unit/test_jail_contract.py checks each against
+the shell and C that use it).
 
-The jail image's entrypoint (jail/populate) copies the image into the directory it is given. It
-reads its inputs from the environment (``populate_env``) and leaves two files behind, which make
-a directory a jail (see README, "The jail"): MARKER, written before the first copy, and SENTINEL,
-holding the image ID, written after a complete one. `invoke jail-populate`, the Compose file's
-populate service and the k8s populate Job all start it through this module, and every pod that
-waits for the jail reads SENTINEL.
+- populate (jail/populate/populate, the jail image's entrypoint) copies the image into the
+  directory it is given. It reads its inputs from the environment (``populate_env``) and leaves
+  two files behind, which make a directory a jail (README, "The jail"): MARKER, written before
+  the first copy, and SENTINEL, holding the image ID, written after a complete one. `invoke
+  jail-populate`, the Compose file's populate service and the k8s populate Job all start it
+  through this module, and every pod that waits for the jail reads SENTINEL.
+- The login node (images/login/jail-mounts.sh, ssh-host-keys.sh) finds the jail at ROOT and its
+  client config at CONF, unless ROOT_ENV / CONF_ENV say otherwise, and makes the cluster's
+  shared scratch directories named in SCRATCH_ENV.
+- The SPANK plugin (jail/spank/slurmforge_jail.c) takes its paths as ``plugin_args`` in
+  plugstack.conf; on a node whose slurmd has MODE_ENV set to one of MODES it does less.
 """
 
 from __future__ import annotations
@@ -17,10 +24,22 @@ ROOT = "/jail"  # where populate copies to, and where every node and login sees 
 CONF = "/etc/slurmforge/jail/slurm"
 MARKER = ".slurmforge/jail"
 SENTINEL = ".slurmforge/populated"
+
+# populate's inputs
 DIGEST_ENV = "SLURMFORGE_JAIL_DIGEST"  # the image ID that SENTINEL records
 KEEP_ENV = "SLURMFORGE_JAIL_KEEP"  # absolute paths kept across populates, space-separated
 RSYNC_OPTS_ENV = "SLURMFORGE_JAIL_RSYNC_OPTS"  # more rsync options (e.g. --bwlimit)
-SCRATCH_ENV = "SLURMFORGE_JAIL_SCRATCH"  # for the login's entrypoint: shared scratch dirs to make
+
+# the login node's hooks
+ROOT_ENV = "SLURMFORGE_JAIL_ROOT"  # the jail, when not at ROOT
+CONF_ENV = "SLURMFORGE_JAIL_CONF"  # the client config, when not at CONF
+SCRATCH_ENV = "SLURMFORGE_JAIL_SCRATCH"  # shared scratch dirs to make, space-separated
+
+# the SPANK plugin
+PLUGIN = "/usr/lib/slurmforge/spank/jail.so"
+PLUGIN_OPTIONS = ("root", "conf", "spool", "jobs", "local")  # each takes an absolute path
+MODE_ENV = "SLURMFORGE_JAIL"  # in slurmd's environment: a node set's `env`
+MODES = ("off", "task-tmp")  # steps on the node's own root; the jail with a /tmp per task
 
 
 def populate_env(digest: str, keep: Iterable[str], rsync_opts: str = "") -> dict[str, str]:
@@ -33,3 +52,10 @@ def populate_env(digest: str, keep: Iterable[str], rsync_opts: str = "") -> dict
 
 def sentinel(root: str = ROOT) -> str:
     return f"{root}/{SENTINEL}"
+
+
+def plugin_args(spool: str, local: str | None = None) -> str:
+    """The plugin's arguments in plugstack.conf: the jail, its client config, slurmd's spool
+    and (with containers) the node-local directory for container roots."""
+    args = {"root": ROOT, "conf": CONF, "spool": spool, "local": local}
+    return " ".join(f"{k}={v}" for k, v in args.items() if v)

@@ -4,7 +4,7 @@
 # that hides other users' processes, the container's /dev, a read-only /sys, a private /tmp, the
 # munge socket, the client Slurm configuration and the container's name resolution. The mounts
 # live in this container's mount namespace only; the shared volume is not changed.
-jail=${SLURMFORGE_JAIL:-/jail}
+jail=${SLURMFORGE_JAIL_ROOT:-/jail}
 jail_conf=${SLURMFORGE_JAIL_CONF:-/etc/slurmforge/jail/slurm}
 if [[ ! -r "$jail/.slurmforge/populated" ]]; then
   echo "login: $jail is not a populated jail (run: invoke jail-populate)" >&2

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from slurmforge import jail, proc, state
+from slurmforge import jail, jail_contract, proc, state
 from slurmforge.deploy import (
     Target,
     Where,
@@ -348,4 +348,4 @@ class Local(Target):
         # `--`: a name is never taken for an option of su (the name is checked too)
         inner = ["su", "--login", "--", check_user(user)] if user else ["/bin/bash", "-l"]
         tty = ["-it"] if sys.stdin.isatty() else ["-i"]
-        return ["docker", "exec", *tty, container.name, "chroot", slurmconf.JAIL_ROOT, *inner]
+        return ["docker", "exec", *tty, container.name, "chroot", jail_contract.ROOT, *inner]

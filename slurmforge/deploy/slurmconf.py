@@ -19,9 +19,6 @@ from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD
 
 STATE_DIR = roles.CONTROLLER_STATE.path
 SPOOL_DIR = "/var/spool/slurmd"
-JAIL_ROOT = jail_contract.ROOT
-JAIL_CONF = jail_contract.CONF
-SPANK_PLUGIN = "/usr/lib/slurmforge/spank/jail.so"
 PYXIS_PLUGIN = "/usr/lib/slurmforge/spank/pyxis.so"  # slurmforge-pyxis, when built
 # node-local container roots, per user (images/gpu/enroot.conf; created by enroot_install)
 ENROOT_LOCAL = "/var/lib/slurmforge/enroot"
@@ -138,12 +135,10 @@ def render(
         "controller_addr": network.controller_addr if network else None,
         "state_dir": STATE_DIR,
         "spool_dir": SPOOL_DIR,
-        "jail_root": JAIL_ROOT,
-        "jail_conf": JAIL_CONF,
-        "spank_plugin": SPANK_PLUGIN,
+        "spank_plugin": jail_contract.PLUGIN,
+        "jail_args": jail_contract.plugin_args(SPOOL_DIR, ENROOT_LOCAL if pyxis else None),
         "pyxis_plugin": PYXIS_PLUGIN,
         "pyxis": pyxis,
-        "enroot_local": ENROOT_LOCAL,
         "nodesets": nodesets,
         "partitions": partitions,
         "gres_types": gres_types,
