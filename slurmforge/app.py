@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
-from slurmforge import fastpath, matrix, options, state, versions
+from slurmforge import buildlog, fastpath, matrix, options, state, versions
 from slurmforge.build import BuildOptions, BuildRunner, Result
 from slurmforge.config import UNPINNED, Bootstrap, Config
 from slurmforge.context import ContextSources, Need, bootstrap_of, needs, parent_refs
@@ -229,7 +229,7 @@ class Project:
         options = BuildOptions(
             jobs=max(1, jobs),
             fail_fast=fail_fast,
-            log_root=self.root / ".cache" / "logs",
+            log_root=buildlog.root(self.root),
             tmp_root=self.root / ".cache" / "tmp",
             oci=self.oci_labels(),
         )

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
-from slurmforge import bootstrap, fastpath
+from slurmforge import bootstrap, buildlog
 from slurmforge.config import Bootstrap
 from slurmforge.engine import APIError, Engine, EngineError, ImageInfo
 from slurmforge.errors import SlurmforgeError
@@ -91,7 +91,7 @@ class BuildRunner:
         self.results: dict[str, Result] = {}
         self._slots = deque(range(options.jobs))
         self._lock = threading.Lock()
-        self.log_dir = fastpath.new_log_dir(options.log_root)
+        self.log_dir = buildlog.new_log_dir(options.log_root)
 
     def run(self, targets: Sequence[Target]) -> list[Result]:
         """Build ``targets`` in dependency order; a result per target, in their order."""
@@ -121,7 +121,7 @@ class BuildRunner:
                     self._finish(result)
                     sorter.done(tid)
         results = [self.results[t.id] for t in targets]
-        fastpath.write_summary(self.log_dir, [r.row() for r in results])
+        buildlog.write_summary(self.log_dir, [r.row() for r in results])
         return results
 
     def _finish(self, result: Result) -> None:

@@ -1,33 +1,83 @@
-"""The container engine behind a small interface (Docker via its Python SDK).
+"""The container engine behind a small interface of slurmforge's own types (Docker, through its
+Python SDK, which is imported only when an Engine connects).
 
-The only module that imports the Docker SDK: building, importing, tagging, inspecting and
-removing images, pushing them, running a one-off container, finding a volume's directory and
-the containers a Compose project runs. Callers catch ``EngineError`` (any failure of the
-engine), ``APIError`` (the daemon answered with an error; ``.explanation`` says why) and
-``ConnectionFailed`` (the daemon connection dropped mid-stream).
+Building, importing, tagging, inspecting and removing images, pushing them, running a one-off
+container, finding a volume's directory, and the containers of a Compose project (`Container`,
+with `Engine.exec` and `Engine.logs`). Every failure of the engine is an ``EngineError``: an
+``APIError`` when the daemon answered with an error (``.explanation`` says why), a
+``ConnectionFailed`` when its connection dropped mid-stream (a push). `image_ids` asks the daemon
+for tags' image IDs over its unix socket with the standard library alone, for the no-op build's
+fast path, which cannot afford the SDK's import.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import os
+import socket
+import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import IO, Any
-
-import docker
-import docker.auth
-import docker.errors
-import requests.exceptions
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
 
 from slurmforge.errors import EngineUnavailable
 
-EngineError = docker.errors.DockerException
-APIError = docker.errors.APIError
+if TYPE_CHECKING:
+    import docker
+
+DEFAULT_HOST = "unix:///var/run/docker.sock"
 
 
-class ConnectionFailed(Exception):
+class EngineError(Exception):
+    """The engine failed."""
+
+
+class APIError(EngineError):
+    """The daemon answered with an error."""
+
+    def __init__(self, message: str, explanation: str | None = None) -> None:
+        super().__init__(message)
+        self.explanation = explanation
+
+
+class NotFound(APIError):
+    """What was asked for (an image, a volume, a container) does not exist."""
+
+
+class ConnectionFailed(EngineError):
     """The connection to the daemon failed while a stream (a push) was running."""
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """The SDK's exceptions as this module's."""
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except docker.errors.NotFound as exc:
+        raise NotFound(str(exc), exc.explanation) from None
+    except docker.errors.APIError as exc:
+        raise APIError(str(exc), exc.explanation) from None
+    except docker.errors.DockerException as exc:
+        raise EngineError(str(exc)) from None
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+        raise ConnectionFailed(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container as listed: its name, status (running, exited, …), labels and the daemon's
+    whole record of it (``attrs``: State, HostConfig, …)."""
+
+    id: str
+    name: str
+    status: str
+    labels: dict[str, str] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 HASH_LABEL = "io.slurmforge.inputs-hash"
@@ -72,7 +122,9 @@ class Engine:
 
     @classmethod
     def connect(cls) -> Engine:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        import docker
+
+        where = os.environ.get("DOCKER_HOST", DEFAULT_HOST)
         try:
             client = docker.from_env(timeout=600)
             client.ping()
@@ -89,8 +141,9 @@ class Engine:
 
     def inspect(self, ref: str) -> ImageInfo | None:
         try:
-            data = self.api.inspect_image(ref)
-        except docker.errors.ImageNotFound:
+            with _translated():
+                data = self.api.inspect_image(ref)
+        except NotFound:
             return None
         config = data.get("Config") or {}
         return ImageInfo(
@@ -102,26 +155,29 @@ class Engine:
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
-        self.api.tag(image_id, repo, tag, force=True)
+        with _translated():
+            self.api.tag(image_id, repo, tag, force=True)
 
     def build(
         self, context: IO[bytes], ref: str, labels: dict[str, str]
     ) -> Iterator[dict[str, Any]]:
         """Stream the classic builder's JSON events; the image is tagged ``ref`` only on success."""
-        return self.api.build(
-            fileobj=context,
-            custom_context=True,
-            tag=ref,
-            labels=labels,
-            rm=True,
-            forcerm=True,
-            decode=True,
-            pull=False,
-        )
+        with _translated():
+            yield from self.api.build(
+                fileobj=context,
+                custom_context=True,
+                tag=ref,
+                labels=labels,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                pull=False,
+            )
 
     def import_tarball(self, path: str, ref: str, changes: list[str]) -> str:
         repo, _, tag = ref.rpartition(":")
-        out = self.api.import_image_from_file(path, repository=repo, tag=tag, changes=changes)
+        with _translated():
+            out = self.api.import_image_from_file(path, repository=repo, tag=tag, changes=changes)
         last = out.strip().splitlines()[-1] if isinstance(out, str) else str(out)
         try:
             status = json.loads(last).get("status", "")
@@ -129,30 +185,32 @@ class Engine:
             status = last
         info = self.inspect(ref)
         if info is None:
-            raise docker.errors.APIError(f"import did not produce {ref}: {status}")
+            raise APIError(f"import did not produce {ref}: {status}")
         return info.id
 
     def remove(self, ref: str) -> bool:
         try:
-            self.api.remove_image(ref, force=True)
-        except docker.errors.ImageNotFound:
+            with _translated():
+                self.api.remove_image(ref, force=True)
+        except NotFound:
             return False
         return True
 
     def untag(self, ref: str) -> None:
         """Remove the tag ``ref`` only (the image stays while another tag names it)."""
-        self.api.remove_image(ref, noprune=True)
+        with _translated():
+            self.api.remove_image(ref, noprune=True)
 
     def push(self, ref: str) -> Iterator[dict[str, Any]]:
         """Push ``ref``: the daemon's JSON events."""
         repo, _, tag = ref.rpartition(":")
-        try:
+        with _translated():
             yield from self.api.push(repo, tag=tag, stream=True, decode=True)
-        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-            raise ConnectionFailed(str(exc)) from None
 
     def has_credentials(self, registry: str) -> bool:
         """Whether the docker config holds credentials for ``registry``."""
+        import docker.auth
+
         return bool(docker.auth.resolve_authconfig(self.api._auth_configs, registry))
 
     def run(
@@ -166,31 +224,81 @@ class Engine:
     ) -> int:
         """Run a one-off container (``volumes``: source → mount point, read-write), stream its
         output to ``out``, remove it; its exit status."""
-        container = self.client.containers.run(
-            image,
-            command=command,
-            environment=environment,
-            volumes={src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()},
-            labels=labels,
-            detach=True,
-        )
-        try:
-            for chunk in container.logs(stream=True, follow=True):
-                out.write(chunk.decode(errors="replace"))
-                out.flush()
-            return int(container.wait()["StatusCode"])
-        finally:
-            container.remove(force=True)
+        with _translated():
+            container = self.client.containers.run(
+                image,
+                command=command,
+                environment=environment,
+                volumes={src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()},
+                labels=labels,
+                detach=True,
+            )
+            try:
+                for chunk in container.logs(stream=True, follow=True):
+                    out.write(chunk.decode(errors="replace"))
+                    out.flush()
+                return int(container.wait()["StatusCode"])
+            finally:
+                container.remove(force=True)
 
     def volume_path(self, name: str) -> str | None:
         """Where the volume ``name`` lives on the daemon's host; None when it does not exist (or
         the daemon does not say)."""
         try:
-            return str(self.client.volumes.get(name).attrs["Mountpoint"])
-        except (docker.errors.NotFound, docker.errors.APIError, KeyError):
+            with _translated():
+                return str(self.client.volumes.get(name).attrs["Mountpoint"])
+        except (APIError, KeyError):
             return None
 
-    def containers(self, labels: list[str]) -> list[Any]:
-        """Containers (running or not) carrying every one of ``labels`` (``key=value``): the
-        SDK's container objects (status, name, attrs, exec_run, logs)."""
-        return self.client.containers.list(all=True, filters={"label": labels})
+    def containers(self, labels: list[str]) -> list[Container]:
+        """Containers (running or not) carrying every one of ``labels`` (``key=value``)."""
+        with _translated():
+            found = self.client.containers.list(all=True, filters={"label": labels})
+        return [Container(c.id, c.name, c.status, dict(c.labels), c.attrs) for c in found]
+
+    def exec(self, container: Container, argv: list[str]) -> tuple[int, str]:
+        """Run ``argv`` in the container: its exit status and output (stdout and stderr)."""
+        with _translated():
+            code, out = self.client.containers.get(container.id).exec_run(argv)
+        return code, out.decode(errors="replace")
+
+    def logs(self, container: Container, tail: int) -> str:
+        """The container's last ``tail`` lines of output."""
+        with _translated():
+            return self.client.containers.get(container.id).logs(tail=tail).decode(errors="replace")
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=5)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def image_ids(refs: list[str]) -> dict[str, str] | None:
+    """Tag → image ID for every one of ``refs``, asked of the daemon over its unix socket with
+    the standard library; None when any is missing or the daemon is not on a unix socket (or
+    does not answer)."""
+    host = os.environ.get("DOCKER_HOST", DEFAULT_HOST)
+    if not host.startswith("unix://"):
+        return None
+    conn = _UnixConnection(host.removeprefix("unix://"))
+    ids = {}
+    try:
+        for ref in refs:
+            conn.request("GET", f"/images/{urllib.parse.quote(ref, safe='/:')}/json")
+            response = conn.getresponse()
+            body = response.read()
+            if response.status != 200:
+                return None
+            ids[ref] = json.loads(body)["Id"]
+    except (OSError, http.client.HTTPException, ValueError, KeyError):
+        return None
+    finally:
+        conn.close()
+    return ids

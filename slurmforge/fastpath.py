@@ -8,39 +8,19 @@ image, the full path would decide "cached" for every target, so the stamp's summ
 Anything else (a touched file, a moved tag, an unreachable daemon, a daemon not on a unix socket)
 falls through to the full path, which re-hashes contents and says why.
 
-Standard library only: importing pydantic, jinja2 and the Docker SDK costs more than the check.
+Standard library only (engine.py imports the Docker SDK only when an Engine connects): importing
+pydantic, jinja2 and the SDK costs more than the check.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
-import socket
-import urllib.parse
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from slurmforge import state
+from slurmforge import buildlog, engine, state
 
 PACKAGE = Path(__file__).resolve().parent
-
-
-def new_log_dir(log_root: Path) -> Path:
-    """A fresh ``<log_root>/<UTC stamp>`` directory, also reachable as ``<log_root>/latest``."""
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
-    log_dir = log_root / stamp
-    log_dir.mkdir(parents=True, exist_ok=True)
-    latest = log_root / "latest"
-    latest.unlink(missing_ok=True)
-    latest.symlink_to(stamp)
-    return log_dir
-
-
-def write_summary(log_dir: Path, rows: list[dict[str, Any]]) -> None:
-    (log_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
 
 
 def _snapshot(config_path: Path) -> dict[str, list[int]]:
@@ -57,39 +37,6 @@ def _snapshot(config_path: Path) -> dict[str, list[int]]:
         if path.is_file():
             out[str(path)] = [st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode]
     return out
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=5)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(5)
-        sock.connect(self._path)
-        self.sock = sock
-
-
-def _image_ids(refs: list[str]) -> dict[str, str] | None:
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    if not host.startswith("unix://"):
-        return None
-    conn = _UnixConnection(host.removeprefix("unix://"))
-    ids = {}
-    try:
-        for ref in refs:
-            conn.request("GET", f"/images/{urllib.parse.quote(ref, safe='/:')}/json")
-            response = conn.getresponse()
-            body = response.read()
-            if response.status != 200:
-                return None
-            ids[ref] = json.loads(body)["Id"]
-    except (OSError, http.client.HTTPException, ValueError, KeyError):
-        return None
-    finally:
-        conn.close()
-    return ids
 
 
 def record(
@@ -114,11 +61,11 @@ def check(
     if data is None or data.get("inputs") != _snapshot(config_path):
         return None
     images = data.get("images") or {}
-    if not images or _image_ids(sorted(images)) != images:
+    if not images or engine.image_ids(sorted(images)) != images:
         return None
     rows = [
         {**row, "status": "cached", "seconds": 0.0, "note": "unchanged since last build"}
         for row in data["rows"]
     ]
-    write_summary(new_log_dir(config_path.parent / ".cache" / "logs"), rows)
+    buildlog.write_summary(buildlog.new_log_dir(buildlog.root(config_path.parent)), rows)
     return rows

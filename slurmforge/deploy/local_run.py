@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, ClassVar
 
 from slurmforge import jail, jail_contract, proc, state
 from slurmforge.deploy import (
@@ -30,7 +30,7 @@ from slurmforge.deploy import (
 )
 from slurmforge.deploy.model import Cluster, as_dict, check_user
 from slurmforge.deploy.roles import CONTROLLER, DBD_CONF, JAIL, JAIL_CONF, LOGIN, SLURM_CONF
-from slurmforge.engine import APIError, Engine
+from slurmforge.engine import APIError, Container, Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
 
 PROJECT_LABEL = "com.docker.compose.project"  # set by Compose v1 and v2 alike
@@ -90,7 +90,7 @@ class Local(Target):
                 + (f": {detail[0]}" if detail else "")
             ) from None
 
-    def containers(self, service: str | None = None) -> dict[str, Any]:
+    def containers(self, service: str | None = None) -> dict[str, Container]:
         """Service name → container of this cluster (one service, or all in one call)."""
         labels = [f"{PROJECT_LABEL}={self.cluster.name}"]
         if service is not None:
@@ -98,10 +98,10 @@ class Local(Target):
         found = self.engine.containers(labels)
         return {c.labels.get(SERVICE_LABEL, ""): c for c in found}
 
-    def container(self, service: str) -> Any | None:
+    def container(self, service: str) -> Container | None:
         return self.containers(service).get(service)
 
-    def running(self, service: str) -> Any | None:
+    def running(self, service: str) -> Container | None:
         """The service's container if it is running."""
         container = self.container(service)
         return container if container is not None and container.status == "running" else None
@@ -111,16 +111,16 @@ class Local(Target):
         if container is None:
             return 125, f"{service} is not running"
         try:
-            code, out = container.exec_run(["bash", "-c", command])
+            code, out = self.engine.exec(container, ["bash", "-c", command])
         except APIError as exc:  # e.g. it began restarting since it was listed
             return 125, f"{service}: {exc.explanation or exc}"
-        return code, out.decode(errors="replace").strip()
+        return code, out.strip()
 
     def _tail(self, service: str, lines: int = 15) -> str:
         container = self.container(service)
         if container is None:
             return f"--- {service}: no container"
-        logs = container.logs(tail=lines).decode(errors="replace").rstrip()
+        logs = self.engine.logs(container, lines).rstrip()
         return f"--- {container.name} ({container.status}), last {lines} log lines:\n{logs}"
 
     # --- inputs -------------------------------------------------------------------------------
