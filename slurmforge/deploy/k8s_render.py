@@ -55,8 +55,6 @@ from slurmforge.deploy.roles import (
 )
 
 NODES_SERVICE = "slurm-nodes"
-# the claim check_database looks for: pod mariadb-0's of the volumeClaimTemplate "data"
-DATABASE_CLAIM = f"{roles.DATABASE_DATA.claim}-{DATABASE}-0"
 # a node pod's preStop (drain, wait for the jobs, then DOWN); the seconds of the grace period it
 # leaves slurmd and the kubelet after it
 NODE_STATE, STOP_MARGIN = "/usr/lib/slurmforge/node-state", 5

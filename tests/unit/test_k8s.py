@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from slurmforge import state
-from slurmforge.deploy import Where, k8s_images, k8s_render, model, open_target, roles
+from slurmforge.deploy import Where, k8s_images, k8s_secrets, model, open_target, roles
 from slurmforge.deploy.k8s_objects import secret_env
 from slurmforge.deploy.k8s_run import Kube, kubectl_path
 from slurmforge.errors import ConfigError, DeployError
@@ -361,7 +361,7 @@ def test_no_secret_in_the_rendered_directory(checkout) -> None:
     cluster_file, root = checkout
     calls, run, created = _secret_store()
     kube = _kube(cluster_file, root, run)
-    assert kube.ensure_secrets() is False
+    assert kube.secrets.ensure() is False
     assert sorted(created) == ["db-password", "jwt-key", "munge-key"]
     assert [len(created[n]) for n in ("munge-key", "jwt-key")] == [1024, 64]
     assert re.fullmatch(rb"[A-Za-z0-9_-]{43}", created["db-password"])  # as mariadb-init wants
@@ -374,7 +374,7 @@ def test_no_secret_in_the_rendered_directory(checkout) -> None:
             assert secret[:24] not in data, path
     # a redeploy makes none again
     calls.clear()
-    assert kube.ensure_secrets() is False
+    assert kube.secrets.ensure() is False
     assert not [c for c in calls if "create" in c or "delete" in c]
 
 
@@ -416,7 +416,7 @@ def test_slurmdbd_runs_under_its_dbd_host_and_slurmctld_reaches_it(checkout) -> 
     assert "/dev/tcp/mariadb/3306" in pod["initContainers"][-1]["command"][-1]
     database = objects["statefulset-mariadb.yaml"]["spec"]
     assert database["volumeClaimTemplates"][0]["spec"]["accessModes"] == ["ReadWriteOnce"]
-    assert k8s_render.DATABASE_CLAIM == "data-mariadb-0"  # what check_database looks for
+    assert k8s_secrets.DATABASE_CLAIM == "data-mariadb-0"  # what check_database looks for
     rest = objects["service-slurmrestd.yaml"]["spec"]
     assert rest["type"] == "NodePort" and rest["ports"][0]["port"] == 6820
 
@@ -438,10 +438,10 @@ def test_an_external_database_replaces_mariadb_and_its_password_follows_the_file
     assert "/dev/tcp/db.example.org/3307" in wait["command"][-1]
     conf = kube.objects["configmap-slurmdbd-config.yaml"]["data"]["slurmdbd.conf"]
     assert "StorageHost=db.example.org\nStoragePort=3307\n" in conf
-    assert kube.ensure_secrets() is True  # the file changed: the Secret is replaced
+    assert kube.secrets.ensure() is True  # the file changed: the Secret is replaced
     assert created["db-password"] == b"site-password-0123456789"
     assert calls[-2][-3:] == ["delete", "secret", "db-password"]
-    assert kube.ensure_secrets() is False  # and then left alone
+    assert kube.secrets.ensure() is False  # and then left alone
 
 
 def test_a_database_claim_without_its_password_secret_is_refused(checkout) -> None:
@@ -449,7 +449,7 @@ def test_a_database_claim_without_its_password_secret_is_refused(checkout) -> No
     calls, run, _ = _secret_store({"munge-key": b"k"}, claim=True)
     kube = _kube(cluster_file, root, run)
     with pytest.raises(ConfigError) as exc:
-        kube.check_database()  # apply's first step (test_apply_runs_exactly_...)
+        kube.secrets.check_database()  # apply's first step (test_apply_runs_exactly_...)
     assert exc.value.message == (
         f"{cluster_file}: accounting: the database of cluster train exists but its password "
         "Secret is gone"
@@ -466,7 +466,7 @@ def test_accounting_off_renders_no_accounting_object(checkout, write_cluster) ->
     names = " ".join(kube.objects)
     assert not [w for w in ("mariadb", "slurmdbd", "slurmrestd") if w in names]
     assert "jwt" not in json.dumps(kube.objects)
-    assert list(kube.secret_files()) == [roles.MUNGE]
+    assert list(kube.secrets.files()) == [roles.MUNGE]
 
 
 NODES = ("cpu-0", "cpu-1", "a100-0", "a100-1", "a100-2")  # the cluster of _cluster_data
