@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from slurmforge import jail_contract
+from slurmforge.deploy import TARGETS
 
 if TYPE_CHECKING:
     from slurmforge.deploy.model import ClusterSpec
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
 DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
 NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
-TARGETS = ("local", "k8s")
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ class Role:
     after: tuple[str, ...] = ()  # roles started before it, where a target orders starts
     resources: Resources = Resources(("100m", "128Mi"), ("1", "512Mi"))
     grace_seconds: int | None = None  # to stop cleanly, when more than the runtime's default
-    targets: tuple[str, ...] = TARGETS
+    targets: tuple[str, ...] = tuple(TARGETS)
     when: Callable[[ClusterSpec], bool] = _always  # whether a cluster runs it
     env: Callable[[ClusterSpec], dict[str, str]] = field(default=_no_env)
 
