@@ -93,12 +93,13 @@ def test_a_batch_job_keeps_a_named_container_across_its_steps(
         "srun --container-name=work sh -c 'echo $(cat /made) $(. /etc/os-release; echo $ID)'\n"
     )
     deployed.ok("login", f"cd ~ && printf '%s' {shlex.quote(script)} > ctr.sh", user=USER)
-    deployed.ok("login", "cd ~ && sbatch --wait -o ctr.out ctr.sh", user=USER)
+    deployed.ok("login", "cd ~ && sbatch --wait -o ctr.out -e ctr.err ctr.sh", user=USER)
     out = deployed.ok("login", "cat ~/ctr.out", user=USER).splitlines()
-    assert sorted(ln for ln in out if not ln.startswith("pyxis:")) == [
-        f"cpu-0 {MARK}",
-        f"cpu-1 {MARK}",
-    ], out
+    assert sorted(out) == [f"cpu-0 {MARK}", f"cpu-1 {MARK}"], out
+    # on stderr only what pyxis and srun say of their work (a step that waited for the one
+    # before it to release the job's memory says "srun: Step created for StepId=…")
+    err = deployed.ok("login", "cat ~/ctr.err", user=USER).splitlines()
+    assert all(ln.startswith(("pyxis: ", "srun: Step created")) for ln in err), err
     deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})  # the job's epilog has run
     for node in ("cpu-0", "cpu-1"):
         assert deployed.ok(node, f"ls -A {ROOTS}/{uid}/data 2>/dev/null || true") == ""

@@ -89,9 +89,14 @@ def test_a_batch_script_stages_data_in_tmp_for_its_steps(deployed: Deployed) -> 
         ' echo "task $SLURM_PROCID: $(cat /tmp/t0) $(stat -c %s /dev/shm/segment)"\'\n'
     )
     _write(deployed, "alice", "~/stage.sh", script)
-    out = deployed.ok("login", "cd ~ && sbatch --wait -w cpu-0 -o stage.out stage.sh", user="alice")
+    out = deployed.ok(
+        "login", "cd ~ && sbatch --wait -w cpu-0 -o stage.out -e stage.err stage.sh", user="alice"
+    )
     job = _submitted(out)
     lines = deployed.ok("login", "cat ~/stage.out", user="alice").splitlines()
+    # a step that waited for the one before it to release the job's memory says so on stderr
+    err = deployed.ok("login", "cat ~/stage.err", user="alice").splitlines()
+    assert all(ln.startswith("srun: Step created") for ln in err), err
     assert lines[0] == f"staged-{job}", lines
     assert sorted(lines[1:]) == ["task 0: from-task-0 4096", "task 1: from-task-0 4096"], lines
     # the next job on that node starts with an empty /tmp and /dev/shm of its own
