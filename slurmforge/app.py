@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +23,7 @@ from slurmforge.context import ContextSources, Need, bootstrap_of, needs, parent
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, SourceError
 from slurmforge.matrix import Target
+from slurmforge.options import FetchOptions
 from slurmforge.plan import Action, Decision, Planner
 from slurmforge.proc import git_origin, git_revision
 from slurmforge.render import ContextFiles, DockerfileRenderer, Rendered
@@ -37,13 +38,6 @@ class Selection:
     set_name: str = "default"
     cells: tuple[str, ...] = ()
     components: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class FetchOptions:
-    mirror: str | None = None
-    allow_unpinned: bool = False
-    trusted: tuple[str, ...] = field(default=())
 
 
 class Project:

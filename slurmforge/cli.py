@@ -22,7 +22,7 @@ from typing import Any
 from invoke import Exit
 from invoke import task as invoke_task
 
-from slurmforge.options import out_dir
+from slurmforge.options import FetchOptions, out_dir
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: versions.yaml, deploy/
 REQUIRED = inspect.Parameter.empty
@@ -67,7 +67,7 @@ class Select:
     cells: tuple[str, ...]
     components: tuple[str, ...]
 
-    def project(self):
+    def project(self):  # the Project (app.py): made only here
         from slurmforge.app import Project, Selection
 
         return Project(Selection(self.config, self.set, self.cells, self.components))
@@ -102,8 +102,6 @@ SELECT = Group(
 
 
 def _fetch(mirror=None, allow_unpinned=False, trust=None):
-    from slurmforge.app import FetchOptions
-
     return FetchOptions(mirror, allow_unpinned, tuple(trust or ()))
 
 

@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slurmforge.errors import ConfigError, quote
+
+
+@dataclass(frozen=True)
+class FetchOptions:
+    """How sources are fetched: from a mirror, unpinned ones accepted, origins trusted to lock."""
+
+    mirror: str | None = None
+    allow_unpinned: bool = False
+    trusted: tuple[str, ...] = field(default=())
 
 
 def number(

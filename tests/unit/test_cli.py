@@ -166,3 +166,24 @@ def test_push_refuses_a_negative_retry_count() -> None:
     _assert_clean_failure(
         _invoke("push", "--retries", "-1"), "--retries '-1': expected an integer >= 0"
     )
+
+
+def test_a_no_op_build_is_answered_before_any_heavy_library_loads() -> None:
+    """B1's fast path: when nothing changed, `invoke build` answers from its stamp before
+    pydantic, jinja2 or the Docker SDK are imported (they cost more than the answer)."""
+    code = f"""
+import sys
+from slurmforge import fastpath
+fastpath.check = lambda *args: []  # what it answers when nothing changed since the last build
+from invoke.program import Program
+try:
+    Program(name="Invoke", binary="invoke").run(
+        ["invoke", "--search-root", {str(ROOT)!r}, "build", "--set", "default"]
+    )
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(sorted(m for m in ("docker", "pydantic", "jinja2", "slurmforge.app") if m in sys.modules))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
