@@ -107,7 +107,7 @@ class Kube(Target):
 
     def deploy(self, timeout: float) -> list[str]:
         """Render and validate; unless a dry run, apply and wait (see the module's docstring)."""
-        directory = self.render()
+        directory = self.write_kustomization()
         versions = self.validate()
         lines = [
             f"wrote {len(self.objects)} objects to {directory} "
@@ -117,7 +117,9 @@ class Kube(Target):
 
     # -- render and validate -----------------------------------------------------------------
 
-    def render(self) -> Path:
+    def write_kustomization(self) -> Path:
+        """Render the cluster's objects and write them, with their kustomization, to
+        ``self.dir``; returns it."""
         local_ids: dict[str, str] = {}
         pyxis = False
         if self.engine is not None:
@@ -271,7 +273,7 @@ class Kube(Target):
     def scale(self, new: Cluster, timeout: float) -> list[str]:
         """Apply ``new`` (this cluster with other node counts); returns the removed nodes."""
         self.cluster = self.secrets.cluster = new
-        self.render()
+        self.write_kustomization()
         self.validate()
         removed = self.removed_nodes()
         self.apply(timeout, removed)

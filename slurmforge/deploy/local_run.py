@@ -197,7 +197,7 @@ class Local(Target):
         if self.cluster.spec.accounting.enabled:
             accounting_db.setup(self.cluster, self.controller_sh, max(timeout, 30.0))
 
-    def render(self, jail_id: str, secrets: dict[str, Path]) -> bool:
+    def write_compose(self, jail_id: str, secrets: dict[str, Path]) -> bool:
         """Write the reviewable directory; True when the nodes' slurm.conf changed."""
         conf = self.dir / SLURM_CONF.local
         before = (conf / "slurm.conf").read_text() if (conf / "slurm.conf").exists() else None
@@ -254,7 +254,7 @@ class Local(Target):
 
     def _apply(self, jail_id: str, secrets: dict[str, Path], populate: bool) -> None:
         running = self.running(CONTROLLER) is not None
-        changed = self.render(jail_id, secrets)
+        changed = self.write_compose(jail_id, secrets)
         if populate:
             # Compose creates (and labels) the volumes; the jail is filled before anything starts.
             self.compose("up", "--no-start", "--remove-orphans")

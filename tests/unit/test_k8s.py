@@ -71,7 +71,7 @@ def _kube(cluster_file: Path, root: Path, run=None, **kw: Any) -> Kube:
     if run is not None:
         kw["run"] = run
     kube = Kube(cluster, root / "out", root, None, **kw)
-    kube.render()
+    kube.write_kustomization()
     return kube
 
 
@@ -685,7 +685,7 @@ def test_images_neither_pushed_nor_built(write_cluster, tmp_path) -> None:
     versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
     cluster = model.load(write_cluster(_cluster_data()), versions)
     with pytest.raises(ConfigError, match=r"\(jail\) is neither pushed nor built"):
-        Kube(cluster, tmp_path / "out", tmp_path).render()
+        Kube(cluster, tmp_path / "out", tmp_path).write_kustomization()
 
 
 def test_registry_override_moves_and_pins_images(write_cluster, tmp_path) -> None:
