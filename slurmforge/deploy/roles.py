@@ -30,8 +30,9 @@ from slurmforge.deploy import TARGETS
 if TYPE_CHECKING:
     from slurmforge.deploy.model import ClusterSpec
 
-# Role names: also their Compose services, their objects' names on Kubernetes and, where a role
-# has an image of its own, its component in versions.yaml.
+# Role names: also their Compose services and their objects' names on Kubernetes and, where a
+# role has an image of its own, its component in versions.yaml. JAIL is a component only: the
+# image that jail-populate copies into the shared root.
 CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
 DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
 NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
