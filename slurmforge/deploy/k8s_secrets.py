@@ -30,11 +30,7 @@ class Secrets:
     def files(self) -> dict[Secret, Path | None]:
         """The Secrets this cluster mounts → the file each is kept equal to (an external
         database's password), or None for one made here once."""
-        db = self.cluster.spec.accounting.database
-        return {
-            s: Path(db.password_secret) if db and s is roles.DB_PASSWORD else None
-            for s in roles.cluster_secrets(self.cluster.spec)
-        }
+        return roles.cluster_secrets(self.cluster.spec)
 
     def data(self, secret: Secret) -> bytes | None:
         """What the Secret holds now, or None when there is none."""

@@ -168,11 +168,10 @@ class Local(Target):
         """The files the containers are given: the munge key and, with accounting, the JWT key
         and the database password (the external database's own file, when it has one). Kept
         outside the repository; made at the first deploy and reused by every later one."""
-        database = self.cluster.spec.accounting.database
         out = {}
-        for secret in roles.cluster_secrets(self.cluster.spec):
-            if secret is roles.DB_PASSWORD and database is not None:
-                out[secret.file] = Path(database.password_secret)
+        for secret, source in roles.cluster_secrets(self.cluster.spec).items():
+            if source is not None:
+                out[secret.file] = source
                 continue
             out[secret.file], made = state.ensure_secret(self.cluster.name, secret.file, secret.new)
             if made:

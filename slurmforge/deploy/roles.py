@@ -22,6 +22,7 @@ from __future__ import annotations
 import secrets as random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from slurmforge import jail_contract
@@ -365,10 +366,16 @@ def running(spec: ClusterSpec, target: str | None = None) -> list[Role]:
     return [r for r in ROLES if r.when(spec) and (target is None or target in r.targets)]
 
 
-def cluster_secrets(spec: ClusterSpec) -> list[Secret]:
-    """The secrets the cluster's roles mount, in SECRETS' order."""
+def cluster_secrets(spec: ClusterSpec) -> dict[Secret, Path | None]:
+    """The secrets the cluster's roles mount, in SECRETS' order → the site's file each comes
+    from (an external database's password), or None for one slurmforge makes once."""
     used = {s for r in running(spec) for s in r.mounted_secrets(spec)}
-    return [s for s in SECRETS.values() if s in used]
+    db = spec.accounting.database
+    return {
+        s: Path(db.password_secret) if db and s is DB_PASSWORD else None
+        for s in SECRETS.values()
+        if s in used
+    }
 
 
 def published(spec: ClusterSpec, port: Port) -> int:
