@@ -153,6 +153,35 @@ class Engine:
             tuple(data.get("RepoTags") or ()),
         )
 
+    def read_files(self, ref: str, directory: str) -> dict[str, bytes]:
+        """The regular files directly in ``directory`` of image ``ref`` (name → content), read
+        from a container that is created but never started; {} when the image lacks it."""
+        import tarfile
+        import tempfile
+
+        with _translated():
+            container = self.api.create_container(ref, command=["true"], entrypoint=[])
+        try:
+            with tempfile.TemporaryFile() as buf:
+                try:
+                    with _translated():
+                        stream, _ = self.api.get_archive(container["Id"], directory.rstrip("/"))
+                        for chunk in stream:
+                            buf.write(chunk)
+                except NotFound:
+                    return {}
+                buf.seek(0)
+                out = {}
+                with tarfile.open(fileobj=buf) as tar:
+                    for member in tar:
+                        name = member.name.split("/", 1)[-1]
+                        if member.isfile() and "/" not in name:
+                            out[name] = tar.extractfile(member).read()  # type: ignore[union-attr]
+                return out
+        finally:
+            with _translated():
+                self.api.remove_container(container["Id"], force=True)
+
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         with _translated():

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from slurmforge.deploy import accounts
 from slurmforge.deploy.model import Cluster, DatabaseSpec
 from slurmforge.errors import ConfigError, DeployError
 
@@ -125,9 +126,10 @@ def check_password(cluster: Cluster, volume: Path, password_file: Path) -> None:
         )
 
 
-def setup(cluster: Cluster, sh: Sh, timeout: float) -> None:
+def setup(cluster: Cluster, sh: Sh, timeout: float) -> list[str]:
     """Wait until slurmdbd has the cluster (slurmctld registers it), then make the default
-    account (createuser puts users under it)."""
+    account (createuser puts users under it) and the declared QoS and accounts; returns what
+    slurmdbd has beyond what the file declares (accounts.apply)."""
     name = cluster.name
     deadline = time.monotonic() + timeout
     out = ""
@@ -142,6 +144,7 @@ def setup(cluster: Cluster, sh: Sh, timeout: float) -> None:
         )
     account = cluster.spec.accounting.default_account
     ensure_account(sh, account, f"default account of {name}")
+    return accounts.apply(cluster, sh)
 
 
 def ensure_account(sh: Sh, account: str, description: str) -> None:

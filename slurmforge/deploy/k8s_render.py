@@ -77,7 +77,8 @@ class ManifestRenderer(ObjectBuilder):
         # other replicas) hands running pods the new node list live (Kube.sync_config, then
         # `scontrol reconfigure`), so the hash is taken over the config of one node per set.
         configs = self.configs(self.cluster, running, pyxis, network)
-        shapes = self.configs(one_per_set(self.cluster), running, pyxis, network)
+        # nor for the site's own settings, scripts and topology: reconfigure applies them live
+        shapes = self.configs(one_per_set(self.cluster), running, pyxis, network, site=False)
         objects: dict[str, dict[str, Any]] = {"namespace.yaml": self.namespace_object()}
         for name, files in configs.items():
             objects[f"configmap-{name}.yaml"] = self.config_map(name, files)
@@ -90,9 +91,11 @@ class ManifestRenderer(ObjectBuilder):
             objects.update(self.role_objects(role, files_digest(mounted) if mounted else ""))
         return objects
 
-    def configs(self, cluster: Cluster, running: list[Role], pyxis: bool, network) -> dict:
+    def configs(
+        self, cluster: Cluster, running: list[Role], pyxis: bool, network, site: bool = True
+    ) -> dict:
         """ConfigDir name → its files, for the directories the roles mount."""
-        files = slurmconf.render(cluster, None, pyxis, network)
+        files = slurmconf.render(cluster, None, pyxis, network, site)
         content = {
             SLURM_CONF.name: files,
             JAIL_CONF.name: {k: files[k] for k in slurmconf.JAIL_FILES},
@@ -153,7 +156,9 @@ class ManifestRenderer(ObjectBuilder):
             volumes.append(volume)
             mounts.append(mount)
         for config in role.configs:
-            volumes.append({"name": config.name, "configMap": {"name": config.name}})
+            # 0755: the site's prolog and epilog scripts among them run as programs
+            source = {"name": config.name, "defaultMode": 0o755}
+            volumes.append({"name": config.name, "configMap": source})
             mounts.append({"name": config.name, "mountPath": config.path, "readOnly": True})
         if role.data:
             mounts.append({"name": role.data.claim, "mountPath": role.data.path})
@@ -161,6 +166,21 @@ class ManifestRenderer(ObjectBuilder):
             volumes.append(self.jail_volume())
             mount = {"name": "jail", "mountPath": jail_contract.ROOT}
             mounts.append({**mount, "readOnly": True} if role.jail == "ro" else mount)
+        if role.runs_users:  # site storage, inside the jail where sessions and jobs see it
+            for i, site in enumerate(self.spec.mounts):
+                name = f"site-{i}"
+                if site.claim:
+                    source = {"persistentVolumeClaim": {"claimName": site.claim}}
+                else:
+                    source = {"hostPath": {"path": site.host_path, "type": "Directory"}}
+                volumes.append({"name": name, **source})
+                mounts.append(
+                    {
+                        "name": name,
+                        "mountPath": f"{jail_contract.ROOT}{site.path}",
+                        "readOnly": site.read_only,
+                    }
+                )
         return volumes, mounts
 
     def container(
@@ -239,7 +259,7 @@ class ManifestRenderer(ObjectBuilder):
         """The jail populate, named after everything that defines it: a Job's template cannot
         change, so a changed jail.keep, image or digest makes a new Job (and the same inputs the
         same Job, which a redeploy leaves alone)."""
-        populate = jail_contract.populate_env(self.images.jail_digest, self.spec.jail.kept)
+        populate = jail_contract.populate_env(self.images.jail_digest, self.spec.kept)
         volumes, mounts = self.volumes(role)
         container = self.container(
             role,

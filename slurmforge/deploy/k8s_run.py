@@ -40,6 +40,7 @@ from slurmforge.deploy import (
     kustomize,
     load_cluster,
     roles,
+    siteconf,
     slurmctl,
 )
 from slurmforge.deploy.k8s_secrets import Secrets
@@ -120,6 +121,7 @@ class Kube(Target):
     def write_kustomization(self) -> Path:
         """Render the cluster's objects and write them, with their kustomization, to
         ``self.dir``; returns it."""
+        siteconf.check_cluster(self.cluster, self.engine)
         local_ids: dict[str, str] = {}
         pyxis = False
         if self.engine is not None:
@@ -254,7 +256,8 @@ class Kube(Target):
             )
             raise DeployError(f"not every node is in service after {timeout:.0f} s: {shown}")
         if self.cluster.spec.accounting.enabled:
-            accounting_db.setup(self.cluster, self.controller_sh, timeout)
+            for line in accounting_db.setup(self.cluster, self.controller_sh, timeout):
+                print(f"note: {line}", file=self.log)
         return self.k.check(
             self.k.argv("exec", f"{CONTROLLER}-0", "-c", CONTROLLER, "--", "sinfo", "-N", "-l"),
             "sinfo in slurmctld",

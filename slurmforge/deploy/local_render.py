@@ -145,7 +145,7 @@ class ComposeRenderer:
     def env(self, role: Role) -> dict[str, str]:
         env = {var: f"{c.path}/{file}" for c in role.configs if c.env for var, file in [c.env]}
         if role.name == POPULATE:
-            env.update(jail_contract.populate_env(self.jail_id, self.spec.jail.kept))
+            env.update(jail_contract.populate_env(self.jail_id, self.spec.kept))
         return env
 
     def volumes(self, role: Role) -> list[str]:
@@ -159,6 +159,11 @@ class ComposeRenderer:
         if role.jail:
             mode = ":ro" if role.jail == "ro" else ""
             out.append(f"{JAIL_VOLUME}:{jail_contract.ROOT}{mode}")
+        if role.runs_users:  # site storage, inside the jail where sessions and jobs see it
+            out += [
+                f"{m.host_path}:{jail_contract.ROOT}{m.path}{':ro' if m.read_only else ''}"
+                for m in self.spec.mounts
+            ]
         return out
 
     def publish(self, port: roles.Port) -> str:

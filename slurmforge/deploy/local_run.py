@@ -25,6 +25,7 @@ from slurmforge.deploy import (
     load_cluster,
     local_render,
     roles,
+    siteconf,
     slurmconf,
     slurmctl,
 )
@@ -194,7 +195,8 @@ class Local(Target):
     def wait_accounting(self, timeout: float) -> None:
         """Until slurmdbd knows the cluster; then the default account exists."""
         if self.cluster.spec.accounting.enabled:
-            accounting_db.setup(self.cluster, self.controller_sh, max(timeout, 30.0))
+            for line in accounting_db.setup(self.cluster, self.controller_sh, max(timeout, 30.0)):
+                print(f"note: {line}", file=self.log)
 
     def write_compose(self, jail_id: str, secrets: dict[str, Path]) -> bool:
         """Write the reviewable directory; True when the nodes' slurm.conf changed."""
@@ -237,11 +239,28 @@ class Local(Target):
         self.check_database()
         self.check_ports()
         ids = self.image_ids()
+        self.check_site()
         secrets = self.secrets()
         self._apply(ids[JAIL], secrets, populate=True)
         self.wait_ready(timeout)
         self.wait_accounting(timeout - (time.monotonic() - start))
         return time.monotonic() - start
+
+    def check_site(self) -> None:
+        """The cluster file's Slurm settings and mounts, as this target can apply them."""
+        siteconf.check_cluster(self.cluster, self.engine)
+        for i, mount in enumerate(self.cluster.spec.mounts):
+            if mount.claim is not None:
+                raise ConfigError(
+                    f"{self.cluster.path}: mounts[{i}].claim: a PersistentVolumeClaim exists only "
+                    "on --target k8s",
+                    hint="give host_path: a directory of this host",
+                )
+            if not Path(mount.host_path or "").is_dir():
+                raise ConfigError(
+                    f"{self.cluster.path}: mounts[{i}].host_path: no directory "
+                    f"{mount.host_path} on this host"
+                )
 
     def pyxis(self) -> bool:
         """Whether the jail image (where srun runs) was built with pyxis (see its labels)."""
@@ -261,7 +280,7 @@ class Local(Target):
                 self.engine,
                 self.cluster.images[JAIL],
                 f"{self.cluster.name}_jail",
-                self.cluster.spec.jail.kept,
+                self.cluster.spec.kept,
                 out=self.log,
             )
             # A populate replaced the jail's ld cache with the image's: running GPU workers

@@ -12,9 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, StrictBool, StrictInt, StringConstraints
+from pydantic import (
+    AfterValidator,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    model_validator,
+)
 
-from slurmforge import features, matrix, refs, state
+from slurmforge import features, jail_contract, matrix, refs, state
 from slurmforge.config import Config
 from slurmforge.deploy import roles
 from slurmforge.deploy.layers import Layers
@@ -29,11 +37,38 @@ DNSName = Annotated[
 Word = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.:/=-]+$")]
 Capability = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Z][A-Z_]+$")]
 AbsPath = Annotated[str, StringConstraints(strict=True, pattern=r"^/[^\s:]*$")]
+# a script next to the cluster file (or below it)
+ScriptPath = Annotated[
+    str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
+]
 EnvName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 # a jail user's name, as the jail's createuser accepts it (and useradd after it)
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 # Slurm lower-cases account names and takes these characters in them
 ACCOUNT = r"^[a-z0-9_][a-z0-9_.-]{0,63}$"
+
+
+def _conf_value(value: str | int | bool) -> str | int | bool:
+    if isinstance(value, str) and (not value or re.search(r"[#\x00-\x1f\x7f]", value)):
+        raise ValueError(
+            f"expected a value on one line, without '#' (Slurm's comment sign), got {quote(value)}"
+        )
+    return value
+
+
+def _line_value(value: str | int | bool) -> str | int | bool:
+    if isinstance(value, str) and re.search(r"\s", value):
+        raise ValueError(
+            f"expected a value without spaces (it shares its line with others), got {quote(value)}"
+        )
+    return value
+
+
+# A site's setting of a Slurm configuration file: `Key: value` as the file writes Key=value
+# (true/false as YES/NO). Keys are checked against the cell's own Slurm (siteconf.py).
+ConfKey = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
+ConfValue = Annotated[StrictStr | StrictInt | StrictBool, AfterValidator(_conf_value)]
+LineValue = Annotated[ConfValue, AfterValidator(_line_value)]
 
 
 class MatchExpression(Model):
@@ -59,6 +94,8 @@ class NodeSet(Model):
     capabilities: tuple[Capability, ...] = ()
     env: dict[EnvName, Annotated[str, StringConstraints(strict=True)]] = Field(default_factory=dict)
     affinity: Affinity = Affinity()
+    # more of the node set's NodeName line (Weight, TmpDisk, CoreSpecCount, ...)
+    slurm: dict[ConfKey, LineValue] = Field(default_factory=dict)
 
     @property
     def nodes(self) -> list[str]:
@@ -77,6 +114,8 @@ class Partition(Model):
     max_time: Annotated[str, StringConstraints(strict=True, pattern=r"^(INFINITE|[0-9:-]+)$")] = (
         "INFINITE"
     )
+    # more of its PartitionName line (PriorityTier, QOS, AllowAccounts, OverSubscribe, ...)
+    slurm: dict[ConfKey, LineValue] = Field(default_factory=dict)
 
 
 class LoginSpec(Model):
@@ -226,6 +265,84 @@ def _account(value: str) -> str:
 Enforce = Literal["associations", "limits", "nojobs", "nosteps", "qos", "safe", "wckeys"]
 
 
+Tres = Annotated[
+    str,
+    StringConstraints(
+        strict=True,
+        pattern=r"^[a-z]+(/[A-Za-z0-9_:.-]+)?=-?[0-9]+[KMGTP]?(,[a-z]+(/[A-Za-z0-9_:.-]+)?=-?[0-9]+[KMGTP]?)*$",
+    ),
+]
+Duration = Annotated[
+    str, StringConstraints(strict=True, pattern=r"^(-1|[0-9]+(-[0-9]+)?(:[0-9]+){0,2})$")
+]
+Count = Annotated[StrictInt, Field(ge=-1)]
+QosName = Annotated[str, StringConstraints(strict=True, pattern=r"^[a-z0-9_][a-z0-9_.-]{0,63}$")]
+
+
+class Limits(Model):
+    """sacctmgr's limits, under sacctmgr's own names (-1 clears one)."""
+
+    GrpTRES: Tres | None = None
+    GrpJobs: Count | None = None
+    GrpSubmitJobs: Count | None = None
+    GrpWall: Duration | None = None
+    MaxTRESPerJob: Tres | None = None
+    MaxTRESPerNode: Tres | None = None
+    MaxWall: Duration | None = None  # a job's longest run
+
+
+class QosSpec(Limits):
+    """A QoS, as `sacctmgr add/modify qos` takes it."""
+
+    name: QosName
+    Description: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
+    Priority: Annotated[StrictInt, Field(ge=0)] | None = None
+    Preempt: tuple[QosName, ...] | None = None
+    PreemptMode: Literal["off", "cancel", "requeue", "suspend"] | None = None
+    Flags: (
+        tuple[
+            Literal[
+                "DenyOnLimit",
+                "EnforceUsageThreshold",
+                "NoDecay",
+                "NoReserve",
+                "OverPartQOS",
+                "PartitionMaxNodes",
+                "PartitionMinNodes",
+                "PartitionTimeLimit",
+                "RequiresReservation",
+                "UsageFactorSafe",
+            ],
+            ...,
+        ]
+        | None
+    ) = None
+    UsageFactor: Annotated[float, Field(strict=True, ge=0)] | None = None
+    GraceTime: Duration | None = None
+    MaxTRESPerUser: Tres | None = None
+    MaxTRESPerAccount: Tres | None = None
+    MaxJobsPerUser: Count | None = None
+    MaxSubmitJobsPerUser: Count | None = None
+    MaxJobsPerAccount: Count | None = None
+    MinTRESPerJob: Tres | None = None
+
+
+class AccountSpec(Limits):
+    """An account, as `sacctmgr add/modify account` takes it."""
+
+    name: Annotated[str, StringConstraints(strict=True), AfterValidator(lambda v: _account(v))]
+    Parent: Annotated[
+        str, StringConstraints(strict=True), AfterValidator(lambda v: _account(v))
+    ] = "root"
+    Description: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
+    Organization: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
+    Fairshare: Annotated[StrictInt, Field(ge=0)] | None = None
+    QOS: tuple[QosName, ...] | None = None
+    DefaultQOS: QosName | None = None
+    MaxJobs: Count | None = None
+    MaxSubmitJobs: Count | None = None
+
+
 class AccountingSpec(Model):
     """Job accounting: slurmdbd on a database, sacct/sacctmgr, fair-share."""
 
@@ -237,6 +354,10 @@ class AccountingSpec(Model):
         "default"
     )
     database: DatabaseSpec | None = None  # None: the cluster's own MariaDB
+    # declared QoS and accounts, made or updated with sacctmgr on every deploy; ones the
+    # database has beyond these are reported, never deleted
+    qos: tuple[QosSpec, ...] = ()
+    accounts: tuple[AccountSpec, ...] = ()
 
 
 class RestSpec(Model):
@@ -254,6 +375,75 @@ class SlurmSpec(Model):
     # false: for a host that cannot give node containers a writable cgroup subtree; processes
     # are then tracked through /proc and memory is scheduled but not enforced.
     cgroups: StrictBool = True
+    # the site's own settings, merged into the files slurmforge writes; keys slurmforge
+    # manages are refused unless listed in `override` (siteconf.py, README)
+    conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)  # slurm.conf
+    cgroup_conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)
+    slurmdbd_conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)
+    override: tuple[ConfKey, ...] = ()
+    # scripts (paths relative to the cluster file) every node runs as root before (prolog) or
+    # after (epilog) each job, in this order; a failing prolog drains the node
+    prolog: tuple[ScriptPath, ...] = ()
+    epilog: tuple[ScriptPath, ...] = ()
+
+
+def _mount_path(path: str) -> str:
+    top = path.strip("/").split("/")[0]
+    if not top or top in (*NODE_DIRS, "tmp", jail_contract.ROOT.strip("/")):
+        raise ValueError(
+            f"expected a directory outside / and the jail's system directories "
+            f"(/{', /'.join((*NODE_DIRS, 'tmp'))}), got {quote(path)}"
+        )
+    if "/../" in f"{path}/" or "/./" in f"{path}/" or "//" in path:
+        raise ValueError(
+            f"expected a plain absolute path (no '.', '..' or '//'), got {quote(path)}"
+        )
+    return path.rstrip("/")
+
+
+class MountSpec(Model):
+    """Site storage in the jail, where users and jobs see it (login and every node)."""
+
+    path: Annotated[AbsPath, AfterValidator(_mount_path)]  # in the jail
+    host_path: AbsPath | None = None  # local: a directory of this host; k8s: of each node
+    claim: DNSName | None = None  # k8s: a PersistentVolumeClaim of the cluster's namespace
+    read_only: StrictBool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MountSpec:
+        if (self.host_path is None) == (self.claim is None):
+            raise ValueError("expected exactly one of host_path and claim")
+        return self
+
+
+SwitchName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+
+
+class SwitchSpec(Model):
+    name: SwitchName
+    nodesets: tuple[DNSName, ...] = ()  # a leaf switch: the nodes of these node sets
+    switches: tuple[SwitchName, ...] = ()  # an upper one: these switches
+
+
+class BlockSpec(Model):
+    name: SwitchName
+    nodesets: tuple[DNSName, ...] = Field(min_length=1)
+
+
+class TopologySpec(Model):
+    """The fabric (topology.conf): a tree of switches, or blocks of nodes."""
+
+    tree: tuple[SwitchSpec, ...] = ()
+    block: tuple[BlockSpec, ...] = ()
+    block_sizes: tuple[Annotated[StrictInt, Field(ge=1)], ...] = ()  # Slurm >= 24.05
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TopologySpec:
+        if bool(self.tree) == bool(self.block):
+            raise ValueError("expected exactly one of tree and block")
+        if self.block_sizes and not self.block:
+            raise ValueError("block_sizes: expected block")
+        return self
 
 
 class ImagesSpec(Model):
@@ -272,8 +462,16 @@ class ClusterSpec(Model):
     kubernetes: KubernetesSpec = KubernetesSpec()
     slurm: SlurmSpec = SlurmSpec()
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
+    mounts: tuple[MountSpec, ...] = ()
+    topology: TopologySpec | None = None
     nodesets: tuple[NodeSet, ...] = Field(min_length=1)
     partitions: tuple[Partition, ...] = Field(min_length=1)
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        """What every populate keeps: the jail's kept paths and the mount points of site
+        storage (a populate must not remove a directory that a running node mounts over)."""
+        return (*self.jail.kept, *(m.path for m in self.mounts))
 
 
 @dataclass(frozen=True)
@@ -326,7 +524,17 @@ def load(path: Path, config: Config, scale: dict[str, int] | None = None) -> Clu
     spec = validate(ClusterSpec, raw, path, blame=layers.blame if layers else None)
     _check_references(path, spec)
     cell, images, hint = _bind_images(path, spec, config)
+    if spec.topology and spec.topology.block_sizes and not _at_least(cell.slurm, (24, 5)):
+        raise ConfigError(
+            f"{path}: topology.block_sizes: Slurm {cell.slurm} has no BlockSizes (24.05 and "
+            "later); leave it out"
+        )
     return Cluster(spec, path, cell, images, hint)
+
+
+def _at_least(slurm: str, version: tuple[int, int]) -> bool:
+    major, minor = (int(x) for x in slurm.split(".")[:2])
+    return (major, minor) >= version
 
 
 def _check_references(path: Path, spec: ClusterSpec) -> None:
@@ -367,6 +575,7 @@ def _check_references(path: Path, spec: ClusterSpec) -> None:
         )
     if spec.rest.enabled and spec.rest.port == spec.login.port:
         raise ConfigError(f"{path}: rest.port: {spec.rest.port} is login.port already")
+    _check_site(path, spec, names)
     database = spec.accounting.database
     if spec.accounting.enabled and database and not _is_file(database.password_secret):
         raise ConfigError(
@@ -374,6 +583,77 @@ def _check_references(path: Path, spec: ClusterSpec) -> None:
             hint="write the database password into that file (mode 0600), or leave out "
             "accounting.database to run the cluster's own MariaDB",
         )
+
+
+def _check_site(path: Path, spec: ClusterSpec, names: list[str]) -> None:
+    """The site's scripts exist, its mounts do not overlap, its topology and accounts name what
+    the file declares."""
+    for kind in ("prolog", "epilog"):
+        for i, rel in enumerate(getattr(spec.slurm, kind)):
+            if ".." in Path(rel).parts or not _is_file(str(path.parent / rel)):
+                raise ConfigError(
+                    f"{path}: slurm.{kind}[{i}]: expected a script file next to the cluster "
+                    f"file (or below it), got {quote(rel)}"
+                )
+    taken = [(f"jail.scratch[{i}]", s) for i, s in enumerate(spec.jail.scratch)]
+    for i, mount in enumerate(spec.mounts):
+        for where, other in taken:
+            if _nested(mount.path, other):
+                raise ConfigError(
+                    f"{path}: mounts[{i}].path: {mount.path} overlaps {where} ({other})"
+                )
+        taken.append((f"mounts[{i}].path", mount.path))
+    if spec.topology:
+        switches = [s.name for s in spec.topology.tree]
+        blocks = [b.name for b in spec.topology.block]
+        for kind, seen in (("tree", switches), ("block", blocks)):
+            for name in {n for n in seen if seen.count(n) > 1}:
+                raise ConfigError(f"{path}: topology.{kind}: duplicate name {name!r}")
+        for kind, entries in (("tree", spec.topology.tree), ("block", spec.topology.block)):
+            for i, entry in enumerate(entries):
+                for j, ns in enumerate(entry.nodesets):
+                    if ns not in names:
+                        raise ConfigError(
+                            f"{path}: topology.{kind}[{i}].nodesets[{j}]: unknown node set "
+                            f"{ns!r}; expected one of {', '.join(names)}"
+                        )
+        for i, switch in enumerate(spec.topology.tree):
+            for j, name in enumerate(switch.switches):
+                if name not in switches or name == switch.name:
+                    raise ConfigError(
+                        f"{path}: topology.tree[{i}].switches[{j}]: {name!r} is not another "
+                        "switch of topology.tree"
+                    )
+    qos = ["normal", *(q.name for q in spec.accounting.qos)]
+    for i, q in enumerate(spec.accounting.qos):
+        for j, other in enumerate(q.Preempt or ()):
+            if other not in qos:
+                raise ConfigError(
+                    f"{path}: accounting.qos[{i}].Preempt[{j}]: unknown QoS {other!r}; expected "
+                    f"one of {', '.join(qos)}"
+                )
+    for i, account in enumerate(spec.accounting.accounts):
+        for j, name in enumerate(account.QOS or ()):
+            if name not in qos:
+                raise ConfigError(
+                    f"{path}: accounting.accounts[{i}].QOS[{j}]: unknown QoS {name!r}; "
+                    f"expected one of {', '.join(qos)}"
+                )
+        if account.DefaultQOS and account.DefaultQOS not in (account.QOS or ("normal",)):
+            raise ConfigError(
+                f"{path}: accounting.accounts[{i}].DefaultQOS: {account.DefaultQOS!r} is not in "
+                "its QOS list"
+            )
+    if (spec.accounting.qos or spec.accounting.accounts) and not spec.accounting.enabled:
+        raise ConfigError(
+            f"{path}: accounting.qos: QoS and accounts live in slurmdbd; set "
+            "accounting.enabled: true"
+        )
+
+
+def _nested(a: str, b: str) -> bool:
+    """Whether one of two absolute paths is the other or below it."""
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
 def _is_file(path: str) -> bool:

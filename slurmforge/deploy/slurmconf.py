@@ -7,17 +7,19 @@ node set has GRES) mounted at /etc/slurm in the daemons' containers, and the jai
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from slurmforge import jail_contract
-from slurmforge.deploy import roles
+from slurmforge.deploy import roles, siteconf
 from slurmforge.deploy.model import Cluster
 from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD
 
 STATE_DIR = roles.CONTROLLER_STATE.path
+SLURM_CONF_DIR = roles.SLURM_CONF.path
 SPOOL_DIR = "/var/spool/slurmd"
 PYXIS_PLUGIN = "/usr/lib/slurmforge/spank/pyxis.so"  # slurmforge-pyxis, when built
 # node-local container roots, per user (images/gpu/enroot.conf; created by enroot_install)
@@ -75,7 +77,7 @@ def slurmdbd_conf(cluster: Cluster, dbd_host: str = DBD) -> str:
     """slurmdbd.conf without its StoragePass (the image adds that at start from the password
     file, so no generated file ever holds it). ``dbd_host``: what `hostname -s` says there."""
     db = cluster.spec.accounting.database
-    return _env.get_template("slurmdbd.conf.j2").render(
+    text = _env.get_template("slurmdbd.conf.j2").render(
         name=cluster.name,
         source=cluster.path.name,
         slurm=cluster.cell.slurm,
@@ -86,6 +88,7 @@ def slurmdbd_conf(cluster: Cluster, dbd_host: str = DBD) -> str:
         storage_user=db.user if db else "slurm",
         storage_loc=db.name if db else "slurm_acct_db",
     )
+    return siteconf.merge(text, cluster.spec.slurm.slurmdbd_conf, "slurm.slurmdbd_conf")
 
 
 def render(
@@ -93,12 +96,15 @@ def render(
     gres_files: dict[str, list[str]] | None = None,
     pyxis: bool = False,
     network: Network | None = None,
+    site: bool = True,
 ) -> dict[str, str]:
     """File name → content for the nodes' /etc/slurm (and gres.conf when needed).
 
     ``gres_files``: node → the GPU device nodes it was given (gres.conf names them as File=).
     ``pyxis``: the images carry pyxis, so plugstack.conf loads it.
     ``network``: name the controller's and every node's address (else host names resolve).
+    ``site``: with the cluster file's own settings, scripts and topology (all of which a running
+    cluster takes with `scontrol reconfigure`); False: slurmforge's part alone.
     """
     spec = cluster.spec
     nodesets = [
@@ -108,10 +114,7 @@ def render(
             "lines": [f"{n} NodeAddr={n}.{network.node_domain}" for n in ns.nodes]
             if network
             else [hostlist(ns.nodes)],
-            "cpus": ns.cpus,
-            "memory_mb": ns.memory_mb,
-            "features": ns.features,
-            "gres": ns.gres,
+            "attrs": siteconf.line_attrs(_node_attrs(ns), ns.slurm if site else {}),
         }
         for ns in spec.nodesets
         if ns.replicas
@@ -119,13 +122,11 @@ def render(
     partitions = [
         {
             "name": p.name,
-            "default": p.default,
-            "max_time": p.max_time,
-            "nodes": ",".join(filter(None, (_hostlist_of(cluster, n) for n in p.nodesets))),
-            "def_mem_per_cpu": def_mem_per_cpu(cluster, p.nodesets),
+            "attrs": siteconf.line_attrs(_partition_attrs(cluster, p), p.slurm if site else {}),
         }
         for p in spec.partitions
     ]
+    scripts = scripts_of(cluster) if site else {}
     gres_types = sorted({g.split(":")[0] for ns in spec.nodesets for g in ns.gres})
     values = {
         "name": cluster.name,
@@ -147,13 +148,91 @@ def render(
         "accounting": spec.accounting if spec.accounting.enabled else None,
         "dbd_addr": network.dbd_addr if network else DBD,
         "jwt_key": JWT_KEY,
+        "jail_root": jail_contract.ROOT,
+        "prolog": f"{SLURM_CONF_DIR}/prolog-*"
+        if any(n.startswith("prolog-") for n in scripts)
+        else None,
+        "epilog": f"{SLURM_CONF_DIR}/epilog-*"
+        if any(n.startswith("epilog-") for n in scripts)
+        else None,
+        "topology": _topology_kind(spec) if site else None,
     }
     files = {name: _env.get_template(f"{name}.j2").render(**values) for name in NODE_FILES}
+    if site:
+        files["slurm.conf"] = siteconf.merge(files["slurm.conf"], spec.slurm.conf, "slurm.conf")
+        files["cgroup.conf"] = siteconf.merge(
+            files["cgroup.conf"], spec.slurm.cgroup_conf, "slurm.cgroup_conf"
+        )
+        files.update(scripts)
+        if spec.topology:
+            files["topology.conf"] = _topology_conf(cluster)
+    else:
+        files["slurm.conf"] = siteconf.merge(files["slurm.conf"], {}, "")
     # what the jail's createuser reads (the account new users go under)
     files["slurmforge.conf"] = f"default_account={spec.accounting.default_account}\n"
     if gres_types:
         files["gres.conf"] = _gres_conf(cluster, gres_files or {})
     return files
+
+
+def _node_attrs(ns) -> dict[str, str]:
+    attrs = {"CPUs": str(ns.cpus), "RealMemory": str(ns.memory_mb)}
+    if ns.features:
+        attrs["Features"] = ",".join(ns.features)
+    if ns.gres:
+        attrs["Gres"] = ",".join(ns.gres)
+    attrs["State"] = "UNKNOWN"
+    return attrs
+
+
+def _partition_attrs(cluster: Cluster, p) -> dict[str, str]:
+    attrs = {"Nodes": ",".join(filter(None, (_hostlist_of(cluster, n) for n in p.nodesets)))}
+    if p.default:
+        attrs["Default"] = "YES"
+    attrs["MaxTime"] = p.max_time
+    attrs["DefMemPerCPU"] = str(def_mem_per_cpu(cluster, p.nodesets))
+    attrs["State"] = "UP"
+    return attrs
+
+
+def scripts_of(cluster: Cluster) -> dict[str, str]:
+    """The site's prolog and epilog scripts under the names /etc/slurm gives them: Slurm runs
+    what ``prolog-*`` matches in reverse alphabetical order, so the first listed sorts last."""
+    out = {}
+    for kind in ("prolog", "epilog"):
+        listed = getattr(cluster.spec.slurm, kind)
+        for i, rel in enumerate(listed):
+            path = cluster.path.parent / rel
+            out[f"{kind}-{len(listed) - 1 - i:02d}-{path.name}"] = path.read_text()
+    return out
+
+
+def _topology_kind(spec) -> str | None:
+    if spec.topology is None:
+        return None
+    return "tree" if spec.topology.tree else "block"
+
+
+def _topology_conf(cluster: Cluster) -> str:
+    topology = cluster.spec.topology
+    lines = [f"# Generated by slurmforge from {cluster.path.name} for cluster {cluster.name}."]
+
+    def nodes(names) -> str:
+        return ",".join(filter(None, (_hostlist_of(cluster, n) for n in names)))
+
+    for switch in topology.tree:
+        parts = [f"SwitchName={switch.name}"]
+        if switch.nodesets and nodes(switch.nodesets):
+            parts.append(f"Nodes={nodes(switch.nodesets)}")
+        if switch.switches:
+            parts.append(f"Switches={','.join(switch.switches)}")
+        lines.append(" ".join(parts))
+    for block in topology.block:
+        if nodes(block.nodesets):
+            lines.append(f"BlockName={block.name} Nodes={nodes(block.nodesets)}")
+    if topology.block_sizes:
+        lines.append(f"BlockSizes={','.join(str(s) for s in topology.block_sizes)}")
+    return "\n".join(lines) + "\n"
 
 
 def def_mem_per_cpu(cluster: Cluster, nodesets: tuple[str, ...]) -> int:
@@ -194,14 +273,27 @@ def write(
     for directory, names in ((node_dir, list(files)), (jail_dir, JAIL_FILES)):
         directory.mkdir(parents=True, exist_ok=True)
         for stale in directory.iterdir():
-            # only what an earlier render wrote (gres.conf, once a cluster has no GPUs)
-            if stale.name in (*NODE_FILES, *JAIL_FILES, "gres.conf") and stale.name not in names:
+            # only what an earlier render wrote (gres.conf once a cluster has no GPUs, a script
+            # the cluster file no longer lists)
+            if _rendered(stale.name) and stale.name not in names:
                 stale.unlink()
         for name in names:
-            _write_if_changed(directory / name, files[name])
+            _write_if_changed(directory / name, files[name], SCRIPT.match(name) is not None)
 
 
-def _write_if_changed(path: Path, text: str) -> None:
+SCRIPT = re.compile(r"(prolog|epilog)-[0-9]{2}-")
+
+
+def _rendered(name: str) -> bool:
+    """A name that render gives one of its files."""
+    fixed = (*NODE_FILES, *JAIL_FILES, "gres.conf", "topology.conf")
+    return name in fixed or SCRIPT.match(name) is not None
+
+
+def _write_if_changed(path: Path, text: str, executable: bool = False) -> None:
     """In place (the daemons see the directory through a bind mount), only when it differs."""
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
+    mode = 0o755 if executable else 0o644
+    if path.stat().st_mode & 0o777 != mode:
+        path.chmod(mode)

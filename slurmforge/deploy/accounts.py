@@ -1,0 +1,104 @@
+"""The QoS and accounts a cluster file declares (accounting.qos, accounting.accounts), made or
+brought up to date with sacctmgr on every deploy, for both targets.
+
+A file that declares no QoS (no accounts) leaves them to the site's own sacctmgr. Each declared
+QoS or account is added when slurmdbd lacks it, then given every setting the file
+names (`sacctmgr modify ... set`); what the file leaves out keeps the value it has. Nothing is
+ever deleted: once a file declares QoS (accounts), one that slurmdbd has and the file does not
+declare is reported, with the sacctmgr line that removes it.
+
+Commands run through ``sh`` (a shell in slurmctld, as root), as in slurmctl.py.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+
+from slurmforge.deploy.model import AccountSpec, Cluster, QosSpec
+from slurmforge.errors import DeployError
+
+Sh = Callable[[str], tuple[int, str]]
+# what slurmdbd has without being told (the cluster's root account, Slurm's own QoS)
+BUILT_IN_QOS = ("normal",)
+BUILT_IN_ACCOUNTS = ("root",)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) or "''"
+    return shlex.quote(str(value))
+
+
+def settings(record: QosSpec | AccountSpec, skip: tuple[str, ...]) -> list[str]:
+    """``Key=value`` for each setting the file gives, in the model's order."""
+    data = record.model_dump(exclude_none=True)
+    return [f"{k}={_value(v)}" for k, v in data.items() if k not in ("name", *skip)]
+
+
+def names(sh: Sh, kind: str) -> list[str]:
+    field = "account" if kind == "account" else "name"
+    code, out = sh(f"sacctmgr -n -P show {kind} format={field}")
+    if code:
+        raise DeployError(f"sacctmgr show {kind} failed: {out[-300:]}")
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def run(sh: Sh, command: str, what: str) -> None:
+    code, out = sh(f"sacctmgr -i {command}")
+    # a modify that changes nothing says so and exits non-zero: that is the idempotent case
+    if code and "nothing modified" not in out.lower():
+        raise DeployError(f"sacctmgr could not {what}: {out.strip()[-300:]}")
+
+
+def apply(cluster: Cluster, sh: Sh) -> list[str]:
+    """Make the declared QoS and accounts what the file says; lines reporting the undeclared."""
+    accounting = cluster.spec.accounting
+    if not accounting.qos and not accounting.accounts:
+        return []
+    have = names(sh, "qos")
+    for qos in accounting.qos:
+        if qos.name not in have:
+            run(sh, f"add qos {qos.name}", f"add QoS {qos.name}")
+    for qos in accounting.qos:  # once all exist: Preempt names others
+        # sacctmgr takes Preempt only after PreemptMode
+        ordered = [s for s in settings(qos, ()) if not s.startswith("Preempt=")]
+        ordered += [s for s in settings(qos, ()) if s.startswith("Preempt=")]
+        if ordered:
+            run(
+                sh,
+                f"modify qos where name={qos.name} set {' '.join(ordered)}",
+                f"set QoS {qos.name}",
+            )
+    have_accounts = names(sh, "account")
+    pending = [a for a in accounting.accounts if a.name not in have_accounts]
+    while pending:  # parents first
+        ready = [a for a in pending if a.Parent in have_accounts]
+        if not ready:
+            missing = ", ".join(f"{a.name} (parent {a.Parent})" for a in pending)
+            raise DeployError(f"accounts whose parent exists nowhere: {missing}")
+        for account in ready:
+            run(sh, f"add account {account.name} Parent={account.Parent}", f"add {account.name}")
+            have_accounts.append(account.name)
+        pending = [a for a in pending if a not in ready]
+    for account in accounting.accounts:
+        given = settings(account, ("Parent",))
+        if given:
+            command = f"modify account where name={account.name} set {' '.join(given)}"
+            run(sh, command, f"set account {account.name}")
+    declared_qos = {*BUILT_IN_QOS, *(q.name for q in accounting.qos)}
+    declared_accounts = {*BUILT_IN_ACCOUNTS, accounting.default_account}
+    declared_accounts |= {a.name for a in accounting.accounts}
+    report = []
+    for kind, declared, wanted in (
+        ("qos", accounting.qos, declared_qos),
+        ("account", accounting.accounts, declared_accounts),
+    ):
+        if declared:
+            report += [
+                f"{'QoS' if kind == 'qos' else kind} {name} is in slurmdbd but not in "
+                f"{cluster.path.name}; left as it is (remove it: sacctmgr delete {kind} {name})"
+                for name in names(sh, kind)
+                if name not in wanted
+            ]
+    return report

@@ -1,0 +1,167 @@
+"""A site's own configuration on a cluster of the local target (tests/site_settings.py): its Slurm
+settings are live, its QoS limits hold, its prolog runs, its storage is mounted read-only in the
+jail; a changed setting reaches a running cluster without touching its jobs; and bad settings
+are refused before anything changes."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import docker
+import pytest
+import yaml
+
+from tests.cluster.conftest import Deployed, deploy
+from tests.conftest import ROOT
+from tests.site_settings import README, site
+
+KEYS = ("slurm", "accounting", "mounts", "topology", "nodesets", "partitions")
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployed]:
+    root = tmp_path_factory.mktemp("site")
+    shipped = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    changes = {k: v for k, v in site(root, shipped).items() if k in KEYS}
+    with deploy(root, "sfsite", client, **changes) as deployed:
+        deployed.user("alice")
+        yield deployed
+
+
+def _config(cluster: Deployed) -> dict[str, str]:
+    out = cluster.ok("slurmctld", "scontrol show config")
+    return dict((m[1], m[2].strip()) for m in re.finditer(r"^(\S+)\s+= (.*)$", out, re.M))
+
+
+def _submit(cluster: Deployed, options: str) -> str:
+    out = cluster.ok("login", f"cd ~ && sbatch {options}", user="alice")
+    return re.search(r"Submitted batch job (\d+)", out)[1]
+
+
+def _squeue(cluster: Deployed, job: str) -> tuple[str, str]:
+    out = cluster.ok("slurmctld", f"squeue -h -j {job} -o '%T %r'")
+    state, reason = out.split(None, 1)
+    return state, reason
+
+
+def _wait(cluster: Deployed, job: str, state: str, timeout: float = 60) -> tuple[str, str]:
+    deadline = time.monotonic() + timeout
+    seen = _squeue(cluster, job)
+    while seen[0] != state and time.monotonic() < deadline:
+        time.sleep(1)
+        seen = _squeue(cluster, job)
+    assert seen[0] == state, f"job {job}: {seen}"
+    return seen
+
+
+def test_the_site_settings_are_live(cluster: Deployed) -> None:
+    config = _config(cluster)
+    assert config["SchedulerParameters"] == "batch_sched_delay=0,bf_interval=5"
+    assert config["MaxArraySize"] == "5001"
+    assert config["TopologyPlugin"] == "topology/tree"
+    assert "associations,limits,qos" in config["AccountingStorageEnforce"]
+    assert "SwitchName=leaf0" in cluster.ok("slurmctld", "scontrol show topology")
+    assert "Weight=10" in cluster.ok("slurmctld", "scontrol show node cpu-0")
+    assert "PriorityTier=2" in cluster.ok("slurmctld", "scontrol show partition main")
+    qos = cluster.ok("slurmctld", "sacctmgr -n -P show qos small format=name,priority,maxtrespu")
+    assert qos == "small|10|cpu=1"
+    assoc = cluster.ok("slurmctld", "sacctmgr -n -P show assoc account=default user= format=qos")
+    assert set(assoc.split(",")) == {"normal", "small"}
+
+
+def test_a_job_over_its_qos_limit_pends_with_the_qos_reason(cluster: Deployed) -> None:
+    first = _submit(cluster, "--qos=small -n1 --wrap 'sleep 120'")
+    second = _submit(cluster, "--qos=small -n1 --wrap 'sleep 120'")
+    try:
+        _wait(cluster, first, "RUNNING")
+        deadline = time.monotonic() + 30
+        while _squeue(cluster, second)[1] != "QOSMaxCpuPerUserLimit":
+            assert time.monotonic() < deadline, _squeue(cluster, second)
+            time.sleep(1)
+        assert _squeue(cluster, second)[0] == "PENDING"
+    finally:
+        cluster.sh("slurmctld", f"scancel {first} {second}")
+
+
+def test_the_prolog_runs_before_each_job_and_the_job_sees_its_marker(cluster: Deployed) -> None:
+    out = cluster.ok(
+        "login",
+        "srun -N2 bash -c 'cat /scratch/prolog-$SLURM_JOB_ID-$(hostname)' 2>/dev/null",
+        user="alice",
+    )
+    lines = sorted(out.splitlines())
+    assert len(lines) == 2, out
+    jobs = {line.split()[0] for line in lines}
+    assert len(jobs) == 1 and sorted(line.split()[1] for line in lines) == ["cpu-0", "cpu-1"]
+
+
+def test_the_mount_is_readable_and_not_writable_from_a_job_in_the_jail(cluster: Deployed) -> None:
+    assert cluster.ok("login", "srun cat /datasets/README", user="alice") == README.strip()
+    code, out = cluster.sh("login", "srun touch /datasets/mine", user="alice")
+    assert code != 0 and "Read-only file system" in out, out
+    # and from a login session
+    code, out = cluster.sh("login", "touch /datasets/mine", user="alice")
+    assert code != 0 and "Read-only file system" in out, out
+
+
+def test_a_changed_setting_is_live_on_the_running_cluster_and_no_job_is_killed(
+    cluster: Deployed,
+) -> None:
+    job = _submit(cluster, "-n1 --wrap 'sleep 300'")
+    try:
+        _wait(cluster, job, "RUNNING")
+        data = yaml.safe_load(cluster.cluster_file.read_text())
+        data["slurm"]["conf"]["SchedulerParameters"] = "batch_sched_delay=0,bf_interval=7"
+        data["slurm"]["cgroup_conf"] = {"ConstrainSwapSpace": False}
+        cluster.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+        proc = cluster.invoke("deploy")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert _config(cluster)["SchedulerParameters"] == "batch_sched_delay=0,bf_interval=7"
+        cgroup = cluster.ok("cpu-0", "cat /etc/slurm/cgroup.conf")
+        assert "ConstrainSwapSpace=NO" in cgroup
+        assert _squeue(cluster, job)[0] == "RUNNING"
+    finally:
+        cluster.sh("slurmctld", f"scancel {job}")
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (
+            lambda d: d["slurm"]["conf"].update(SchedulerParamters="bf_interval=9"),
+            "slurm.conf.SchedulerParamters: Slurm 24.05.8 takes no slurm.conf parameter "
+            "'SchedulerParamters'; did you mean SchedulerParameters?",
+        ),
+        (
+            lambda d: d["slurm"]["conf"].update(AuthType="auth/none"),
+            "slurm.conf.AuthType: slurmforge manages AuthType",
+        ),
+        (
+            lambda d: d["mounts"].append({"path": "/usr/share/data", "host_path": "/srv"}),
+            "mounts[1].path: expected a directory outside / and the jail's system directories",
+        ),
+    ],
+    ids=["typo", "managed", "mount-on-usr"],
+)
+def test_bad_settings_exit_2_with_one_line_and_change_nothing(
+    cluster: Deployed, change, said: str
+) -> None:
+    text = cluster.cluster_file.read_text()
+    conf = cluster.root / "out" / "local" / cluster.name / "etc" / "slurm" / "slurm.conf"
+    before = (conf.read_text(), _config(cluster))
+    data = yaml.safe_load(text)
+    change(data)
+    cluster.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        proc = cluster.invoke("deploy")
+    finally:
+        cluster.cluster_file.write_text(text)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith("hint:")]
+    assert len(errors) == 1 and errors[0].startswith("error: ") and said in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (conf.read_text(), _config(cluster)) == before
