@@ -6,14 +6,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from invoke import Exit
 
-from slurmforge.cli import FETCH, REQUIRED, ROOT, SELECT, TARGET, Option, Select, task
+from slurmforge import cli
+from slurmforge.cli import FETCH, REQUIRED, SELECT, TARGET, Option, Select, task
 from slurmforge.options import number, out_dir, parse_errors_exit_2
 
 parse_errors_exit_2()
+# The checkout is where this file is (a copy's, for the build tier and the benchmarks), not where
+# the package was installed from.
+cli.ROOT = ROOT = Path(__file__).resolve().parent
 
 SKIPPED_HINT = (
     "hint: optional features were skipped (see 'without …' above; the images carry the label "

@@ -231,7 +231,14 @@ class Project:
         results = runner.run(self.targets)
         if all(r.ok for r in results) and not fetch.allow_unpinned:
             images = {tag: r.image_id for r in results for tag in r.target.tags}
-            fastpath.record(self.config.path, self.stamp_key, images, [r.row() for r in results])
+            site = self.renderer.site
+            fastpath.record(
+                self.config.path,
+                self.stamp_key,
+                images,
+                [r.row() for r in results],
+                [site.dir] if site else [],
+            )
         return results, skipped
 
     def publishable(self) -> list[Target]:

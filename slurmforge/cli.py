@@ -24,7 +24,9 @@ from invoke import task as invoke_task
 
 from slurmforge.options import FetchOptions, out_dir
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout: versions.yaml, deploy/
+# the checkout: versions.yaml, deploy/ (tasks.py sets its own directory: a copy of the project
+# runs on its own inputs with the installed package)
+ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = inspect.Parameter.empty
 
 

@@ -391,6 +391,12 @@ class Versions(Model):
     cuda: dict[Version3, Cuda] = Field(min_length=1)
     tools: Tools  # type: ignore[valid-type]
     sets: dict[Name, MatrixSet] = Field(min_length=1)
+    # the site layer: a directory (relative to versions.yaml) whose site.yaml adds the site's
+    # packages, pip requirements, files and Dockerfile instructions to components (site_layer.py)
+    site: (
+        Annotated[str, Strict(), StringConstraints(pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")]
+        | None
+    ) = None
 
     def tool(self, name: str, slurm: str | None) -> tuple[str, tuple[Source | GitSource, ...]]:
         """The version and sources of tool ``name`` as built for Slurm ``slurm``."""

@@ -1,12 +1,13 @@
 """The no-op fast path: answer "everything is cached" without loading the build machinery.
 
 After a build in which every target ended built or cached, a stamp records the stat of every
-input (versions.yaml, versions.lock, everything under images/, jail/ and rootfs/, tasks.py and
-slurmforge's code) and the image ID each tag pointed at. If, on the next `invoke build` with the
-same selection, no input file was added, removed or touched, and every tag still names the same
-image, the full path would decide "cached" for every target, so the stamp's summary is the answer.
-Anything else (a touched file, a moved tag, an unreachable daemon, a daemon not on a unix socket)
-falls through to the full path, which re-hashes contents and says why.
+input (versions.yaml, versions.lock, everything under images/, jail/, rootfs/ and the site
+layer, tasks.py and slurmforge's code) and the image ID each tag pointed at. If, on the next
+`invoke build` with the same selection, no input file was added, removed or touched, and every
+tag still names the same image, the full path would decide "cached" for every target, so the
+stamp's summary is the answer. Anything else (a touched file, a moved tag, an unreachable daemon,
+a daemon not on a unix socket) falls through to the full path, which re-hashes contents and says
+why.
 
 Standard library only (engine.py imports the Docker SDK only when an Engine connects): importing
 pydantic, jinja2 and the SDK costs more than the check.
@@ -23,10 +24,11 @@ from slurmforge import buildlog, engine, state
 PACKAGE = Path(__file__).resolve().parent
 
 
-def _snapshot(config_path: Path) -> dict[str, list[int]]:
+def _snapshot(config_path: Path, extra: Iterable[str] = ()) -> dict[str, list[int]]:
     root = config_path.parent
     paths = [config_path, state.sources_lock_path(config_path), root / "tasks.py"]
-    for tree in (root / "images", root / "jail", root / "rootfs", PACKAGE):
+    trees = [root / "images", root / "jail", root / "rootfs", PACKAGE, *map(Path, extra)]
+    for tree in trees:
         paths += [p for p in tree.rglob("*") if "__pycache__" not in p.parts]
     out = {}
     for path in paths:
@@ -40,10 +42,16 @@ def _snapshot(config_path: Path) -> dict[str, list[int]]:
 
 
 def record(
-    config_path: Path, selection: list[str], images: dict[str, str], rows: list[dict[str, Any]]
+    config_path: Path,
+    selection: list[str],
+    images: dict[str, str],
+    rows: list[dict[str, Any]],
+    extra: Iterable[Path] = (),
 ) -> None:
-    """Remember a fully successful build (tag → image ID, and its summary rows)."""
-    data = {"inputs": _snapshot(config_path), "images": images, "rows": rows}
+    """Remember a fully successful build (tag → image ID, and its summary rows); ``extra``: more
+    input directories (the site layer's), watched by the next check as the project's are."""
+    trees = [str(p) for p in extra]
+    data = {"inputs": _snapshot(config_path, trees), "trees": trees, "images": images, "rows": rows}
     state.write_stamp(config_path, selection, data)
 
 
@@ -58,7 +66,7 @@ def check(
     """The summary rows (all cached) if nothing changed since the recorded build of this
     selection (the set, --cell and --component), else None."""
     data = state.read_stamp(config_path, selection_key(set_name, cells, components))
-    if data is None or data.get("inputs") != _snapshot(config_path):
+    if data is None or data.get("inputs") != _snapshot(config_path, data.get("trees") or ()):
         return None
     images = data.get("images") or {}
     if not images or engine.image_ids(sorted(images)) != images:

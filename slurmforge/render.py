@@ -12,7 +12,7 @@ from typing import IO
 
 import jinja2
 
-from slurmforge import features
+from slurmforge import features, site_layer
 from slurmforge.config import Config, Cuda, UserspaceTool
 from slurmforge.errors import ConfigError
 from slurmforge.matrix import COMPONENTS, Target
@@ -42,14 +42,28 @@ class Rendered:
     dockerfile: str
     files: tuple[ContextFile, ...]
     lacking: tuple[str, ...] = ()  # features the image would carry but goes without
+    site: site_layer.Block | None = None  # the site layer's part (at the Dockerfile's end)
 
     def manifest(self, parent_ids: dict[str, str]) -> dict[str, object]:
-        """Everything that defines the image, as sorted data; its hash is the cache key."""
-        return {
-            "dockerfile": _sha(self.dockerfile.encode()),
-            "files": {f.arcname: f"{f.mode:o}:{f.sha256}" for f in self.files},
+        """Everything that defines the image, as sorted data; its hash is the cache key. The
+        site layer's inputs are apart (``site``), so that a plan names the one that changed."""
+        own = self.dockerfile
+        site_files: set[str] = set()
+        if self.site is not None:
+            own = own[: own.index(site_layer.HOOK)]
+            site_files = set(self.site.files)
+        manifest: dict[str, object] = {
+            "dockerfile": _sha(own.encode()),
+            "files": {
+                f.arcname: f"{f.mode:o}:{f.sha256}"
+                for f in self.files
+                if f.arcname not in site_files
+            },
             "parents": dict(sorted(parent_ids.items())),
         }
+        if self.site is not None:
+            manifest["site"] = dict(sorted(self.site.inputs.items()))
+        return manifest
 
     def write_context(self, out: IO[bytes]) -> None:
         """A deterministic tar of the build context (Dockerfile first, then files by name)."""
@@ -107,6 +121,8 @@ class DockerfileRenderer:
     def __init__(self, config: Config, images_dir: Path | None = None) -> None:
         self.config = config
         self.images_dir = images_dir or config.root / "images"
+        public = sorted(n for n, c in COMPONENTS.items() if c.public)
+        self.site = site_layer.load(config.root, config.versions.site, public)
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(self.images_dir),
             undefined=jinja2.StrictUndefined,
@@ -179,5 +195,13 @@ class DockerfileRenderer:
         except jinja2.TemplateError as exc:
             raise ConfigError(f"{self.images_dir / name}: {exc.message}") from None
         files = self.component_files(target.component) + list(upstream.files.values())
+        block = self.site.block(target.component) if self.site else None
+        if block is not None:
+            assert self.site is not None
+            dockerfile = dockerfile.rstrip("\n") + "\n" + block.text
+            site_layer.lint(dockerfile, block, self.site, target.component)
+            for arcname, path in block.files.items():
+                mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+                files.append(ContextFile(arcname, path, _file_sha(path), mode))
         files.sort(key=lambda f: f.arcname)
-        return Rendered(target, dockerfile, tuple(files), tuple(values["skipped"]))
+        return Rendered(target, dockerfile, tuple(files), tuple(values["skipped"]), block)

@@ -70,6 +70,9 @@ def test_failed_target_is_contained(tmp_path: Path, images, client) -> None:
         "login": "failed",
         "worker": "cached",
         "jail": "cached",
+        "mariadb": "cached",
+        "slurmdbd": "cached",
+        "slurmrestd": "cached",
     }
     assert "broken on purpose" in proc.stderr  # the log tail is shown
     assert "full log: " in proc.stderr and "login_debian12-24.05.8.log" in proc.stderr
@@ -80,7 +83,8 @@ def test_dependents_of_a_failure_are_not_attempted(tmp_path: Path, images, clien
     root, _ = _failing_build(tmp_path, images, client, ("runtime",))
     status = _summary(root)
     assert status["runtime"] == "failed"
-    assert {status[c] for c in ("slurmctld", "slurmd", "login", "worker")} == {"blocked"}
+    blocked = ("slurmctld", "slurmd", "login", "worker", "slurmdbd", "slurmrestd")
+    assert {status[c] for c in blocked} == {"blocked"}
     assert not list((root / ".cache/logs/latest").glob("slurmd_*.log"))  # never started
 
 

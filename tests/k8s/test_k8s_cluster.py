@@ -4,8 +4,8 @@ the jail; accounting (sacct, sacctmgr) on the cluster's MariaDB and the REST API
 the database and slurmdbd deleted, or their password Secret lost; a node pod that comes back
 under a new IP, slurmctld deleted with a held job, a redeploy with a changed cluster file, and
 `invoke scale` up and down under running jobs; a node pod deleted under a job (no grace: the
-job ends NODE_FAIL; with its grace: the node drains and the job finishes), and a job's memory held
-in a cgroup of its own."""
+job ends NODE_FAIL; with its grace: the node drains and the job finishes), a job's memory held
+in a cgroup of its own; and, last, the site's own configuration (tests/site_settings.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import pytest
 from tests import rest_client
 from tests.k8s.conftest import INVOKE, ROOT, K8sCluster
 from tests.k8s.lab import LAB
+from tests.site_settings import README, site
 
 pytestmark = pytest.mark.k8s
 # how long a re-addressed node is watched: past slurmctld's pings of it (SlurmdTimeout=60: every
@@ -508,3 +509,52 @@ def _output(kube, name: str, timeout: float) -> str:
         if out or time.monotonic() >= deadline:
             return out
         time.sleep(2)
+
+
+def test_the_site_settings_are_live_held_and_mounted(deployed: K8sCluster) -> None:
+    """Last: the QoS and enforcement it deploys hold every later job to them."""
+    kube = deployed.kube
+    shipped = deployed.data()
+    # a typo is refused before anything is applied
+    typo = site(deployed.root, shipped)
+    typo["slurm"]["conf"]["MaxArraySise"] = 10
+    deployed.write(typo)
+    configmap = kube.run("get", "configmap", "slurm-config", "-o", "jsonpath={.data}")
+    proc = deployed.deploy()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "slurm.conf.MaxArraySise: Slurm" in proc.stderr and "did you mean MaxArraySize" in (
+        proc.stderr
+    )
+    assert kube.run("get", "configmap", "slurm-config", "-o", "jsonpath={.data}") == configmap
+    deployed.write(site(deployed.root, shipped))
+    proc = deployed.deploy()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    config = kube.sh("slurmctld-0", "slurmctld", "scontrol show config")
+    assert re.search(r"^SchedulerParameters\s+= batch_sched_delay=0,bf_interval=5$", config, re.M)
+    assert re.search(r"^MaxArraySize\s+= 5001$", config, re.M)
+    assert re.search(r"^TopologyPlugin\s+= topology/tree$", config, re.M)
+    topology = kube.sh("slurmctld-0", "slurmctld", "scontrol show topology")
+    assert "SwitchName=leaf0" in topology
+    qos = "sacctmgr -n -P show qos small format=name,priority,maxtrespu"
+    assert kube.sh("slurmctld-0", "slurmctld", qos) == "small|10|cpu=1"
+    # the prolog ran on both nodes before the job's step
+    step = "srun -N2 bash -c 'cat /scratch/prolog-$SLURM_JOB_ID-$(hostname)' 2>/dev/null"
+    lines = sorted(kube.sh("login-0", "login", step, user="alice").splitlines())
+    assert [line.split()[1] for line in lines] == ["cpu-0", "cpu-1"], lines
+    # the dataset: readable, not writable, from a job and from a login session
+    assert kube.sh("login-0", "login", "srun cat /datasets/README", user="alice") == README.strip()
+    write = "srun touch /datasets/mine 2>&1; touch /datasets/mine 2>&1; true"
+    assert kube.sh("login-0", "login", write, user="alice").count("Read-only file system") == 2
+    # a second job over the QoS's per-user CPU limit pends with its reason
+    first = _submit(kube, "--qos=small -n1 --wrap 'sleep 120'")
+    second = _submit(kube, "--qos=small -n1 --wrap 'sleep 120'")
+    try:
+        _wait_running(kube, first)
+        deadline = time.monotonic() + 30
+        reason = ""
+        while reason != "PENDING QOSMaxCpuPerUserLimit" and time.monotonic() < deadline:
+            time.sleep(1)
+            reason = kube.sh("slurmctld-0", "slurmctld", f"squeue -h -j {second} -o '%T %r'")
+        assert reason == "PENDING QOSMaxCpuPerUserLimit"
+    finally:
+        kube.sh("slurmctld-0", "slurmctld", f"scancel {first} {second}")
