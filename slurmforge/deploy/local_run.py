@@ -30,12 +30,19 @@ from slurmforge.deploy import (
     slurmctl,
 )
 from slurmforge.deploy.model import Cluster, as_dict, check_user
-from slurmforge.deploy.roles import CONTROLLER, DBD_CONF, JAIL, JAIL_CONF, LOGIN, SLURM_CONF
+from slurmforge.deploy.roles import CONTROLLER, DBD, DBD_CONF, JAIL, JAIL_CONF, LOGIN, SLURM_CONF
 from slurmforge.engine import APIError, Container, Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
 
 PROJECT_LABEL = "com.docker.compose.project"  # set by Compose v1 and v2 alike
 SERVICE_LABEL = "com.docker.compose.service"
+
+
+def _texts(directory: Path) -> dict[str, str]:
+    """File name → content of a generated directory (empty when it is not there yet)."""
+    if not directory.is_dir():
+        return {}
+    return {p.name: p.read_text() for p in sorted(directory.iterdir()) if p.is_file()}
 
 
 def compose_cli() -> list[str]:
@@ -77,6 +84,7 @@ class Local(Target):
         self.dir = out_root / "local" / cluster.name
         self.file = self.dir / "compose.yaml"
         self.log = log or sys.stderr
+        self.dbd_changed = False  # by the last write_compose (slurmdbd reads it at start)
 
     # --- Compose and containers -------------------------------------------------------------
 
@@ -199,9 +207,11 @@ class Local(Target):
                 print(f"note: {line}", file=self.log)
 
     def write_compose(self, jail_id: str, secrets: dict[str, Path]) -> bool:
-        """Write the reviewable directory; True when the nodes' slurm.conf changed."""
+        """Write the reviewable directory; True when the nodes' Slurm config changed (a file of
+        it: slurm.conf, cgroup.conf, topology.conf, a script; slurmd and slurmctld then re-read
+        it), False on the first write."""
         conf = self.dir / SLURM_CONF.local
-        before = (conf / "slurm.conf").read_text() if (conf / "slurm.conf").exists() else None
+        before = _texts(conf)
         assignment = self.gpus
         slurmconf.write(
             self.cluster,
@@ -210,14 +220,18 @@ class Local(Target):
             assignment.gres_files(),
             self.pyxis(),
         )
+        self.dbd_changed = False
         if self.cluster.spec.accounting.enabled:
             dbd = self.dir / DBD_CONF.local
             dbd.mkdir(parents=True, exist_ok=True)
-            (dbd / "slurmdbd.conf").write_text(slurmconf.slurmdbd_conf(self.cluster))
+            text = slurmconf.slurmdbd_conf(self.cluster)
+            was = (dbd / "slurmdbd.conf").read_text() if (dbd / "slurmdbd.conf").exists() else None
+            self.dbd_changed = was is not None and was != text
+            (dbd / "slurmdbd.conf").write_text(text)
         data = local_render.render(self.cluster, secrets, jail_id, assignment)
         self.file.write_text(local_render.dump(data, str(self.cluster.path)))
         (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")
-        return before is not None and before != (conf / "slurm.conf").read_text()
+        return bool(before) and before != _texts(conf)
 
     # --- operations ---------------------------------------------------------------------------
 
@@ -291,6 +305,8 @@ class Local(Target):
                     if code:
                         raise DeployError(f"{node}: projecting the GPU driver failed: {out}")
         self.compose("up", "-d", "--remove-orphans")
+        if self.dbd_changed and self.running(DBD) is not None:
+            self.compose("restart", DBD)  # slurmdbd writes its config once, when it starts
         if changed and running:
             slurmctl.reconfigure(self.controller_sh)
 

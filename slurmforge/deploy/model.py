@@ -585,16 +585,30 @@ def _check_references(path: Path, spec: ClusterSpec) -> None:
         )
 
 
+SCRIPT_MAX = 1 << 20
+
+
 def _check_site(path: Path, spec: ClusterSpec, names: list[str]) -> None:
     """The site's scripts exist, its mounts do not overlap, its topology and accounts name what
     the file declares."""
     for kind in ("prolog", "epilog"):
         for i, rel in enumerate(getattr(spec.slurm, kind)):
+            where = f"{path}: slurm.{kind}[{i}]"
             if ".." in Path(rel).parts or not _is_file(str(path.parent / rel)):
                 raise ConfigError(
-                    f"{path}: slurm.{kind}[{i}]: expected a script file next to the cluster "
-                    f"file (or below it), got {quote(rel)}"
+                    f"{where}: expected a script file next to the cluster file (or below it), "
+                    f"got {quote(rel)}"
                 )
+            data = (path.parent / rel).read_bytes()
+            if len(data) > SCRIPT_MAX or not data.startswith(b"#!"):
+                raise ConfigError(
+                    f"{where}: expected a script of at most 1 MiB that starts with '#!' (slurmd "
+                    f"runs it as a program), got {rel}"
+                )
+            try:
+                data.decode()
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{where}: {rel} is not UTF-8 text (byte {exc.start})") from None
     taken = [(f"jail.scratch[{i}]", s) for i, s in enumerate(spec.jail.scratch)]
     for i, mount in enumerate(spec.mounts):
         for where, other in taken:

@@ -117,12 +117,15 @@ def test_a_changed_setting_is_live_on_the_running_cluster_and_no_job_is_killed(
         data = yaml.safe_load(cluster.cluster_file.read_text())
         data["slurm"]["conf"]["SchedulerParameters"] = "batch_sched_delay=0,bf_interval=7"
         data["slurm"]["cgroup_conf"] = {"ConstrainSwapSpace": False}
+        data["slurm"]["slurmdbd_conf"] = {"PurgeStepAfter": "6month"}
         cluster.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
         proc = cluster.invoke("deploy")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert _config(cluster)["SchedulerParameters"] == "batch_sched_delay=0,bf_interval=7"
-        cgroup = cluster.ok("cpu-0", "cat /etc/slurm/cgroup.conf")
-        assert "ConstrainSwapSpace=NO" in cgroup
+        assert _config(cluster)["ConstrainSwapSpace"] == "no"  # cgroup.conf, re-read too
+        # slurmdbd.conf: slurmdbd restarted with it (it holds no job)
+        dbd = cluster.ok("slurmctld", "sacctmgr show configuration")
+        assert re.search(r"^PurgeStepAfter\s+= 6 months", dbd, re.M), dbd
         assert _squeue(cluster, job)[0] == "RUNNING"
     finally:
         cluster.sh("slurmctld", f"scancel {job}")

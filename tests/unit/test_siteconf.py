@@ -218,6 +218,10 @@ def test_unknown_and_managed_keys_are_refused_with_the_file_and_key(
             r"slurm\.prolog\[0\]: expected a script file next to the cluster file",
         ),
         (
+            {"slurm": {"prolog": ["plain.txt"]}},
+            r"slurm\.prolog\[0\]: expected a script of at most 1 MiB that starts with '#!'",
+        ),
+        (
             {"slurm": {"conf": {"SchedulerParameters": "a#b"}}},
             r"slurm\.conf\.SchedulerParameters: .*without '#'",
         ),
@@ -244,7 +248,10 @@ def test_unknown_and_managed_keys_are_refused_with_the_file_and_key(
         ),
     ],
 )
-def test_bad_site_input_is_refused_when_the_file_is_read(write_cluster, changes, said) -> None:
+def test_bad_site_input_is_refused_when_the_file_is_read(
+    write_cluster, tmp_path: Path, changes, said
+) -> None:
+    (tmp_path / "plain.txt").write_text("echo no interpreter line\n")
     with pytest.raises(ConfigError, match=said):
         load(write_cluster, **changes)
 
