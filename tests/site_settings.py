@@ -8,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 PROLOG = """#!/bin/sh
-# Runs as root on the node before each job; the jail is at /jail there.
+# Runs as root on the node before each job; the jail is at /jail there. A site's health check
+# would fail on a broken node; this one fails where a test asks it to.
+if [ -e "/jail/scratch/fail-prolog-$(hostname)" ]; then
+    echo "prolog: asked to fail" >&2
+    exit 1
+fi
 echo "$SLURM_JOB_ID $(hostname)" > "/jail/scratch/prolog-$SLURM_JOB_ID-$(hostname)"
 """
 README = "site data, read-only\n"

@@ -200,8 +200,12 @@ def check(cluster: Cluster, keys: ConfKeys) -> None:
     ]
     for where, table, settings in sections:
         known = keys.tables.get(table, {})
+        seen: set[str] = set()
         for key in settings:
             at = f"{cluster.path}: {where}.{key}"
+            if key.lower() in seen:
+                raise ConfigError(f"{at}: set twice (Slurm's keys are the same in any case)")
+            seen.add(key.lower())
             if key.lower() not in known:
                 near = difflib.get_close_matches(key.lower(), known, n=1, cutoff=0.75)
                 also = f"; did you mean {known[near[0]]}?" if near else ""

@@ -99,6 +99,26 @@ def test_the_prolog_runs_before_each_job_and_the_job_sees_its_marker(cluster: De
     assert len(jobs) == 1 and sorted(line.split()[1] for line in lines) == ["cpu-0", "cpu-1"]
 
 
+def test_a_failing_prolog_drains_its_node_and_holds_the_job(cluster: Deployed) -> None:
+    cluster.ok("login", "touch /scratch/fail-prolog-cpu-1", user="alice")
+    job = ""
+    try:
+        job = _submit(cluster, "-w cpu-1 --wrap true")
+        deadline = time.monotonic() + 60
+        while "DRAIN" not in (node := cluster.ok("slurmctld", "scontrol show node cpu-1")):
+            assert time.monotonic() < deadline, node
+            time.sleep(1)
+        assert re.search(r"Reason=Prolog error", node), node
+        _, reason = _wait(cluster, job, "PENDING")
+        assert reason == "launch failed requeued held" or "Held" in reason, reason
+    finally:
+        cluster.ok("login", "rm -f /scratch/fail-prolog-cpu-1", user="alice")
+        if job:
+            cluster.sh("slurmctld", f"scancel {job}")
+        cluster.sh("slurmctld", "scontrol update NodeName=cpu-1 State=RESUME")
+        cluster.wait_states({"cpu-1": "idle"})
+
+
 def test_the_mount_is_readable_and_not_writable_from_a_job_in_the_jail(cluster: Deployed) -> None:
     assert cluster.ok("login", "srun cat /datasets/README", user="alice") == README.strip()
     code, out = cluster.sh("login", "srun touch /datasets/mine", user="alice")

@@ -165,6 +165,11 @@ def test_site_settings_replace_ours_and_extend_the_node_and_partition_lines(
             r"'Wieght'; did you mean Weight\?",
         ),
         (
+            {"conf": {"MaxArraySize": 9, "maxarraysize": 10}},
+            None,
+            r"slurm\.conf\.maxarraysize: set twice",
+        ),
+        (
             {"conf": {"MaxArraySize": 9}, "override": ["MaxArraySize"]},
             None,
             r"slurm\.override\[0\]: 'MaxArraySize' is not a key slurmforge manages",
