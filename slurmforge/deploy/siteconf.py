@@ -119,6 +119,15 @@ MANAGED: dict[str, dict[str, str]] = {
 }
 
 
+# managed keys no override can take: lines of their own, which the model writes
+FIXED = {
+    *(("slurm.conf", k) for k in ("nodename", "partitionname", "nodeset", "downnodes")),
+    ("slurm.conf", "frontendname"),
+    ("node", "nodename"),
+    ("partition", "partitionname"),
+}
+
+
 @dataclass(frozen=True)
 class ConfKeys:
     """The parameters one Slurm takes: table (slurm.conf, node, partition, cgroup.conf,
@@ -216,6 +225,8 @@ def check(cluster: Cluster, keys: ConfKeys) -> None:
                     f"{at}: Slurm {keys.slurm} takes no {kind} parameter {key!r}{also}"
                 )
             why = MANAGED.get(table, {}).get(key.lower())
+            if why and (table, key.lower()) in FIXED:
+                raise ConfigError(f"{at}: {known[key.lower()]} cannot be set here ({why})")
             if why and key.lower() not in overridden:
                 raise ConfigError(
                     f"{at}: slurmforge manages {known[key.lower()]} ({why})",

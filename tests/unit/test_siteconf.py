@@ -165,6 +165,11 @@ def test_site_settings_replace_ours_and_extend_the_node_and_partition_lines(
             r"'Wieght'; did you mean Weight\?",
         ),
         (
+            {"conf": {"NodeName": "x"}, "override": ["NodeName"]},
+            None,
+            r"slurm\.conf\.NodeName: NodeName cannot be set here \(node sets are declared",
+        ),
+        (
             {"conf": {"MaxArraySize": 9, "maxarraysize": 10}},
             None,
             r"slurm\.conf\.maxarraysize: set twice",
