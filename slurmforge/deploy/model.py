@@ -17,58 +17,39 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
-    StrictStr,
     StringConstraints,
-    model_validator,
 )
 
-from slurmforge import features, jail_contract, matrix, refs, state
+from slurmforge import features, matrix, refs, state
 from slurmforge.config import Config
-from slurmforge.deploy import roles
+from slurmforge.deploy import roles, site_spec
+from slurmforge.deploy.fields import (
+    NODE_DIRS,
+    AbsPath,
+    Capability,
+    DNSName,
+    EnvName,
+    Word,
+    account,
+    is_file,
+)
 from slurmforge.deploy.layers import Layers
 from slurmforge.deploy.roles import CONTROLLER, LOGIN
+from slurmforge.deploy.site_spec import (
+    AccountSpec,
+    ConfKey,
+    ConfValue,
+    LineValue,
+    MountSpec,
+    QosSpec,
+    ScriptPath,
+    TopologySpec,
+)
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model, format_path, read_yaml, validate
 
-# node and service names: DNS labels short enough for Slurm node names with a "-<index>" suffix
-DNSName = Annotated[
-    str, StringConstraints(strict=True, pattern=r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
-]
-Word = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.:/=-]+$")]
-Capability = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Z][A-Z_]+$")]
-AbsPath = Annotated[str, StringConstraints(strict=True, pattern=r"^/[^\s:]*$")]
-# a script next to the cluster file (or below it)
-ScriptPath = Annotated[
-    str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
-]
-EnvName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 # a jail user's name, as the jail's createuser accepts it (and useradd after it)
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
-# Slurm lower-cases account names and takes these characters in them
-ACCOUNT = r"^[a-z0-9_][a-z0-9_.-]{0,63}$"
-
-
-def _conf_value(value: str | int | bool) -> str | int | bool:
-    if isinstance(value, str) and (not value or re.search(r"[#\x00-\x1f\x7f]", value)):
-        raise ValueError(
-            f"expected a value on one line, without '#' (Slurm's comment sign), got {quote(value)}"
-        )
-    return value
-
-
-def _line_value(value: str | int | bool) -> str | int | bool:
-    if isinstance(value, str) and re.search(r"\s", value):
-        raise ValueError(
-            f"expected a value without spaces (it shares its line with others), got {quote(value)}"
-        )
-    return value
-
-
-# A site's setting of a Slurm configuration file: `Key: value` as the file writes Key=value
-# (true/false as YES/NO). Keys are checked against the cell's own Slurm (siteconf.py).
-ConfKey = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
-ConfValue = Annotated[StrictStr | StrictInt | StrictBool, AfterValidator(_conf_value)]
-LineValue = Annotated[ConfValue, AfterValidator(_line_value)]
 
 
 class MatchExpression(Model):
@@ -123,12 +104,6 @@ class LoginSpec(Model):
         "127.0.0.1"
     )
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 2222
-
-
-# Top-level directories whose files the compute nodes keep for themselves: a job's output file
-# (written by slurmstepd, outside the jail) could not land in the jail there (jail/spank).
-NODE_DIRS = ("bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32")
-NODE_DIRS += ("proc", "run", "sbin", "sys", "usr", "var")
 
 
 def _scratch(path: str) -> str:
@@ -252,95 +227,8 @@ class DatabaseSpec(Model):
     )
 
 
-def _account(value: str) -> str:
-    if not re.fullmatch(ACCOUNT, value):
-        raise ValueError(
-            "expected a Slurm account name (lower-case a-z, 0-9, _ . -, at most 64, not "
-            f"starting with . or -), got {quote(value)}"
-        )
-    return value
-
-
 # AccountingStorageEnforce's keywords (slurm.conf(5))
 Enforce = Literal["associations", "limits", "nojobs", "nosteps", "qos", "safe", "wckeys"]
-
-
-Tres = Annotated[
-    str,
-    StringConstraints(
-        strict=True,
-        pattern=r"^[a-z]+(/[A-Za-z0-9_:.-]+)?=-?[0-9]+[KMGTP]?(,[a-z]+(/[A-Za-z0-9_:.-]+)?=-?[0-9]+[KMGTP]?)*$",
-    ),
-]
-Duration = Annotated[
-    str, StringConstraints(strict=True, pattern=r"^(-1|[0-9]+(-[0-9]+)?(:[0-9]+){0,2})$")
-]
-Count = Annotated[StrictInt, Field(ge=-1)]
-QosName = Annotated[str, StringConstraints(strict=True, pattern=r"^[a-z0-9_][a-z0-9_.-]{0,63}$")]
-
-
-class Limits(Model):
-    """sacctmgr's limits, under sacctmgr's own names (-1 clears one)."""
-
-    GrpTRES: Tres | None = None
-    GrpJobs: Count | None = None
-    GrpSubmitJobs: Count | None = None
-    GrpWall: Duration | None = None
-    MaxTRESPerJob: Tres | None = None
-    MaxTRESPerNode: Tres | None = None
-    MaxWall: Duration | None = None  # a job's longest run
-
-
-class QosSpec(Limits):
-    """A QoS, as `sacctmgr add/modify qos` takes it."""
-
-    name: QosName
-    Description: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
-    Priority: Annotated[StrictInt, Field(ge=0)] | None = None
-    Preempt: tuple[QosName, ...] | None = None
-    PreemptMode: Literal["off", "cancel", "requeue", "suspend"] | None = None
-    Flags: (
-        tuple[
-            Literal[
-                "DenyOnLimit",
-                "EnforceUsageThreshold",
-                "NoDecay",
-                "NoReserve",
-                "OverPartQOS",
-                "PartitionMaxNodes",
-                "PartitionMinNodes",
-                "PartitionTimeLimit",
-                "RequiresReservation",
-                "UsageFactorSafe",
-            ],
-            ...,
-        ]
-        | None
-    ) = None
-    UsageFactor: Annotated[float, Field(strict=True, ge=0)] | None = None
-    GraceTime: Duration | None = None
-    MaxTRESPerUser: Tres | None = None
-    MaxTRESPerAccount: Tres | None = None
-    MaxJobsPerUser: Count | None = None
-    MaxSubmitJobsPerUser: Count | None = None
-    MaxJobsPerAccount: Count | None = None
-    MinTRESPerJob: Tres | None = None
-
-
-class AccountSpec(Limits):
-    """An account, as `sacctmgr add/modify account` takes it."""
-
-    name: Annotated[str, StringConstraints(strict=True), AfterValidator(lambda v: _account(v))]
-    Parent: Annotated[
-        str, StringConstraints(strict=True), AfterValidator(lambda v: _account(v))
-    ] = "root"
-    Description: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
-    Organization: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
-    Fairshare: Annotated[StrictInt, Field(ge=0)] | None = None
-    QOS: tuple[QosName, ...] | None = None
-    DefaultQOS: QosName | None = None
-    MaxJobs: Count | None = None
-    MaxSubmitJobs: Count | None = None
 
 
 class AccountingSpec(Model):
@@ -350,7 +238,7 @@ class AccountingSpec(Model):
     # AccountingStorageEnforce; [] lets users without an association submit
     enforce: tuple[Enforce, ...] = ()
     # the account createuser puts a new user under (unless given --account)
-    default_account: Annotated[str, StringConstraints(strict=True), AfterValidator(_account)] = (
+    default_account: Annotated[str, StringConstraints(strict=True), AfterValidator(account)] = (
         "default"
     )
     database: DatabaseSpec | None = None  # None: the cluster's own MariaDB
@@ -385,65 +273,6 @@ class SlurmSpec(Model):
     # after (epilog) each job, in this order; a failing prolog drains the node
     prolog: tuple[ScriptPath, ...] = ()
     epilog: tuple[ScriptPath, ...] = ()
-
-
-def _mount_path(path: str) -> str:
-    top = path.strip("/").split("/")[0]
-    if not top or top in (*NODE_DIRS, "tmp", jail_contract.ROOT.strip("/")):
-        raise ValueError(
-            f"expected a directory outside / and the jail's system directories "
-            f"(/{', /'.join((*NODE_DIRS, 'tmp'))}), got {quote(path)}"
-        )
-    if "/../" in f"{path}/" or "/./" in f"{path}/" or "//" in path:
-        raise ValueError(
-            f"expected a plain absolute path (no '.', '..' or '//'), got {quote(path)}"
-        )
-    return path.rstrip("/")
-
-
-class MountSpec(Model):
-    """Site storage in the jail, where users and jobs see it (login and every node)."""
-
-    path: Annotated[AbsPath, AfterValidator(_mount_path)]  # in the jail
-    host_path: AbsPath | None = None  # local: a directory of this host; k8s: of each node
-    claim: DNSName | None = None  # k8s: a PersistentVolumeClaim of the cluster's namespace
-    read_only: StrictBool = False
-
-    @model_validator(mode="after")
-    def _one_source(self) -> MountSpec:
-        if (self.host_path is None) == (self.claim is None):
-            raise ValueError("expected exactly one of host_path and claim")
-        return self
-
-
-SwitchName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
-
-
-class SwitchSpec(Model):
-    name: SwitchName
-    nodesets: tuple[DNSName, ...] = ()  # a leaf switch: the nodes of these node sets
-    switches: tuple[SwitchName, ...] = ()  # an upper one: these switches
-
-
-class BlockSpec(Model):
-    name: SwitchName
-    nodesets: tuple[DNSName, ...] = Field(min_length=1)
-
-
-class TopologySpec(Model):
-    """The fabric (topology.conf): a tree of switches, or blocks of nodes."""
-
-    tree: tuple[SwitchSpec, ...] = ()
-    block: tuple[BlockSpec, ...] = ()
-    block_sizes: tuple[Annotated[StrictInt, Field(ge=1)], ...] = ()  # Slurm >= 24.05
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> TopologySpec:
-        if bool(self.tree) == bool(self.block):
-            raise ValueError("expected exactly one of tree and block")
-        if self.block_sizes and not self.block:
-            raise ValueError("block_sizes: expected block")
-        return self
 
 
 class ImagesSpec(Model):
@@ -575,106 +404,14 @@ def _check_references(path: Path, spec: ClusterSpec) -> None:
         )
     if spec.rest.enabled and spec.rest.port == spec.login.port:
         raise ConfigError(f"{path}: rest.port: {spec.rest.port} is login.port already")
-    _check_site(path, spec, names)
+    site_spec.check(path, spec, names)
     database = spec.accounting.database
-    if spec.accounting.enabled and database and not _is_file(database.password_secret):
+    if spec.accounting.enabled and database and not is_file(database.password_secret):
         raise ConfigError(
             f"{path}: accounting.database.password_secret: no file {database.password_secret}",
             hint="write the database password into that file (mode 0600), or leave out "
             "accounting.database to run the cluster's own MariaDB",
         )
-
-
-SCRIPT_MAX = 1 << 20
-
-
-def _check_site(path: Path, spec: ClusterSpec, names: list[str]) -> None:
-    """The site's scripts exist, its mounts do not overlap, its topology and accounts name what
-    the file declares."""
-    for kind in ("prolog", "epilog"):
-        for i, rel in enumerate(getattr(spec.slurm, kind)):
-            where = f"{path}: slurm.{kind}[{i}]"
-            if ".." in Path(rel).parts or not _is_file(str(path.parent / rel)):
-                raise ConfigError(
-                    f"{where}: expected a script file next to the cluster file (or below it), "
-                    f"got {quote(rel)}"
-                )
-            data = (path.parent / rel).read_bytes()
-            if len(data) > SCRIPT_MAX or not data.startswith(b"#!"):
-                raise ConfigError(
-                    f"{where}: expected a script of at most 1 MiB that starts with '#!' (slurmd "
-                    f"runs it as a program), got {rel}"
-                )
-            try:
-                data.decode()
-            except UnicodeDecodeError as exc:
-                raise ConfigError(f"{where}: {rel} is not UTF-8 text (byte {exc.start})") from None
-    taken = [(f"jail.scratch[{i}]", s) for i, s in enumerate(spec.jail.scratch)]
-    for i, mount in enumerate(spec.mounts):
-        for where, other in taken:
-            if _nested(mount.path, other):
-                raise ConfigError(
-                    f"{path}: mounts[{i}].path: {mount.path} overlaps {where} ({other})"
-                )
-        taken.append((f"mounts[{i}].path", mount.path))
-    if spec.topology:
-        switches = [s.name for s in spec.topology.tree]
-        blocks = [b.name for b in spec.topology.block]
-        for kind, seen in (("tree", switches), ("block", blocks)):
-            for name in {n for n in seen if seen.count(n) > 1}:
-                raise ConfigError(f"{path}: topology.{kind}: duplicate name {name!r}")
-        for kind, entries in (("tree", spec.topology.tree), ("block", spec.topology.block)):
-            for i, entry in enumerate(entries):
-                for j, ns in enumerate(entry.nodesets):
-                    if ns not in names:
-                        raise ConfigError(
-                            f"{path}: topology.{kind}[{i}].nodesets[{j}]: unknown node set "
-                            f"{ns!r}; expected one of {', '.join(names)}"
-                        )
-        for i, switch in enumerate(spec.topology.tree):
-            for j, name in enumerate(switch.switches):
-                if name not in switches or name == switch.name:
-                    raise ConfigError(
-                        f"{path}: topology.tree[{i}].switches[{j}]: {name!r} is not another "
-                        "switch of topology.tree"
-                    )
-    qos = ["normal", *(q.name for q in spec.accounting.qos)]
-    for i, q in enumerate(spec.accounting.qos):
-        for j, other in enumerate(q.Preempt or ()):
-            if other not in qos:
-                raise ConfigError(
-                    f"{path}: accounting.qos[{i}].Preempt[{j}]: unknown QoS {other!r}; expected "
-                    f"one of {', '.join(qos)}"
-                )
-    for i, account in enumerate(spec.accounting.accounts):
-        for j, name in enumerate(account.QOS or ()):
-            if name not in qos:
-                raise ConfigError(
-                    f"{path}: accounting.accounts[{i}].QOS[{j}]: unknown QoS {name!r}; "
-                    f"expected one of {', '.join(qos)}"
-                )
-        if account.DefaultQOS and account.DefaultQOS not in (account.QOS or ("normal",)):
-            raise ConfigError(
-                f"{path}: accounting.accounts[{i}].DefaultQOS: {account.DefaultQOS!r} is not in "
-                "its QOS list"
-            )
-    if (spec.accounting.qos or spec.accounting.accounts) and not spec.accounting.enabled:
-        raise ConfigError(
-            f"{path}: accounting.qos: QoS and accounts live in slurmdbd; set "
-            "accounting.enabled: true"
-        )
-
-
-def _nested(a: str, b: str) -> bool:
-    """Whether one of two absolute paths is the other or below it."""
-    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
-
-
-def _is_file(path: str) -> bool:
-    try:
-        return Path(path).is_file()
-    except (OSError, ValueError):  # too long, a NUL byte in it, …: not a file this can read
-        return False
 
 
 def _bind_images(

@@ -1,0 +1,275 @@
+"""The cluster file's site configuration schema (siteconf.py and accounts.py apply it): the
+value types of Slurm settings, the QoS and accounts sacctmgr makes, storage mounted into the
+jail, the topology; and the checks across them that need the whole file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    model_validator,
+)
+
+from slurmforge import jail_contract
+from slurmforge.deploy.fields import NODE_DIRS, AbsPath, DNSName, account, is_file
+from slurmforge.errors import ConfigError, quote
+from slurmforge.inputs import Model
+
+if TYPE_CHECKING:
+    from slurmforge.deploy.model import ClusterSpec
+
+# a script next to the cluster file (or below it)
+ScriptPath = Annotated[
+    str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
+]
+
+
+def _conf_value(value: str | int | bool) -> str | int | bool:
+    if isinstance(value, str) and (not value or re.search(r"[#\x00-\x1f\x7f]", value)):
+        raise ValueError(
+            f"expected a value on one line, without '#' (Slurm's comment sign), got {quote(value)}"
+        )
+    return value
+
+
+def _line_value(value: str | int | bool) -> str | int | bool:
+    if isinstance(value, str) and re.search(r"\s", value):
+        raise ValueError(
+            f"expected a value without spaces (it shares its line with others), got {quote(value)}"
+        )
+    return value
+
+
+# A site's setting of a Slurm configuration file: `Key: value` as the file writes Key=value
+# (true/false as YES/NO). Keys are checked against the cell's own Slurm (siteconf.py).
+ConfKey = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
+ConfValue = Annotated[StrictStr | StrictInt | StrictBool, AfterValidator(_conf_value)]
+LineValue = Annotated[ConfValue, AfterValidator(_line_value)]
+
+
+Tres = Annotated[
+    str,
+    StringConstraints(
+        strict=True,
+        pattern=r"^[a-z]+(/[A-Za-z0-9_:.-]+)?=-?[0-9]+[KMGTP]?(,[a-z]+(/[A-Za-z0-9_:.-]+)?=-?[0-9]+[KMGTP]?)*$",
+    ),
+]
+Duration = Annotated[
+    str, StringConstraints(strict=True, pattern=r"^(-1|[0-9]+(-[0-9]+)?(:[0-9]+){0,2})$")
+]
+Count = Annotated[StrictInt, Field(ge=-1)]
+QosName = Annotated[str, StringConstraints(strict=True, pattern=r"^[a-z0-9_][a-z0-9_.-]{0,63}$")]
+
+
+class Limits(Model):
+    """sacctmgr's limits, under sacctmgr's own names (-1 clears one)."""
+
+    GrpTRES: Tres | None = None
+    GrpJobs: Count | None = None
+    GrpSubmitJobs: Count | None = None
+    GrpWall: Duration | None = None
+    MaxTRESPerJob: Tres | None = None
+    MaxTRESPerNode: Tres | None = None
+    MaxWall: Duration | None = None  # a job's longest run
+
+
+class QosSpec(Limits):
+    """A QoS, as `sacctmgr add/modify qos` takes it."""
+
+    name: QosName
+    Description: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
+    Priority: Annotated[StrictInt, Field(ge=0)] | None = None
+    Preempt: tuple[QosName, ...] | None = None
+    PreemptMode: Literal["off", "cancel", "requeue", "suspend"] | None = None
+    Flags: (
+        tuple[
+            Literal[
+                "DenyOnLimit",
+                "EnforceUsageThreshold",
+                "NoDecay",
+                "NoReserve",
+                "OverPartQOS",
+                "PartitionMaxNodes",
+                "PartitionMinNodes",
+                "PartitionTimeLimit",
+                "RequiresReservation",
+                "UsageFactorSafe",
+            ],
+            ...,
+        ]
+        | None
+    ) = None
+    UsageFactor: Annotated[float, Field(strict=True, ge=0)] | None = None
+    GraceTime: Duration | None = None
+    MaxTRESPerUser: Tres | None = None
+    MaxTRESPerAccount: Tres | None = None
+    MaxJobsPerUser: Count | None = None
+    MaxSubmitJobsPerUser: Count | None = None
+    MaxJobsPerAccount: Count | None = None
+    MinTRESPerJob: Tres | None = None
+
+
+class AccountSpec(Limits):
+    """An account, as `sacctmgr add/modify account` takes it."""
+
+    name: Annotated[str, StringConstraints(strict=True), AfterValidator(account)]
+    Parent: Annotated[str, StringConstraints(strict=True), AfterValidator(account)] = "root"
+    Description: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
+    Organization: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
+    Fairshare: Annotated[StrictInt, Field(ge=0)] | None = None
+    QOS: tuple[QosName, ...] | None = None
+    DefaultQOS: QosName | None = None
+    MaxJobs: Count | None = None
+    MaxSubmitJobs: Count | None = None
+
+
+def _mount_path(path: str) -> str:
+    top = path.strip("/").split("/")[0]
+    if not top or top in (*NODE_DIRS, "tmp", jail_contract.ROOT.strip("/")):
+        raise ValueError(
+            f"expected a directory outside / and the jail's system directories "
+            f"(/{', /'.join((*NODE_DIRS, 'tmp'))}), got {quote(path)}"
+        )
+    if "/../" in f"{path}/" or "/./" in f"{path}/" or "//" in path:
+        raise ValueError(
+            f"expected a plain absolute path (no '.', '..' or '//'), got {quote(path)}"
+        )
+    return path.rstrip("/")
+
+
+class MountSpec(Model):
+    """Site storage in the jail, where users and jobs see it (login and every node)."""
+
+    path: Annotated[AbsPath, AfterValidator(_mount_path)]  # in the jail
+    host_path: AbsPath | None = None  # local: a directory of this host; k8s: of each node
+    claim: DNSName | None = None  # k8s: a PersistentVolumeClaim of the cluster's namespace
+    read_only: StrictBool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MountSpec:
+        if (self.host_path is None) == (self.claim is None):
+            raise ValueError("expected exactly one of host_path and claim")
+        return self
+
+
+SwitchName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+
+
+class SwitchSpec(Model):
+    name: SwitchName
+    nodesets: tuple[DNSName, ...] = ()  # a leaf switch: the nodes of these node sets
+    switches: tuple[SwitchName, ...] = ()  # an upper one: these switches
+
+
+class BlockSpec(Model):
+    name: SwitchName
+    nodesets: tuple[DNSName, ...] = Field(min_length=1)
+
+
+class TopologySpec(Model):
+    """The fabric (topology.conf): a tree of switches, or blocks of nodes."""
+
+    tree: tuple[SwitchSpec, ...] = ()
+    block: tuple[BlockSpec, ...] = ()
+    block_sizes: tuple[Annotated[StrictInt, Field(ge=1)], ...] = ()  # Slurm >= 24.05
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TopologySpec:
+        if bool(self.tree) == bool(self.block):
+            raise ValueError("expected exactly one of tree and block")
+        if self.block_sizes and not self.block:
+            raise ValueError("block_sizes: expected block")
+        return self
+
+
+SCRIPT_MAX = 1 << 20
+
+
+def check(path: Path, spec: ClusterSpec, names: list[str]) -> None:
+    """The site's scripts exist, its mounts do not overlap, its topology and accounts name what
+    the file declares."""
+    for kind in ("prolog", "epilog"):
+        for i, rel in enumerate(getattr(spec.slurm, kind)):
+            where = f"{path}: slurm.{kind}[{i}]"
+            if ".." in Path(rel).parts or not is_file(str(path.parent / rel)):
+                raise ConfigError(
+                    f"{where}: expected a script file next to the cluster file (or below it), "
+                    f"got {quote(rel)}"
+                )
+            data = (path.parent / rel).read_bytes()
+            if len(data) > SCRIPT_MAX or not data.startswith(b"#!"):
+                raise ConfigError(
+                    f"{where}: expected a script of at most 1 MiB that starts with '#!' (slurmd "
+                    f"runs it as a program), got {rel}"
+                )
+            try:
+                data.decode()
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{where}: {rel} is not UTF-8 text (byte {exc.start})") from None
+    taken = [(f"jail.scratch[{i}]", s) for i, s in enumerate(spec.jail.scratch)]
+    for i, mount in enumerate(spec.mounts):
+        for where, other in taken:
+            if _nested(mount.path, other):
+                raise ConfigError(
+                    f"{path}: mounts[{i}].path: {mount.path} overlaps {where} ({other})"
+                )
+        taken.append((f"mounts[{i}].path", mount.path))
+    if spec.topology:
+        switches = [s.name for s in spec.topology.tree]
+        blocks = [b.name for b in spec.topology.block]
+        for kind, seen in (("tree", switches), ("block", blocks)):
+            for name in {n for n in seen if seen.count(n) > 1}:
+                raise ConfigError(f"{path}: topology.{kind}: duplicate name {name!r}")
+        for kind, entries in (("tree", spec.topology.tree), ("block", spec.topology.block)):
+            for i, entry in enumerate(entries):
+                for j, ns in enumerate(entry.nodesets):
+                    if ns not in names:
+                        raise ConfigError(
+                            f"{path}: topology.{kind}[{i}].nodesets[{j}]: unknown node set "
+                            f"{ns!r}; expected one of {', '.join(names)}"
+                        )
+        for i, switch in enumerate(spec.topology.tree):
+            for j, name in enumerate(switch.switches):
+                if name not in switches or name == switch.name:
+                    raise ConfigError(
+                        f"{path}: topology.tree[{i}].switches[{j}]: {name!r} is not another "
+                        "switch of topology.tree"
+                    )
+    qos = ["normal", *(q.name for q in spec.accounting.qos)]
+    for i, q in enumerate(spec.accounting.qos):
+        for j, other in enumerate(q.Preempt or ()):
+            if other not in qos:
+                raise ConfigError(
+                    f"{path}: accounting.qos[{i}].Preempt[{j}]: unknown QoS {other!r}; expected "
+                    f"one of {', '.join(qos)}"
+                )
+    for i, acct in enumerate(spec.accounting.accounts):
+        for j, name in enumerate(acct.QOS or ()):
+            if name not in qos:
+                raise ConfigError(
+                    f"{path}: accounting.accounts[{i}].QOS[{j}]: unknown QoS {name!r}; "
+                    f"expected one of {', '.join(qos)}"
+                )
+        if acct.DefaultQOS and acct.DefaultQOS not in (acct.QOS or ("normal",)):
+            raise ConfigError(
+                f"{path}: accounting.accounts[{i}].DefaultQOS: {acct.DefaultQOS!r} is not in "
+                "its QOS list"
+            )
+    if (spec.accounting.qos or spec.accounting.accounts) and not spec.accounting.enabled:
+        raise ConfigError(
+            f"{path}: accounting.qos: QoS and accounts live in slurmdbd; set "
+            "accounting.enabled: true"
+        )
+
+
+def _nested(a: str, b: str) -> bool:
+    """Whether one of two absolute paths is the other or below it."""
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
