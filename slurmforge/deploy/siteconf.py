@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 
 KEYS_DIR = "/usr/share/slurmforge/conf-keys"  # in the controller image
 
-# Where each setting goes: (the cluster file's key, the Slurm file, its parser's table)
-SLURM_CONF = ("slurm.conf", "slurm.conf", "slurm.conf")
-CGROUP_CONF = ("slurm.cgroup_conf", "cgroup.conf", "cgroup.conf")
-SLURMDBD_CONF = ("slurm.slurmdbd_conf", "slurmdbd.conf", "slurmdbd.conf")
 
 _AUTH = "authentication is munge (and JWT with accounting), with keys slurmforge makes"
 _CGROUPS = "chosen by slurm.cgroups (jobs held to their resources, the jail's step tracking)"
@@ -198,10 +194,11 @@ def check(cluster: Cluster, keys: ConfKeys) -> None:
     spec = cluster.spec
     overridden = {k.lower() for k in spec.slurm.override}
     used: set[str] = set()
+    # (the cluster file's key, the table of the parser that reads it, the settings)
     sections: list[tuple[str, str, dict]] = [
-        (SLURM_CONF[0], "slurm.conf", spec.slurm.conf),
-        (CGROUP_CONF[0], "cgroup.conf", spec.slurm.cgroup_conf),
-        (SLURMDBD_CONF[0], "slurmdbd.conf", spec.slurm.slurmdbd_conf),
+        ("slurm.conf", "slurm.conf", spec.slurm.conf),
+        ("slurm.cgroup_conf", "cgroup.conf", spec.slurm.cgroup_conf),
+        ("slurm.slurmdbd_conf", "slurmdbd.conf", spec.slurm.slurmdbd_conf),
     ]
     sections += [(f"nodesets[{i}].slurm", "node", ns.slurm) for i, ns in enumerate(spec.nodesets)]
     sections += [
@@ -231,7 +228,7 @@ def check(cluster: Cluster, keys: ConfKeys) -> None:
                 raise ConfigError(
                     f"{at}: slurmforge manages {known[key.lower()]} ({why})",
                     hint=f"to take it over, add {known[key.lower()]} to slurm.override "
-                    "(README: 'Your own Slurm settings')",
+                    "(README: 'Your own configuration')",
                 )
             if why:
                 used.add(key.lower())

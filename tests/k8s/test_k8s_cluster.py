@@ -526,7 +526,15 @@ def test_the_site_settings_are_live_held_and_mounted(deployed: K8sCluster) -> No
         proc.stderr
     )
     assert kube.run("get", "configmap", "slurm-config", "-o", "jsonpath={.data}") == configmap
-    deployed.write(site(deployed.root, shipped))
+    # and a PersistentVolumeClaim the site made, mounted writable
+    projects = deployed.root / "projects"
+    projects.mkdir()
+    projects.chmod(0o1777)
+    kube.run("apply", "-f", str(_claim(deployed.root, kube.namespace, projects)), namespaced=False)
+    kube.made.append(f"persistentvolume/{kube.namespace}-projects")
+    data = site(deployed.root, shipped)
+    data["mounts"].append({"path": "/projects", "claim": "projects"})
+    deployed.write(data)
     proc = deployed.deploy()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     config = kube.sh("slurmctld-0", "slurmctld", "scontrol show config")
@@ -545,6 +553,8 @@ def test_the_site_settings_are_live_held_and_mounted(deployed: K8sCluster) -> No
     assert kube.sh("login-0", "login", "srun cat /datasets/README", user="alice") == README.strip()
     write = "srun touch /datasets/mine 2>&1; touch /datasets/mine 2>&1; true"
     assert kube.sh("login-0", "login", write, user="alice").count("Read-only file system") == 2
+    kube.sh("login-0", "login", "srun bash -c 'hostname > /projects/from-a-job'", user="alice")
+    assert (projects / "from-a-job").read_text().strip() in ("cpu-0", "cpu-1")
     # a second job over the QoS's per-user CPU limit pends with its reason
     first = _submit(kube, "--qos=small -n1 --wrap 'sleep 120'")
     second = _submit(kube, "--qos=small -n1 --wrap 'sleep 120'")
@@ -558,3 +568,34 @@ def test_the_site_settings_are_live_held_and_mounted(deployed: K8sCluster) -> No
         assert reason == "PENDING QOSMaxCpuPerUserLimit"
     finally:
         kube.sh("slurmctld-0", "slurmctld", f"scancel {first} {second}")
+
+
+def _claim(root, namespace: str, directory) -> str:
+    """A hostPath PersistentVolume and the claim bound to it, as a site makes its storage."""
+    name = f"{namespace}-projects"
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": str(directory), "type": "Directory"},
+        },
+    }
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "projects", "namespace": namespace},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": name,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    path = root / "projects.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [volume, claim]}))
+    return str(path)
