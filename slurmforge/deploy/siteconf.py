@@ -135,7 +135,8 @@ class ConfKeys:
     @classmethod
     def parse(cls, slurm: str, files: dict[str, bytes]) -> ConfKeys:
         tables = {
-            name: {k.lower(): k for k in data.decode().split()} for name, data in files.items()
+            name.removesuffix(".keys"): {k.lower(): k for k in data.decode().split()}
+            for name, data in files.items()
         }
         return cls(slurm, tables)
 
