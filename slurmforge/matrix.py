@@ -125,6 +125,12 @@ COMPONENTS: dict[str, Component] = {
 }
 
 
+def slurm_at_least(slurm: str, series: tuple[int, int]) -> bool:
+    """Whether Slurm ``slurm`` (e.g. 24.05.8) is of ``series`` (e.g. (24, 5)) or later."""
+    major, minor = (int(x) for x in slurm.split(".")[:2])
+    return (major, minor) >= series
+
+
 @dataclass(frozen=True, order=True)
 class Cell:
     distro: str

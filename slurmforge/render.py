@@ -102,10 +102,14 @@ def _tree(root: Path, prefix: str) -> list[ContextFile]:
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         if path.name == TEMPLATE or "__pycache__" in path.parts:
             continue
-        mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-        arcname = prefix + path.relative_to(root).as_posix()
-        files.append(ContextFile(arcname, path, _file_sha(path), mode))
+        files.append(_context_file(prefix + path.relative_to(root).as_posix(), path))
     return files
+
+
+def _context_file(arcname: str, path: Path) -> ContextFile:
+    """``path`` in the build context as ``arcname`` (executable or not: the only mode kept)."""
+    mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+    return ContextFile(arcname, path, _file_sha(path), mode)
 
 
 def _gencode(cuda: Cuda | None) -> str:
@@ -200,8 +204,6 @@ class DockerfileRenderer:
             assert self.site is not None
             dockerfile = dockerfile.rstrip("\n") + "\n" + block.text
             site_layer.lint(dockerfile, block, self.site, target.component)
-            for arcname, path in block.files.items():
-                mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-                files.append(ContextFile(arcname, path, _file_sha(path), mode))
+            files += [_context_file(arcname, path) for arcname, path in block.files.items()]
         files.sort(key=lambda f: f.arcname)
         return Rendered(target, dockerfile, tuple(files), tuple(values["skipped"]), block)

@@ -63,14 +63,10 @@ def apply(cluster: Cluster, sh: Sh) -> list[str]:
             run(sh, f"add qos {qos.name}", f"add QoS {qos.name}")
     for qos in accounting.qos:  # once all exist: Preempt names others
         # sacctmgr takes Preempt only after PreemptMode
-        ordered = [s for s in settings(qos, ()) if not s.startswith("Preempt=")]
-        ordered += [s for s in settings(qos, ()) if s.startswith("Preempt=")]
-        if ordered:
-            run(
-                sh,
-                f"modify qos where name={qos.name} set {' '.join(ordered)}",
-                f"set QoS {qos.name}",
-            )
+        given = sorted(settings(qos, ()), key=lambda s: s.startswith("Preempt="))
+        if given:
+            command = f"modify qos where name={qos.name} set {' '.join(given)}"
+            run(sh, command, f"set QoS {qos.name}")
     have_accounts = names(sh, "account")
     pending = [a for a in accounting.accounts if a.name not in have_accounts]
     while pending:  # parents first
@@ -87,19 +83,22 @@ def apply(cluster: Cluster, sh: Sh) -> list[str]:
         if given:
             command = f"modify account where name={account.name} set {' '.join(given)}"
             run(sh, command, f"set account {account.name}")
-    declared_qos = {*BUILT_IN_QOS, *(q.name for q in accounting.qos)}
-    declared_accounts = {*BUILT_IN_ACCOUNTS, accounting.default_account}
-    declared_accounts |= {a.name for a in accounting.accounts}
+    # what slurmdbd had beyond the file (all it gained since is declared)
     report = []
-    for kind, declared, wanted in (
-        ("qos", accounting.qos, declared_qos),
-        ("account", accounting.accounts, declared_accounts),
-    ):
-        if declared:
-            report += [
-                f"{'QoS' if kind == 'qos' else kind} {name} is in slurmdbd but not in "
-                f"{cluster.path.name}; left as it is (remove it: sacctmgr delete {kind} {name})"
-                for name in names(sh, kind)
-                if name not in wanted
-            ]
+    if accounting.qos:
+        wanted = {*BUILT_IN_QOS, *(q.name for q in accounting.qos)}
+        report += [_undeclared(cluster, "qos", "QoS", n) for n in have if n not in wanted]
+    if accounting.accounts:
+        wanted = {*BUILT_IN_ACCOUNTS, accounting.default_account}
+        wanted |= {a.name for a in accounting.accounts}
+        report += [
+            _undeclared(cluster, "account", "account", n) for n in have_accounts if n not in wanted
+        ]
     return report
+
+
+def _undeclared(cluster: Cluster, kind: str, label: str, name: str) -> str:
+    return (
+        f"{label} {name} is in slurmdbd but not in {cluster.path.name}; left as it is (remove "
+        f"it: sacctmgr delete {kind} {name})"
+    )

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import StringConstraints
+from pydantic import AfterValidator, StringConstraints
 
 from slurmforge.errors import quote
 
@@ -42,3 +42,6 @@ def is_file(path: str) -> bool:
         return Path(path).is_file()
     except (OSError, ValueError):  # too long, a NUL byte in it, …: not a file this can read
         return False
+
+
+AccountName = Annotated[str, StringConstraints(strict=True), AfterValidator(account)]

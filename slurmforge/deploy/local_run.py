@@ -224,10 +224,9 @@ class Local(Target):
         if self.cluster.spec.accounting.enabled:
             dbd = self.dir / DBD_CONF.local
             dbd.mkdir(parents=True, exist_ok=True)
-            text = slurmconf.slurmdbd_conf(self.cluster)
-            was = (dbd / "slurmdbd.conf").read_text() if (dbd / "slurmdbd.conf").exists() else None
-            self.dbd_changed = was is not None and was != text
-            (dbd / "slurmdbd.conf").write_text(text)
+            was = _texts(dbd)
+            (dbd / "slurmdbd.conf").write_text(slurmconf.slurmdbd_conf(self.cluster))
+            self.dbd_changed = bool(was) and was != _texts(dbd)
         data = local_render.render(self.cluster, secrets, jail_id, assignment)
         self.file.write_text(local_render.dump(data, str(self.cluster.path)))
         (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")

@@ -26,11 +26,11 @@ from slurmforge.deploy import roles, site_spec
 from slurmforge.deploy.fields import (
     NODE_DIRS,
     AbsPath,
+    AccountName,
     Capability,
     DNSName,
     EnvName,
     Word,
-    account,
     is_file,
 )
 from slurmforge.deploy.layers import Layers
@@ -238,9 +238,7 @@ class AccountingSpec(Model):
     # AccountingStorageEnforce; [] lets users without an association submit
     enforce: tuple[Enforce, ...] = ()
     # the account createuser puts a new user under (unless given --account)
-    default_account: Annotated[str, StringConstraints(strict=True), AfterValidator(account)] = (
-        "default"
-    )
+    default_account: AccountName = "default"
     database: DatabaseSpec | None = None  # None: the cluster's own MariaDB
     # declared QoS and accounts, made or updated with sacctmgr on every deploy; ones the
     # database has beyond these are reported, never deleted
@@ -353,17 +351,16 @@ def load(path: Path, config: Config, scale: dict[str, int] | None = None) -> Clu
     spec = validate(ClusterSpec, raw, path, blame=layers.blame if layers else None)
     _check_references(path, spec)
     cell, images, hint = _bind_images(path, spec, config)
-    if spec.topology and spec.topology.block_sizes and not _at_least(cell.slurm, (24, 5)):
+    if (
+        spec.topology
+        and spec.topology.block_sizes
+        and not matrix.slurm_at_least(cell.slurm, (24, 5))
+    ):
         raise ConfigError(
             f"{path}: topology.block_sizes: Slurm {cell.slurm} has no BlockSizes (24.05 and "
             "later); leave it out"
         )
     return Cluster(spec, path, cell, images, hint)
-
-
-def _at_least(slurm: str, version: tuple[int, int]) -> bool:
-    major, minor = (int(x) for x in slurm.split(".")[:2])
-    return (major, minor) >= version
 
 
 def _check_references(path: Path, spec: ClusterSpec) -> None:

@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from slurmforge import jail_contract
-from slurmforge.deploy.fields import NODE_DIRS, AbsPath, DNSName, account, is_file
+from slurmforge.deploy.fields import NODE_DIRS, AbsPath, AccountName, DNSName, is_file
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model
 
@@ -66,6 +66,7 @@ Duration = Annotated[
     str, StringConstraints(strict=True, pattern=r"^(-1|[0-9]+(-[0-9]+)?(:[0-9]+){0,2})$")
 ]
 Count = Annotated[StrictInt, Field(ge=-1)]
+Text = Annotated[str, StringConstraints(strict=True, max_length=200)]
 QosName = Annotated[str, StringConstraints(strict=True, pattern=r"^[a-z0-9_][a-z0-9_.-]{0,63}$")]
 
 
@@ -85,7 +86,7 @@ class QosSpec(Limits):
     """A QoS, as `sacctmgr add/modify qos` takes it."""
 
     name: QosName
-    Description: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
+    Description: Text | None = None
     Priority: Annotated[StrictInt, Field(ge=0)] | None = None
     Preempt: tuple[QosName, ...] | None = None
     PreemptMode: Literal["off", "cancel", "requeue", "suspend"] | None = None
@@ -120,10 +121,10 @@ class QosSpec(Limits):
 class AccountSpec(Limits):
     """An account, as `sacctmgr add/modify account` takes it."""
 
-    name: Annotated[str, StringConstraints(strict=True), AfterValidator(account)]
-    Parent: Annotated[str, StringConstraints(strict=True), AfterValidator(account)] = "root"
-    Description: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
-    Organization: Annotated[str, StringConstraints(strict=True, max_length=200)] | None = None
+    name: AccountName
+    Parent: AccountName = "root"
+    Description: Text | None = None
+    Organization: Text | None = None
     Fairshare: Annotated[StrictInt, Field(ge=0)] | None = None
     QOS: tuple[QosName, ...] | None = None
     DefaultQOS: QosName | None = None

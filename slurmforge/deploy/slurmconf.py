@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jinja2
 
-from slurmforge import jail_contract
+from slurmforge import jail_contract, matrix
 from slurmforge.deploy import roles, siteconf
 from slurmforge.deploy.model import Cluster, ClusterSpec, NodeSet, Partition, SlurmSpec
 from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD
@@ -59,8 +59,7 @@ def hostlist(nodes: list[str]) -> str:
 
 def cgroup_disabled(slurm: str) -> bool:
     """``CgroupPlugin=disabled`` exists from Slurm 24.05 on."""
-    major, minor = (int(x) for x in slurm.split(".")[:2])
-    return (major, minor) >= (24, 5)
+    return matrix.slurm_at_least(slurm, (24, 5))
 
 
 @dataclass(frozen=True)
