@@ -263,16 +263,29 @@ class Cuda(Model):
     arches: tuple[Annotated[str, Strict(), StringConstraints(pattern=r"^sm_\d{2,3}$")], ...] = (
         Field(default=("sm_80", "sm_90"), min_length=1)
     )
+    # tool → the release of it built for this CUDA (tools picked per CUDA with several 'releases')
+    tools: dict[Name, Version3] = Field(default_factory=dict)
 
 
 class Release(Model):
     sources: tuple[AnySource, ...] = Field(min_length=1)
 
 
+def _one_origin(version: object, origin: object, releases: dict, what: str, hint: str) -> None:
+    """Either one version (with its ``what``) or several 'releases', each cell picking one."""
+    if releases:
+        if version is not None or origin:
+            raise ValueError(f"expected either 'releases' or 'version' with its {what}")
+    elif version is None:
+        raise ValueError("expected 'version' (or 'releases')")
+    elif not origin:
+        raise ValueError(f"expected '{what}'{hint} or 'releases'")
+
+
 class Tool(Model):
     """A tool compiled from source: one version ('version' + 'sources'), or several 'releases' of
-    which each Slurm version picks one under slurm.<version>.tools (a plugin built against
-    Slurm's headers)."""
+    which each cell picks one: under slurm.<version>.tools for a tool built against Slurm (pyxis,
+    enroot), under cuda.<version>.tools for one built against CUDA (features.Feature.axis)."""
 
     version: Str | None = None
     sources: tuple[AnySource, ...] = ()
@@ -280,23 +293,27 @@ class Tool(Model):
 
     @model_validator(mode="after")
     def _has_origin(self) -> Tool:
-        if self.releases:
-            if self.version is not None or self.sources:
-                raise ValueError("expected either 'releases' or 'version' with its sources")
-        elif self.version is None:
-            raise ValueError("expected 'version' (or 'releases')")
-        elif not self.sources:
-            raise ValueError(
-                "expected 'sources' (a URL with sha256, or git with commit) or 'releases'"
-            )
+        hint = " (a URL with sha256, or git with commit)"
+        _one_origin(self.version, self.sources, self.releases, "sources", hint)
         return self
 
 
-class UserspaceTool(Model):
-    """A tool unpacked into the CUDA prefix from wheels, Debian packages or a vendor apt repo."""
-
-    version: Str
+class UserspaceRelease(Model):
     userspace: Userspace
+
+
+class UserspaceTool(Model):
+    """A tool unpacked into the CUDA prefix from wheels, Debian packages or a vendor apt repo:
+    one version ('version' + 'userspace') or 'releases' picked per CUDA version."""
+
+    version: Str | None = None
+    userspace: Userspace | None = None
+    releases: dict[Version3, UserspaceRelease] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _has_origin(self) -> UserspaceTool:
+        _one_origin(self.version, self.userspace, self.releases, "userspace", "")
+        return self
 
 
 AnyTool = Tool | UserspaceTool
@@ -398,16 +415,22 @@ class Versions(Model):
         | None
     ) = None
 
-    def tool(self, name: str, slurm: str | None) -> tuple[str, tuple[Source | GitSource, ...]]:
-        """The version and sources of tool ``name`` as built for Slurm ``slurm``."""
+    def picks(self, name: str) -> dict[str, dict[str, str]]:
+        """Axis value → its 'tools' picks, on the axis that chooses ``name``'s release."""
+        entries = self.cuda if features.FEATURES[name].axis == "cuda" else self.slurm
+        return {version: dict(entry.tools) for version, entry in entries.items()}
+
+    def release(self, name: str, slurm: str | None, cuda: str | None) -> tuple[str, Any]:
+        """The version of tool ``name`` built for a cell and what it is made from: its sources
+        (a compiled tool) or its Userspace (one unpacked into the CUDA prefix)."""
         tool = self.tools[name]
-        if isinstance(tool, UserspaceTool):
-            return tool.version, ()
+        kind = "userspace" if isinstance(tool, UserspaceTool) else "sources"
         if not tool.releases:
             assert tool.version is not None
-            return tool.version, tool.sources
-        version = self.slurm[slurm or ""].tools[name]  # checked at load time
-        return version, tool.releases[version].sources
+            return tool.version, getattr(tool, kind)
+        axis = cuda if features.FEATURES[name].axis == "cuda" else slurm
+        version = self.picks(name)[axis or ""][name]  # checked at load time
+        return version, getattr(tool.releases[version], kind)
 
 
 class Config(BaseModel):

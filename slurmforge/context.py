@@ -67,11 +67,10 @@ def _source(config: Config, target: Target, name: str, **kw: Any) -> list[Need]:
     if name in ("cuda", "cuda-build"):
         assert cuda is not None, f"{target.id} has no CUDA axis"
         return _userspace(name, cuda.runtime if name == "cuda" else cuda.build, **kw)
-    tool = v.tools[name]
-    if isinstance(tool, UserspaceTool):
-        return _userspace(name, tool.userspace, **kw)
-    _, sources = v.tool(name, target.slurm)
-    return [Need(name, sources, **kw)]
+    _, made_of = v.release(name, target.slurm, target.cuda)
+    if isinstance(v.tools[name], UserspaceTool):
+        return _userspace(name, made_of, **kw)
+    return [Need(name, made_of, **kw)]
 
 
 def needs(config: Config, target: Target) -> list[Need]:

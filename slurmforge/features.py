@@ -20,7 +20,7 @@ from enum import StrEnum
 
 
 class Origin(StrEnum):
-    SOURCES = "sources"  # tools.<name>: compiled from 'sources' (or a per-Slurm 'releases' pick)
+    SOURCES = "sources"  # tools.<name>: compiled from 'sources' (or a 'releases' pick)
     USERSPACE = "userspace"  # tools.<name>: unpacked from 'userspace' (wheels, debs or apt)
     CUDA = "cuda"  # the cell's cuda.<version>.runtime (the CUDA axis; not under tools:)
 
@@ -35,6 +35,9 @@ class Feature:
     needs: tuple[str, ...] = ()
     optional: bool = False  # a build may go without it, and says so (io.slurmforge.skipped)
     debs: tuple[str, ...] = ()  # its packages in slurm-debs, installed where it is carried
+    # the axis whose versions.yaml entry picks its release when it has several (under
+    # slurm.<version>.tools or cuda.<version>.tools): what it is built against
+    axis: str = "slurm"
 
     @property
     def key(self) -> str:
@@ -50,9 +53,9 @@ FEATURES: dict[str, Feature] = {
     f.name: f
     for f in (
         Feature("cuda", Origin.CUDA, built_in=_GPU, carried_by=_GPU),
-        Feature("nccl", Origin.USERSPACE, built_in=_GPU, carried_by=_GPU),
+        Feature("nccl", Origin.USERSPACE, built_in=_GPU, carried_by=_GPU, axis="cuda"),
         # compiled with the cell's CUDA compiler, which no image ships
-        Feature("nccl-tests", Origin.SOURCES, _GPU, _GPU, needs=("cuda-build",)),
+        Feature("nccl-tests", Origin.SOURCES, _GPU, _GPU, needs=("cuda-build",), axis="cuda"),
         # compiled against each Slurm's own spank.h, in the same builder as Slurm
         Feature("pyxis", Origin.SOURCES, ("slurm-debs",), _CONTAINERS, debs=("slurmforge-pyxis",)),
         Feature(

@@ -13,7 +13,7 @@ from typing import IO
 import jinja2
 
 from slurmforge import features, site_layer
-from slurmforge.config import Config, Cuda, UserspaceTool
+from slurmforge.config import Config, Cuda
 from slurmforge.errors import ConfigError
 from slurmforge.matrix import COMPONENTS, Target
 
@@ -172,12 +172,12 @@ class DockerfileRenderer:
             "accounts": v.accounts,
             "parents": {k.replace("-", "_"): ref for k, ref in parent_refs.items()},
             "cuda_spec": v.cuda.get(target.cuda or ""),
-            "tools": v.tools,
-            # tool → the version built for this target (its Slurm's pick, for multi-release tools)
-            "tool_versions": {
-                name: v.tool(name, target.slurm)[0]
+            # tool → (version, sources or Userspace) built for this target: a multi-release
+            # tool's pick by the target's Slurm or CUDA (only where the target has that axis)
+            "tools": {
+                name: v.release(name, target.slurm, target.cuda)
                 for name, tool in v.tools.items()
-                if isinstance(tool, UserspaceTool) or not tool.releases or target.slurm
+                if not tool.releases or getattr(target, features.FEATURES[name].axis)
             },
             "sources": singles,  # feature → arcname, only the features that are present
             "wheels": wheels,  # userspace group → arcnames of its wheels (or apt keyring)

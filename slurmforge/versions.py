@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from slurmforge import matrix, state
-from slurmforge.config import Config, Tool, Versions
+from slurmforge import features, matrix, state
+from slurmforge.config import Config, Versions
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import format_path, read_yaml, validate
 
@@ -19,6 +19,9 @@ def load(path: Path) -> Config:
     config = Config(path=path, versions=versions, locked=state.read_sources_lock(path))
     matrix.check_tags(config)
     return config
+
+
+_AXIS = {"slurm": "Slurm", "cuda": "CUDA"}
 
 
 def _check_references(path: Path, v: Versions) -> None:
@@ -54,31 +57,43 @@ def _check_references(path: Path, v: Versions) -> None:
                         known[axis],
                     )
     for name, tool in v.tools.items():
-        releases = tool.releases if isinstance(tool, Tool) else {}
-        for version, slurm in v.slurm.items():
-            picked = slurm.tools.get(name)
-            where = format_path(("slurm", version, "tools", name))
-            if releases and picked is None:
+        axis = features.FEATURES[name].axis  # 'slurm' or 'cuda': whose entry picks the release
+        for version, picks in v.picks(name).items():
+            picked = picks.get(name)
+            where = format_path((axis, version, "tools", name))
+            if tool.releases and picked is None:
                 raise ConfigError(
                     f"{path}: {where}: required key is missing (tools.{name} has several "
-                    f"releases; pick one of {', '.join(releases)} for Slurm {version})"
+                    f"releases; pick one of {', '.join(tool.releases)} for {_AXIS[axis]} {version})"
                 )
-            if picked is not None and picked not in releases:
+            if picked is not None and picked not in tool.releases:
                 raise ConfigError(
                     f"{path}: {where}: unknown release {picked!r}; expected one of "
-                    f"{', '.join(releases) or '(none: the tool has no releases)'}"
+                    f"{', '.join(tool.releases) or '(none: the tool has no releases)'}"
                 )
-    for version, slurm in v.slurm.items():
-        for name in slurm.tools:
-            if name not in v.tools:
-                raise ConfigError(
-                    f"{path}: {format_path(('slurm', version, 'tools', name))}: unknown tool"
-                )
+    for axis, entries in (("slurm", v.slurm), ("cuda", v.cuda)):
+        for version, entry in entries.items():
+            for name in entry.tools:
+                if name not in v.tools or features.FEATURES[name].axis != axis:
+                    raise ConfigError(
+                        f"{path}: {format_path((axis, version, 'tools', name))}: unknown tool"
+                        + _picked_elsewhere(name, axis)
+                    )
     for name, distro in v.distros.items():
         if distro.bootstrap and not distro.bootstrap.mirror.startswith(("http://", "https://")):
             raise ConfigError(
                 f"{path}: distros.{name}.bootstrap.mirror: expected an http(s) Debian mirror"
             )
+
+
+def _picked_elsewhere(name: str, axis: str) -> str:
+    feature = features.FEATURES.get(name)
+    if feature is None or feature.axis == axis:
+        return ""
+    return (
+        f" under {axis} (it is built against {_AXIS[feature.axis]}: pick its release under "
+        f"{feature.axis}.<version>.tools)"
+    )
 
 
 def _unknown(

@@ -18,7 +18,7 @@ def test_shipped_file_loads() -> None:
     v = cfg.versions
     assert v.distros["debian12"].bootstrap is not None
     assert v.distros["ubuntu22.04"].image == "ubuntu:22.04"
-    assert set(v.slurm) == {"23.11.11", "24.05.8", "24.11.5"}
+    assert set(v.slurm) == {"23.11.11", "24.05.8", "24.11.5", "25.11.7", "26.05.3"}
     assert all(s.pinned for slurm in v.slurm.values() for s in slurm.sources)
     assert set(v.tools.names()) >= {"pyxis", "enroot", "nccl", "nccl-tests"}
     assert [c.name for c in matrix.cells_of(cfg, "default")] == ["24.05.8-cuda12.2.2-debian12"]
@@ -29,13 +29,21 @@ def test_shipped_file_loads() -> None:
     # Every shipped source is pinned: no set needs --allow-unpinned anywhere.
     for _, tool in v.tools.items():
         if isinstance(tool, config.UserspaceTool):
-            assert all(w.sha256 != config.UNPINNED for w in tool.userspace.wheels)
+            spaces = [tool.userspace, *(r.userspace for r in tool.releases.values())]
+            assert all(w.sha256 != config.UNPINNED for s in spaces if s for w in s.wheels)
             continue
         for source in (*tool.sources, *(s for r in tool.releases.values() for s in r.sources)):
             assert source.pinned
-    # pyxis is picked per Slurm series, from the releases declared under tools.pyxis.
-    assert v.tool("pyxis", "23.11.11")[0] == "0.20.0"
-    assert v.tool("pyxis", "24.05.8")[0] == "0.24.0"
+    # pyxis and enroot are picked per Slurm series, NCCL and nccl-tests per CUDA version.
+    assert v.release("pyxis", "23.11.11", None)[0] == "0.20.0"
+    assert v.release("pyxis", "24.05.8", None)[0] == "0.24.0"
+    assert v.release("enroot", "24.05.8", "12.9.1")[0] == "3.5.0"
+    assert v.release("enroot", "26.05.3", "12.2.2")[0] == "4.1.2"
+    assert v.release("nccl-tests", "24.05.8", "12.9.1")[0] == "2.19.6"
+    assert v.release("nccl", "26.05.3", "12.2.2")[0] == "2.18.3"
+    assert [c.name for c in matrix.cells_of(cfg, "current")] == [
+        f"{s}-cuda{c}-debian12" for s in ("25.11.7", "26.05.3") for c in ("12.2.2", "12.9.1")
+    ]
 
 
 def _set(path: str, value: object) -> Callable[[dict], None]:
@@ -143,8 +151,8 @@ MALFORMED = {
         "slurm.\"24.05.8\".sources[0]: a git source is pinned by 'commit'; remove 'sha256'",
     ),
     "git source without a tag": (
-        _set("tools/enroot/sources/0/tag", _DELETE),
-        "tools.enroot.sources[0].tag: required key is missing",
+        _set("tools/enroot/releases/3.5.0/sources/0/tag", _DELETE),
+        'tools.enroot.releases."3.5.0".sources[0].tag: required key is missing',
     ),
     "slurm without its pyxis pick": (
         _set("slurm/23.11.11/tools", _DELETE),
@@ -210,7 +218,7 @@ def test_duplicate_cell_in_include(shipped: dict, write_config) -> None:
 def test_unknown_set(tmp_path: Path) -> None:
     cfg = versions.load(ROOT / "versions.yaml")
     with pytest.raises(
-        ConfigError, match="unknown matrix set 'nightly'; expected one of ci, default"
+        ConfigError, match="unknown matrix set 'nightly'; expected one of ci, current, default"
     ):
         matrix.cells_of(cfg, "nightly")
 

@@ -137,7 +137,7 @@ def test_two_releases_of_one_repository_stay_apart(cfg) -> None:
     debs = [t for t in project.targets if t.component == "slurm-debs"]
     assert len(debs) == 2
     for target in debs:
-        version, (source,) = cfg.versions.tool("pyxis", target.slurm)
+        version, (source,) = cfg.versions.release("pyxis", target.slurm, None)
         got = project.context(target).files["pyxis"]
         assert got.arcname == f"sources/pyxis/pyxis-v{version}.tar"
         assert got.path == project.cache.root / source.commit / f"pyxis-v{version}.tar"

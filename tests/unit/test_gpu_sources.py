@@ -186,11 +186,26 @@ def test_unknown_file_kind_is_refused(tmp_path: Path) -> None:
         (lambda d: d["cuda"]["12.2.2"]["runtime"]["wheels"][0].update(requirement="nvidia-x>=1"),
          'cuda."12.2.2".runtime.wheels[0].requirement: expected a value matching'),
         (lambda d: d["tools"].pop("nccl"), "tools.nccl: required key is missing"),
-        (lambda d: d["tools"]["enroot"].pop("sources"),
+        (lambda d: d["tools"]["enroot"].pop("releases"),
+         "tools.enroot: expected 'version' (or 'releases')"),
+        (lambda d: d["tools"].update(enroot={"version": "3.5.0"}),
          "tools.enroot: expected 'sources' (a URL with sha256, or git with commit) or 'releases'"),
         # the feature table says how each tool is had: nccl is unpacked, never compiled here
-        (lambda d: d["tools"]["nccl"].update(sources=d["tools"]["enroot"]["sources"]),
+        (lambda d: d["tools"]["nccl"].update(sources=d["slurm"]["24.05.8"]["sources"]),
          "tools.nccl.sources: unknown key"),
+        # each tool's release is picked on the axis it is built against
+        (lambda d: d["cuda"]["12.9.1"]["tools"].pop("nccl-tests"),
+         'cuda."12.9.1".tools.nccl-tests: required key is missing (tools.nccl-tests has several '
+         "releases; pick one of 2.13.8, 2.19.6 for CUDA 12.9.1)"),
+        (lambda d: d["slurm"]["24.05.8"]["tools"].update(nccl="2.27.7"),
+         'slurm."24.05.8".tools.nccl: unknown tool under slurm (it is built against CUDA: pick '
+         "its release under cuda.<version>.tools)"),
+        (lambda d: d["cuda"]["12.2.2"]["tools"].update(enroot="4.1.2"),
+         'cuda."12.2.2".tools.enroot: unknown tool under cuda (it is built against Slurm'),
+        (lambda d: d["cuda"]["12.2.2"]["tools"].update(nccl="2.19.3"),
+         'cuda."12.2.2".tools.nccl: unknown release \'2.19.3\'; expected one of 2.18.3, 2.27.7'),
+        (lambda d: d["tools"]["nccl"]["releases"]["2.27.7"].pop("userspace"),
+         'tools.nccl.releases."2.27.7".userspace: required key is missing'),
         (lambda d: d["tools"].update(horovod=d["tools"]["enroot"]),
          "tools.horovod: unknown key"),
         (lambda d: d["cuda"]["12.2.2"].pop("build"),
@@ -223,9 +238,10 @@ def _cache_all(cfg: config.Config, cache: Cache) -> None:
     """Put stand-ins for every source in the cache under its key (the rendered Dockerfile only
     needs them to exist; no build happens here)."""
     v = cfg.versions
-    wanted = [w for w in v.cuda["12.2.2"].runtime.wheels] + list(v.tools["nccl"].userspace.wheels)
+    wanted = [*v.cuda["12.2.2"].runtime.wheels, *v.release("nccl", None, "12.2.2")[1].wheels]
     wanted += [*v.cuda["12.2.2"].build.wheels, *v.cuda["12.2.2"].build.debs]
-    wanted += [v.tool(name, "24.05.8")[1][0] for name in ("pyxis", "enroot", "nccl-tests")]
+    tools = ("pyxis", "enroot", "nccl-tests")
+    wanted += [v.release(name, "24.05.8", "12.2.2")[1][0] for name in tools]
     for artifact in wanted:
         path = cache.root / cfg.sha256_of(artifact) / artifact.filename
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -304,7 +320,7 @@ def test_an_optional_feature_that_cannot_be_had_is_left_out_and_said(
     project = Project(Selection(cfg.path, "default"))
     _cache_all(cfg, project.cache)
     for name in ("nccl-tests", "pyxis"):
-        (source,) = cfg.versions.tool(name, "24.05.8")[1]
+        (source,) = cfg.versions.release(name, "24.05.8", "12.2.2")[1]
         (project.cache.root / cfg.sha256_of(source) / source.filename).unlink()
     targets = {t.component: t for t in project.targets}
     sources = project.context

@@ -48,6 +48,7 @@ def test_cuda_independent_targets_are_shared_across_cuda_versions(shipped, write
             "wheels": [{"requirement": "nvidia-cuda-runtime-cu12==12.4.127", "sha256": "unpinned"}]
         },
         "build": shipped["cuda"]["12.2.2"]["build"],
+        "tools": shipped["cuda"]["12.2.2"]["tools"],
     }
     shipped["sets"]["default"]["matrix"]["cuda"] = ["12.2.2", "12.4.1"]
     cfg = versions.load(write_config(shipped))
