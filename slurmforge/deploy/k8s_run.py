@@ -42,6 +42,7 @@ from slurmforge.deploy import (
     roles,
     siteconf,
     slurmctl,
+    upgrade,
 )
 from slurmforge.deploy.k8s_secrets import Secrets
 from slurmforge.deploy.kubectl import Runner, checked, kubectl_path
@@ -217,6 +218,7 @@ class Kube(Target):
         wait for every node, then for slurmdbd to know the cluster. `sinfo -N -l`."""
         skipped = self.unsupported()
         names = [n for n in self.objects if n not in skipped]
+        self.check_upgrade()
         self.secrets.check_database()  # before anything changes (a drain included)
         removed = self.removed_nodes() if removed is None else removed
         states = slurmctl.node_states(self.controller_sh) if removed else None
@@ -297,6 +299,15 @@ class Kube(Target):
         Pending (and the wait for nodes names them)."""
 
     # -- operate -----------------------------------------------------------------------------
+
+    def check_upgrade(self) -> None:
+        """Refuse a Slurm release the running slurmctld cannot move to (upgrade.check). The
+        rollouts then replace the daemons together: Slurm's own order (slurmdbd first) is kept
+        by the local target only."""
+        code, out = self.controller_sh("scontrol version")
+        if code == 0 and out.startswith("slurm "):
+            where = f"{self.cluster.path}: images"
+            upgrade.check(where, self.cluster.name, out.split()[-1], self.cluster.cell.slurm)
 
     def sh(self, role: str, command: str) -> tuple[int, str]:
         """``command`` in the role's first pod (``<role>-0`` of its StatefulSet)."""

@@ -28,12 +28,14 @@ from slurmforge.deploy import (
     siteconf,
     slurmconf,
     slurmctl,
+    upgrade,
 )
 from slurmforge.deploy.model import Cluster, as_dict, check_user
 from slurmforge.deploy.roles import CONTROLLER, DBD, DBD_CONF, JAIL, JAIL_CONF, LOGIN, SLURM_CONF
 from slurmforge.engine import APIError, Container, Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
 
+UPGRADE_REASON = "slurmforge: upgrading to Slurm"
 PROJECT_LABEL = "com.docker.compose.project"  # set by Compose v1 and v2 alike
 SERVICE_LABEL = "com.docker.compose.service"
 
@@ -248,13 +250,16 @@ class Local(Target):
     def start(self, timeout: float) -> float:
         """Render, populate the jail, start everything, wait for every node; seconds taken."""
         start = time.monotonic()
+        upgrading = self.check_upgrade()  # before anything, even before the images are looked up
         _ = self.gpus  # GPU node sets without GPUs are refused before anything happens
         self.check_database()
         self.check_ports()
         ids = self.image_ids()
         self.check_site()
         secrets = self.secrets()
-        self._apply(ids[JAIL], secrets, populate=True)
+        if upgrading:
+            self.hold(timeout)
+        self._apply(ids[JAIL], secrets, populate=True, upgrading=upgrading)
         self.wait_ready(timeout)
         self.wait_accounting(timeout - (time.monotonic() - start))
         return time.monotonic() - start
@@ -275,6 +280,24 @@ class Local(Target):
                     f"{mount.host_path} on this host"
                 )
 
+    def check_upgrade(self) -> bool:
+        """Refuse a Slurm release this cluster's daemons cannot move to from the one they run
+        (upgrade.check); True when the deploy changes its Slurm series."""
+        container = self.container(CONTROLLER)
+        running = container.labels.get("io.slurmforge.slurm") if container else None
+        if not running:
+            return False
+        where = f"{self.cluster.path}: images"
+        return upgrade.check(where, self.cluster.name, running, self.cluster.cell.slurm)
+
+    def hold(self, timeout: float) -> None:
+        """Before an upgrade replaces every node's container: no job starts, and the running
+        ones end (pending jobs stay queued in StateSave and run afterwards)."""
+        if self.running(CONTROLLER) is None:
+            return
+        reason = f"{UPGRADE_REASON} {self.cluster.cell.slurm}"
+        slurmctl.hold(self.controller_sh, reason, timeout)
+
     def pyxis(self) -> bool:
         """Whether the jail image (where srun runs) was built with pyxis (see its labels)."""
         return self.engine.carries(self.cluster.images[JAIL], "pyxis")
@@ -283,7 +306,9 @@ class Local(Target):
     def gpus(self) -> gpu_assign.Assignment:
         return gpu_assign.assign(self.cluster)
 
-    def _apply(self, jail_id: str, secrets: dict[str, Path], populate: bool) -> None:
+    def _apply(
+        self, jail_id: str, secrets: dict[str, Path], populate: bool, upgrading: bool = False
+    ) -> None:
         running = self.running(CONTROLLER) is not None
         changed = self.write_compose(jail_id, secrets)
         if populate:
@@ -303,7 +328,15 @@ class Local(Target):
                     code, out = self.sh(node, "slurmforge-project-driver /jail")
                     if code:
                         raise DeployError(f"{node}: projecting the GPU driver failed: {out}")
+        if upgrading and self.cluster.spec.accounting.enabled:
+            # Slurm's order: slurmdbd converts the database before slurmctld talks to it
+            self.compose("up", "-d", DBD)  # and its own database, if it has one
+            dbd_port = roles.role(DBD).ports[0]
+            slurmctl.wait_port(functools.partial(self.sh, DBD), dbd_port.number, DBD, 600.0)
         self.compose("up", "-d", "--remove-orphans")
+        if upgrading or running:
+            # also after an upgrade that stopped half-way: its nodes were left drained
+            slurmctl.release(self.controller_sh, UPGRADE_REASON, 600.0)
         if self.dbd_changed and self.running(DBD) is not None:
             self.compose("restart", DBD)  # slurmdbd writes its config once, when it starts
         if changed and running:

@@ -5,6 +5,7 @@ Each takes ``sh``: a command line in that container → (exit code, output).
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 
@@ -57,3 +58,58 @@ def reconfigure(sh: Shell) -> None:
     code, out = sh("scontrol reconfigure")
     if code:
         raise DeployError(f"scontrol reconfigure failed: {out}")
+
+
+def hold(sh: Shell, reason: str, timeout: float) -> None:
+    """Drain every node with ``reason`` and wait until no job runs; pending jobs stay queued.
+    When jobs still run at ``timeout``, the nodes are resumed and nothing else has changed."""
+    states = node_states(sh)
+    if not states:
+        return
+    names = ",".join(states)
+    code, out = sh(f"scontrol update NodeName={names} State=DRAIN Reason={shlex.quote(reason)}")
+    if code:
+        raise DeployError(f"could not drain {names}: {out}")
+    deadline = time.monotonic() + timeout
+    while True:
+        code, out = sh("squeue -h -t RUNNING,COMPLETING -o %i")
+        if code == 0 and not out:
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(2)
+    release(sh, reason, timeout=30)
+    raise DeployError(
+        f"jobs {', '.join(out.split()) or '(slurmctld did not answer)'} still run after "
+        f"{timeout:.0f} s; the upgrade replaces every node's container, which would end them. "
+        "Nothing was changed: let them finish (or scancel them) and deploy again"
+    )
+
+
+def release(sh: Shell, reason: str, timeout: float) -> None:
+    """Resume the nodes drained with a reason that starts with ``reason`` (no other drain),
+    once slurmctld answers and takes it (a node that has not registered yet is refused)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code, out = sh("sinfo -h -N -o '%N|%E' -t drain,draining,drained")
+        if code == 0:
+            rows = (line.partition("|") for line in out.splitlines())
+            ours = ",".join(sorted({node for node, _, why in rows if why.startswith(reason)}))
+            if not ours:
+                return
+            code, out = sh(f"scontrol update NodeName={ours} State=RESUME")
+            if code == 0:
+                return
+        if time.monotonic() >= deadline:
+            raise DeployError(f"could not resume the nodes after {timeout:.0f} s: {out[-300:]}")
+        time.sleep(1)
+
+
+def wait_port(sh: Shell, port: int, what: str, timeout: float) -> None:
+    """Until ``what`` accepts connections on ``port`` in its own container."""
+    deadline = time.monotonic() + timeout
+    probe = f"exec 3<>/dev/tcp/127.0.0.1/{port}"
+    while sh(probe)[0] != 0:
+        if time.monotonic() >= deadline:
+            raise DeployError(f"{what} did not listen on port {port} within {timeout:.0f} s")
+        time.sleep(1)

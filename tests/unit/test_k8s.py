@@ -531,6 +531,8 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
         == [
             *([kubectl, *ctx, "get", "--raw", path] for path in ("/api/v1", "/apis/batch/v1")),
             [kubectl, *ctx, "get", "--raw", "/apis/apps/v1"],
+            # the Slurm a running controller has, for upgrade.check (this one answers nothing)
+            [*exec_, "bash", "-c", "scontrol version"],
             # the cluster's own database: its password Secret exists, mariadb-0 does not run
             [kubectl, *ns, "get", "secret", "db-password", "-o", "jsonpath={.data.db-password}"],
             [kubectl, *ns, "get", "pods", "-l", f"{instance},{database}", "-o", "json"],

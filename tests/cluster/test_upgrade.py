@@ -1,0 +1,114 @@
+"""Upgrading a running cluster to the next Slurm series, as Slurm documents it: a 24.05.8 cluster
+with accounting, a user, her files and her jobs is redeployed on a 25.11.7 cell. Its jobs' records,
+StateSave (job IDs go on), users and homes survive; a job that runs when the upgrade starts ends
+normally, and a job still pending runs afterwards. Upgrades Slurm cannot make are refused before
+anything changes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import docker
+import pytest
+import yaml
+
+from tests.cluster.conftest import Deployed, deploy
+from tests.conftest import build, select
+
+FROM = ("default", "24.05.8-cuda12.2.2-debian12")
+TO = ("current", "25.11.7-cuda12.2.2-debian12")
+TOO_FAR = ("current", "26.05.3-cuda12.2.2-debian12")
+USER = "ada"
+
+
+@pytest.fixture(scope="module")
+def old(
+    client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployed]:
+    for set_name, cell in (FROM, TO):
+        build(select(set_name, (cell,)))
+    images = {"set": FROM[0], "cell": FROM[1]}
+    with deploy(tmp_path_factory.mktemp("upgrade"), "sfupg", client, images=images) as cluster:
+        yield cluster
+
+
+def _use(cluster: Deployed, cell: tuple[str, str]) -> None:
+    data = yaml.safe_load(cluster.cluster_file.read_text())
+    data["images"] = {"set": cell[0], "cell": cell[1]}
+    cluster.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _version(cluster: Deployed) -> str:
+    return cluster.ok("slurmctld", "scontrol version").split()[-1]
+
+
+def _states(cluster: Deployed, jobs: list[str]) -> dict[str, str]:
+    out = cluster.ok("slurmctld", f"sacct -n -X -P -j {','.join(jobs)} -o JobID,State")
+    return dict(line.split("|") for line in out.splitlines())
+
+
+def _queued(cluster: Deployed, jobs: list[str]) -> dict[str, str]:
+    """What slurmctld says of jobs it still holds (sacct learns of a pending job later)."""
+    out = cluster.ok("slurmctld", f"squeue -h -j {','.join(jobs)} -o '%i|%T'")
+    return dict(line.split("|") for line in out.splitlines())
+
+
+def _until(cluster: Deployed, jobs: list[str], want: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while (got := _states(cluster, jobs)) != {j: want for j in jobs}:
+        assert time.monotonic() < deadline, f"jobs {jobs}: wanted {want}, sacct says {got}"
+        time.sleep(2)
+
+
+def _submit(cluster: Deployed, *args: str) -> str:
+    line = " ".join(("sbatch", "--parsable", *args))
+    return cluster.ok("login", f"cd && {line}", user=USER)
+
+
+def test_a_running_cluster_moves_to_the_next_series_and_loses_nothing(old: Deployed) -> None:
+    cluster = old
+    assert _version(cluster) == "24.05.8"
+    cluster.user(USER)
+    cluster.ok("login", "echo kept > ~/data.txt", user=USER)
+    done = _submit(cluster, "--wrap", "'hostname'")
+    _until(cluster, [done], "COMPLETED")
+    # one job holds both nodes while the upgrade starts; the next one waits for them
+    running = _submit(cluster, "-N2", "--exclusive", "--wrap", "'sleep 20'")
+    _until(cluster, [running], "RUNNING")
+    pending = _submit(cluster, "-N1", "--wrap", "'cat ~/data.txt > ~/after.txt'")
+    assert _queued(cluster, [pending]) == {pending: "PENDING"}
+
+    # three releases on (24.05 → 26.05) is further than Slurm goes: refused, nothing touched
+    _use(cluster, TOO_FAR)
+    proc = cluster.invoke("deploy")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    error = proc.stderr.strip().splitlines()[0]
+    assert error.startswith(f"error: {cluster.cluster_file}: images: cluster {cluster.name} runs ")
+    assert "Slurm 26.05 upgrades only from 24.11, 25.05, 25.11" in error
+    assert "Traceback" not in proc.stderr
+    assert _version(cluster) == "24.05.8"
+    assert _queued(cluster, [running, pending]) == {running: "RUNNING", pending: "PENDING"}
+
+    _use(cluster, TO)
+    proc = cluster.invoke("deploy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _version(cluster) == "25.11.7"
+    # every job of before: the finished one's record converted, the running one ended on its
+    # own, the pending one ran on the upgraded nodes with the user's file
+    _until(cluster, [done, running, pending], "COMPLETED")
+    assert cluster.ok("login", "cat ~/after.txt", user=USER) == "kept"
+    # StateSave came along: job IDs go on from where they were
+    after = _submit(cluster, "--wrap", "'true'")
+    assert int(after) > int(pending)
+    _until(cluster, [after], "COMPLETED")
+    for node in cluster.states():
+        assert cluster.ok(node, "slurmd -V") == "slurm 25.11.7"
+
+    # back down is refused: the database and StateSave are 25.11's now
+    _use(cluster, FROM)
+    proc = cluster.invoke("deploy")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Slurm cannot go back to 24.05.8" in proc.stderr
+    assert _version(cluster) == "25.11.7"
