@@ -1,5 +1,6 @@
 """Image tier: testinfra on containers of each mission cell's images (built on demand): every cell
-of the `ci` set (Slurm 23.11 and 24.05), or the set and cells `invoke test-images` names."""
+of the `ci` set (Slurm 23.11 and 24.05) and one cell of the `current` set, or the set and cells
+`invoke test-images` names."""
 
 from __future__ import annotations
 
@@ -16,14 +17,29 @@ from slurmforge.app import Project
 from slurmforge.versions import load
 from tests.conftest import ROOT, TEST_CELLS, TEST_CONFIG, build, select
 
-IMAGE_SET = os.environ.get("SLURMFORGE_TEST_SET") or "ci"
-IMAGE_CELLS = TEST_CELLS or tuple(c.name for c in matrix.cells_of(load(TEST_CONFIG), IMAGE_SET))
+# Of the `current` set (Slurm 25.11/26.05 x CUDA 12.2/12.9), the whole suite on 2 cores runs
+# one cell: the one whose Slurm build the upgrade test (tests/cluster) needs anyway, with the
+# newer CUDA, NCCL, nccl-tests and enroot. The GitHub workflow end-to-end.yml runs every cell.
+CURRENT_IN_SUITE = "25.11.7-cuda12.9.1-debian12"
 
 
-@pytest.fixture(scope="session", params=IMAGE_CELLS)
+def _cells() -> list[tuple[str, str]]:
+    if os.environ.get("SLURMFORGE_TEST_SET") or TEST_CELLS:
+        set_name = os.environ.get("SLURMFORGE_TEST_SET") or "ci"
+        cells = TEST_CELLS or [c.name for c in matrix.cells_of(load(TEST_CONFIG), set_name)]
+        return [(set_name, cell) for cell in cells]
+    mission = [("ci", c.name) for c in matrix.cells_of(load(TEST_CONFIG), "ci")]
+    return [*mission, ("current", CURRENT_IN_SUITE)]
+
+
+IMAGE_CELLS = _cells()
+
+
+@pytest.fixture(scope="session", params=IMAGE_CELLS, ids=[cell for _, cell in IMAGE_CELLS])
 def project(request: pytest.FixtureRequest) -> Project:
     """One cell at a time: the whole tier runs against one cell's images, then the next."""
-    return select(IMAGE_SET, (request.param,))
+    set_name, cell = request.param
+    return select(set_name, (cell,))
 
 
 @pytest.fixture(scope="session")

@@ -11,27 +11,39 @@ import pytest
 from slurmforge.app import Project
 
 GPU_ROLES = ("worker", "jail")
-PREFIX = "/usr/local/cuda-12.2"
 PYXIS = "/usr/lib/slurmforge/spank/pyxis.so"
+
+
+def _release(project: Project, tool: str) -> tuple[str, object]:
+    """The release of ``tool`` versions.yaml picks for the cell (by its Slurm or its CUDA)."""
+    cell = project.cells[0]
+    return project.config.versions.release(tool, cell.slurm, cell.cuda)
 
 
 def _pins(project: Project) -> dict[str, str]:
     """Wheel name → version, as versions.yaml pins them for the cell."""
-    v = project.config.versions
-    cuda = v.cuda[project.cells[0].cuda]
-    wheels = [*cuda.runtime.wheels, *v.tools["nccl"].userspace.wheels]
+    cuda = project.config.versions.cuda[project.cells[0].cuda]
+    wheels = [*cuda.runtime.wheels, *_release(project, "nccl")[1].wheels]
     return dict(w.requirement.split("==") for w in wheels)
 
 
+@pytest.fixture(scope="session")
+def prefix(project: Project) -> str:
+    """Where the cell's CUDA user space is: /usr/local/cuda-<major.minor>."""
+    return "/usr/local/cuda-" + ".".join(project.cells[0].cuda.split(".")[:2])
+
+
 @pytest.mark.parametrize("role", GPU_ROLES)
-def test_cuda_and_nccl_at_the_pinned_versions(hosts, project: Project, role: str) -> None:
+def test_cuda_and_nccl_at_the_pinned_versions(
+    hosts, project: Project, prefix: str, role: str
+) -> None:
     host = hosts[role]
     cache = host.check_output("ldconfig -p")
     for soname in ("libcudart.so.12", "libnccl.so.2"):
-        assert re.search(rf"\s{re.escape(soname)} \(.*\) => {PREFIX}/lib64/{soname}$", cache, re.M)
+        assert re.search(rf"\s{re.escape(soname)} \(.*\) => {prefix}/lib64/{soname}$", cache, re.M)
     installed = dict(
         line.split()
-        for line in host.file(f"{PREFIX}/slurmforge-versions.txt").content_string.splitlines()
+        for line in host.file(f"{prefix}/slurmforge-versions.txt").content_string.splitlines()
     )
     assert installed == _pins(project)
 
@@ -40,7 +52,7 @@ def test_the_libraries_report_those_versions(hosts, project: Project) -> None:
     """The jail (which has python3) asks the libraries themselves: CUDA 12.2 → 12020, NCCL a.b.c
     → a*10000+b*100+c (NCCL's own encoding since 2.9)."""
     cuda = project.cells[0].cuda.split(".")
-    nccl = [int(x) for x in project.config.versions.tools["nccl"].version.split(".")]
+    nccl = [int(x) for x in _release(project, "nccl")[0].split(".")]
     out = hosts["jail"].check_output(
         "python3 -c 'import ctypes; v=ctypes.c_int();"
         'ctypes.CDLL("libcudart.so.12").cudaRuntimeGetVersion(ctypes.byref(v)); print(v.value);'
@@ -52,16 +64,16 @@ def test_the_libraries_report_those_versions(hosts, project: Project) -> None:
     ]
 
 
-def test_worker_and_jail_carry_the_same_nccl_bytes(hosts) -> None:
+def test_worker_and_jail_carry_the_same_nccl_bytes(hosts, prefix: str) -> None:
     digests = {
-        r: hosts[r].check_output(f"sha256sum {PREFIX}/lib64/libnccl.so.2").split()[0]
+        r: hosts[r].check_output(f"sha256sum {prefix}/lib64/libnccl.so.2").split()[0]
         for r in GPU_ROLES
     }
     assert len(set(digests.values())) == 1
 
 
 @pytest.mark.parametrize("role", GPU_ROLES)
-def test_every_feature_is_built_in(client, images, hosts, role: str) -> None:
+def test_every_feature_is_built_in(client, images, hosts, prefix: str, role: str) -> None:
     labels = client.images.get(images[role]).labels
     assert "io.slurmforge.skipped" not in labels
     assert labels["io.slurmforge.features"] == "cuda,enroot,nccl,nccl-tests,pyxis"
@@ -76,7 +88,7 @@ def test_every_feature_is_built_in(client, images, hosts, role: str) -> None:
         assert "not found" not in out.stdout + out.stderr
         assert "undefined symbol" not in out.stdout + out.stderr
         for soname in ("libcudart.so.12", "libnccl.so.2"):
-            assert f"{soname} => {PREFIX}/lib64/{soname}" in out.stdout
+            assert f"{soname} => {prefix}/lib64/{soname}" in out.stdout
     assert not host.file("/opt/cuda-build").exists  # the compiler stays in its stage
 
 
@@ -85,7 +97,7 @@ def test_enroot_from_source_with_caps(hosts, project: Project, role: str) -> Non
     """enroot and enroot+caps, built from the pinned tag: the version it reports, and the file
     capabilities that let unprivileged users import and convert images."""
     host = hosts[role]
-    version = project.config.versions.tool("enroot", project.cells[0].slurm)[0]
+    version = _release(project, "enroot")[0]
     assert host.check_output("enroot version") == version
     assert host.package("enroot+caps").is_installed
     caps = host.check_output("getcap /usr/bin/enroot-mksquashovlfs /usr/bin/enroot-aufs2ovlfs")
@@ -100,7 +112,7 @@ def test_pyxis_loads_into_this_slurm(hosts, project: Project, role: str) -> None
     release is refused with 'Incompatible plugin version') and srun offers its options."""
     host = hosts[role]
     cell = project.cells[0]
-    version = project.config.versions.tool("pyxis", cell.slurm)[0]
+    version = _release(project, "pyxis")[0]
     pkg = host.package("slurmforge-pyxis")
     assert pkg.is_installed and pkg.version == f"{version}+slurm{cell.slurm}"
     assert "not found" not in host.check_output(f"ldd {PYXIS}")

@@ -11,6 +11,7 @@ import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
+from slurmforge import features
 from slurmforge.app import Project
 from tests.image.conftest import ROLES
 
@@ -184,12 +185,15 @@ def test_labels(client, images, project: Project, role: str) -> None:
     labels = client.images.get(images[role]).labels
     cell = project.cells[0]
     version = labels["org.opencontainers.image.version"]
-    if role == "mariadb":  # one image per distro, tagged for every cell: the first cell's tag
-        repo = images[role].rsplit(":", 1)[0]
-        assert version.endswith(f"-{cell.distro}"), version
-        assert f"{repo}:{version}" in client.images.get(images[role]).tags, version
-    else:
+    if "cuda" in features.carried_by(role):  # built per cell
         assert version == f"{cell.slurm}-cuda{cell.cuda}-{cell.distro}"
+    else:  # one image for the cells of every CUDA (mariadb: and of every Slurm), tagged for
+        # each of them and labelled with the first one's tag
+        repo = images[role].rsplit(":", 1)[0]
+        assert f"{repo}:{version}" in client.images.get(images[role]).tags, version
+        assert version.endswith(f"-{cell.distro}"), version
+        if role != "mariadb":
+            assert version.startswith(f"{cell.slurm}-cuda"), version
     assert len(labels["io.slurmforge.inputs-hash"]) == 64
     for key in ("revision", "source", "created"):
         assert labels[f"org.opencontainers.image.{key}"], key
