@@ -13,6 +13,7 @@ from slurmforge.errors import DeployError
 
 Shell = Callable[[str], tuple[int, str]]
 IN_SERVICE = {"idle", "mix", "alloc", "comp"}
+POLL = 2.0  # seconds between two looks at the jobs of a hold
 
 
 def node_states(sh: Shell) -> dict[str, str] | None:
@@ -64,23 +65,28 @@ def hold(sh: Shell, reason: str, timeout: float) -> None:
     """Drain every node with ``reason`` and wait until no job runs; pending jobs stay queued.
     When jobs still run at ``timeout``, the nodes are resumed and nothing else has changed."""
     states = node_states(sh)
-    if not states:
+    if states is None:  # slurmctld does not answer: it holds nothing either
         return
-    names = ",".join(states)
-    code, out = sh(f"scontrol update NodeName={names} State=DRAIN Reason={shlex.quote(reason)}")
-    if code:
-        raise DeployError(f"could not drain {names}: {out}")
+    # a node drained or down already keeps its state and its reason (release leaves it so)
+    names = ",".join(node for node, state in states.items() if state in IN_SERVICE)
+    if names:
+        drain = f"scontrol update NodeName={names} State=DRAIN Reason={shlex.quote(reason)}"
+        code, out = sh(drain)
+        if code:
+            raise DeployError(f"could not drain {names}: {out}")
     deadline = time.monotonic() + timeout
+    jobs: list[str] = []
     while True:
         code, out = sh("squeue -h -t RUNNING,COMPLETING -o %i")
-        if code == 0 and not out:
+        jobs = out.split() if code == 0 else jobs
+        if code == 0 and not jobs:
             return
         if time.monotonic() >= deadline:
             break
-        time.sleep(2)
+        time.sleep(POLL)
     release(sh, reason, timeout=30)
     raise DeployError(
-        f"jobs {', '.join(out.split()) or '(slurmctld did not answer)'} still run after "
+        f"jobs {', '.join(jobs) or '(slurmctld stopped answering)'} still run after "
         f"{timeout:.0f} s; the upgrade replaces every node's container, which would end them. "
         "Nothing was changed: let them finish (or scancel them) and deploy again"
     )

@@ -1,0 +1,62 @@
+"""The upgrade's hold and release of nodes (slurmctl.hold/release) against a stand-in for the
+commands slurmctld answers: which nodes are drained, what is resumed, what a timeout leaves."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from slurmforge.deploy import slurmctl
+from slurmforge.errors import DeployError
+
+REASON = "slurmforge: upgrading to Slurm 25.11.7"
+
+
+@pytest.fixture(autouse=True)
+def _no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slurmctl, "POLL", 0.0)
+
+
+class Slurm:
+    """Nodes with a state and a reason; jobs that run until ``ends`` squeue calls have passed."""
+
+    def __init__(self, nodes: dict[str, tuple[str, str]], running: list[str], ends: int) -> None:
+        self.nodes = dict(nodes)
+        self.running, self.ends = running, ends
+        self.commands: list[str] = []
+
+    def __call__(self, command: str) -> tuple[int, str]:
+        self.commands.append(command)
+        if command.startswith("sinfo -h -N -o '%N %t'"):
+            return 0, "\n".join(f"{n} {s}" for n, (s, _) in self.nodes.items())
+        if command.startswith("sinfo -h -N -o '%N|%E'"):
+            drained = {n: r for n, (s, r) in self.nodes.items() if s in ("drain", "drng")}
+            return 0, "\n".join(f"{n}|{r}" for n, r in drained.items())
+        if command.startswith("squeue"):
+            self.ends -= 1
+            return 0, "" if self.ends < 0 else "\n".join(self.running)
+        update = re.match(
+            r"scontrol update NodeName=(\S+) State=(\w+)(?: Reason='(.*)')?$", command
+        )
+        assert update, command
+        for node in update[1].split(","):
+            self.nodes[node] = ("drain", update[3]) if update[2] == "DRAIN" else ("idle", "")
+        return 0, ""
+
+
+def test_hold_drains_the_nodes_in_service_and_waits_for_the_running_jobs() -> None:
+    slurm = Slurm({"a": ("idle", ""), "b": ("alloc", ""), "c": ("drain", "disk")}, ["7"], ends=2)
+    slurmctl.hold(slurm, REASON, timeout=30)
+    assert slurm.nodes == {"a": ("drain", REASON), "b": ("drain", REASON), "c": ("drain", "disk")}
+    assert sum(c.startswith("squeue") for c in slurm.commands) == 3
+    slurmctl.release(slurm, "slurmforge: upgrading", timeout=5)
+    # the admin's drain (and its reason) is left alone
+    assert slurm.nodes == {"a": ("idle", ""), "b": ("idle", ""), "c": ("drain", "disk")}
+
+
+def test_jobs_still_running_at_the_timeout_undo_the_hold() -> None:
+    slurm = Slurm({"a": ("alloc", ""), "b": ("idle", "")}, ["7", "9"], ends=10**6)
+    with pytest.raises(DeployError, match=r"jobs 7, 9 still run after 0 s; .* Nothing was"):
+        slurmctl.hold(slurm, REASON, timeout=0)
+    assert slurm.nodes == {"a": ("idle", ""), "b": ("idle", "")}
