@@ -156,7 +156,7 @@ def test_a_changed_setting_is_live_on_the_running_cluster_and_no_job_is_killed(
     [
         (
             lambda d: d["slurm"]["conf"].update(SchedulerParamters="bf_interval=9"),
-            "slurm.conf.SchedulerParamters: Slurm 24.05.8 takes no slurm.conf parameter "
+            "slurm.conf.SchedulerParamters: Slurm {slurm} takes no slurm.conf parameter "
             "'SchedulerParamters'; did you mean SchedulerParameters?",
         ),
         (
@@ -185,6 +185,7 @@ def test_bad_settings_exit_2_with_one_line_and_change_nothing(
         cluster.cluster_file.write_text(text)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if not line.startswith("hint:")]
+    said = said.format(slurm=cluster.ok("slurmctld", "scontrol version").split()[-1])
     assert len(errors) == 1 and errors[0].startswith("error: ") and said in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert (conf.read_text(), _config(cluster)) == before
