@@ -104,7 +104,7 @@ def main() -> None:
             data["images"] = {"set": TO[0], "cell": TO[1]}
             path.write_text(yaml.safe_dump(data))
             wall, upgrade = measured(name, lambda: invoke("deploy", *where))
-            version = sh("slurmctld", "scontrol version")
+            version = sh("slurmctld", "scontrol version").split()[-1]
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
                 states = sh("slurmctld", f"sacct -n -X -P -j {','.join(jobs)} -o State").split()
