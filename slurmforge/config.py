@@ -417,7 +417,7 @@ class Versions(Model):
 
     def picks(self, name: str) -> dict[str, dict[str, str]]:
         """Axis value → its 'tools' picks, on the axis that chooses ``name``'s release."""
-        entries = self.cuda if features.FEATURES[name].axis == "cuda" else self.slurm
+        entries: dict[str, Slurm | Cuda] = getattr(self, features.FEATURES[name].axis)
         return {version: dict(entry.tools) for version, entry in entries.items()}
 
     def release(self, name: str, slurm: str | None, cuda: str | None) -> tuple[str, Any]:
@@ -428,8 +428,8 @@ class Versions(Model):
         if not tool.releases:
             assert tool.version is not None
             return tool.version, getattr(tool, kind)
-        axis = cuda if features.FEATURES[name].axis == "cuda" else slurm
-        version = self.picks(name)[axis or ""][name]  # checked at load time
+        cell = {"slurm": slurm, "cuda": cuda}[features.FEATURES[name].axis]
+        version = self.picks(name)[cell or ""][name]  # checked at load time
         return version, getattr(tool.releases[version], kind)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 
 class Origin(StrEnum):
@@ -37,7 +38,7 @@ class Feature:
     debs: tuple[str, ...] = ()  # its packages in slurm-debs, installed where it is carried
     # the axis whose versions.yaml entry picks its release when it has several (under
     # slurm.<version>.tools or cuda.<version>.tools): what it is built against
-    axis: str = "slurm"
+    axis: Literal["slurm", "cuda"] = "slurm"
 
     @property
     def key(self) -> str:
