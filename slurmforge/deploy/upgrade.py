@@ -56,6 +56,14 @@ def check(where: str, name: str, running: str, wanted: str) -> bool:
     old, new = series(running), series(wanted)
     if old == new:
         return False
+    for version, major in ((running, old), (wanted, new)):
+        try:
+            _index(major)
+        except ValueError:
+            raise ConfigError(
+                f"{where}: Slurm {version} is no release of Slurm's sequence (20.02 … 23.11, then "
+                "YY.05 and YY.11): slurmforge cannot tell whether Slurm upgrades across it"
+            ) from None
     if _index(new) < _index(old):
         raise ConfigError(
             f"{where}: cluster {name} runs Slurm {running}; Slurm cannot go back to {wanted} (its "

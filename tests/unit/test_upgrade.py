@@ -46,3 +46,8 @@ def test_what_slurm_cannot_do_is_refused_in_one_line(running, wanted, message, h
     assert message in exc.value.message and "\n" not in exc.value.message
     assert hint in (exc.value.hint or "")
     assert exc.value.exit_code == 2
+
+
+def test_a_version_outside_slurms_release_sequence_is_refused_not_guessed() -> None:
+    with pytest.raises(ConfigError, match=r"c.yaml: images: Slurm 24.06.1 is no release of"):
+        upgrade.check("c.yaml: images", "c", "24.05.8", "24.06.1")
