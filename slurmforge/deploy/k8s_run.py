@@ -306,8 +306,7 @@ class Kube(Target):
         by the local target only."""
         code, out = self.controller_sh("scontrol version")
         if code == 0 and out.startswith("slurm "):
-            where = f"{self.cluster.path}: images"
-            upgrade.check(where, self.cluster.name, out.split()[-1], self.cluster.cell.slurm)
+            upgrade.check_cluster(self.cluster, out.split()[-1])
 
     def sh(self, role: str, command: str) -> tuple[int, str]:
         """``command`` in the role's first pod (``<role>-0`` of its StatefulSet)."""

@@ -287,8 +287,7 @@ class Local(Target):
         running = container.labels.get("io.slurmforge.slurm") if container else None
         if not running:
             return False
-        where = f"{self.cluster.path}: images"
-        return upgrade.check(where, self.cluster.name, running, self.cluster.cell.slurm)
+        return upgrade.check_cluster(self.cluster, running)
 
     def hold(self, timeout: float) -> None:
         """Before an upgrade replaces every node's container: no job starts, and the running

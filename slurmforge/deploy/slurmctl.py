@@ -13,7 +13,7 @@ from slurmforge.errors import DeployError
 
 Shell = Callable[[str], tuple[int, str]]
 IN_SERVICE = {"idle", "mix", "alloc", "comp"}
-POLL = 2.0  # seconds between two looks at the jobs of a hold
+POLL = 2.0  # seconds between two looks at the jobs on nodes being drained
 
 
 def node_states(sh: Shell) -> dict[str, str] | None:
@@ -39,19 +39,34 @@ def in_service(states: dict[str, str] | None, nodes: list[str]) -> bool:
     return states is not None and all(states.get(n) in IN_SERVICE for n in nodes)
 
 
+def _drain(sh: Shell, names: str, reason: str) -> None:
+    code, out = sh(f"scontrol update NodeName={names} State=DRAIN Reason={shlex.quote(reason)}")
+    if code:
+        raise DeployError(f"could not drain {names}: {out}")
+
+
+def _wait_jobs(sh: Shell, names: str, timeout: float) -> list[str] | None:
+    """None once no job runs on ``names``; else, at ``timeout``, the jobs squeue named last
+    (none when it stopped answering)."""
+    deadline = time.monotonic() + timeout
+    jobs: list[str] = []
+    while True:
+        code, out = sh(f"squeue -h -w {names} -o %i")
+        jobs = out.split() if code == 0 else jobs
+        if code == 0 and not jobs:
+            return None
+        if time.monotonic() >= deadline:
+            return jobs
+        time.sleep(POLL)
+
+
 def drain(sh: Shell, nodes: list[str], timeout: float) -> None:
     """Drain ``nodes`` (no new jobs start there) and wait until none of their jobs runs."""
     names = ",".join(nodes)
-    code, out = sh(f"scontrol update NodeName={names} State=DRAIN Reason='slurmforge scale'")
-    if code:
-        raise DeployError(f"could not drain {names}: {out}")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        code, out = sh(f"squeue -h -w {names} -o %i")
-        if code == 0 and not out:
-            return
-        time.sleep(2)
-    raise DeployError(f"jobs still running on {names} after {timeout:.0f} s: {out}")
+    _drain(sh, names, "slurmforge scale")
+    left = _wait_jobs(sh, names, timeout)
+    if left is not None:
+        raise DeployError(f"jobs still running on {names} after {timeout:.0f} s: {' '.join(left)}")
 
 
 def reconfigure(sh: Shell) -> None:
@@ -65,28 +80,18 @@ def hold(sh: Shell, reason: str, timeout: float) -> None:
     """Drain every node with ``reason`` and wait until no job runs; pending jobs stay queued.
     When jobs still run at ``timeout``, the nodes are resumed and nothing else has changed."""
     states = node_states(sh)
-    if states is None:  # slurmctld does not answer: it holds nothing either
+    if not states:  # slurmctld does not answer (or has no nodes): it holds nothing either
         return
     # a node drained or down already keeps its state and its reason (release leaves it so)
     names = ",".join(node for node, state in states.items() if state in IN_SERVICE)
     if names:
-        drain = f"scontrol update NodeName={names} State=DRAIN Reason={shlex.quote(reason)}"
-        code, out = sh(drain)
-        if code:
-            raise DeployError(f"could not drain {names}: {out}")
-    deadline = time.monotonic() + timeout
-    jobs: list[str] = []
-    while True:
-        code, out = sh("squeue -h -t RUNNING,COMPLETING -o %i")
-        jobs = out.split() if code == 0 else jobs
-        if code == 0 and not jobs:
-            return
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(POLL)
+        _drain(sh, names, reason)
+    left = _wait_jobs(sh, ",".join(states), timeout)
+    if left is None:
+        return
     release(sh, reason, timeout=30)
     raise DeployError(
-        f"jobs {', '.join(jobs) or '(slurmctld stopped answering)'} still run after "
+        f"jobs {', '.join(left) or '(slurmctld stopped answering)'} still run after "
         f"{timeout:.0f} s; the upgrade replaces every node's container, which would end them. "
         "Nothing was changed: let them finish (or scancel them) and deploy again"
     )

@@ -10,7 +10,12 @@ database when it starts), then slurmctld (which converts StateSave), then the no
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slurmforge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from slurmforge.deploy.model import Cluster
 
 # Slurm's major releases before the six-monthly YY.05/YY.11 cadence that began with 24.05
 _BEFORE_CADENCE = ("20.02", "20.11", "21.08", "22.05", "23.02", "23.11")
@@ -79,3 +84,9 @@ def check(where: str, name: str, running: str, wanted: str) -> bool:
             hint=f"upgrade through Slurm {step} first: deploy a cell of it, then this one",
         )
     return True
+
+
+def check_cluster(cluster: Cluster, running: str) -> bool:
+    """``check`` for a cluster whose daemons run Slurm ``running``, blaming its images key."""
+    where = f"{cluster.path}: images"
+    return check(where, cluster.name, running, cluster.cell.slurm)
