@@ -366,6 +366,8 @@ class Accounts(Model):
     munge: Account
     mysql: Account  # MariaDB's server, in the mariadb image
     slurmrestd: Account  # slurmrestd refuses root and SlurmUser: it runs as this one
+    exporter: Account  # the Prometheus exporter (unprivileged)
+    prometheus: Account  # Prometheus' server, in the prometheus image
 
     @model_validator(mode="after")
     def _distinct(self) -> Accounts:

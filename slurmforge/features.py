@@ -62,6 +62,8 @@ FEATURES: dict[str, Feature] = {
         Feature(
             "enroot", Origin.SOURCES, ("slurm-debs",), _CONTAINERS, debs=("enroot", "enroot+caps")
         ),
+        # NVML's Python bindings, for the exporter's GPU collector (a pure-Python wheel)
+        Feature("nvidia-ml-py", Origin.USERSPACE, ("exporter",), ("exporter",)),
     )
 }
 

@@ -99,6 +99,20 @@ COMPONENTS: dict[str, Component] = {
             "REST API (slurmrestd) with JWT authentication, as its own unprivileged user",
         ),
         Component(
+            "exporter",
+            (Axis.DISTRO, Axis.SLURM),
+            ("runtime", "slurm-debs"),
+            True,
+            "Prometheus exporter of the cluster (Slurm's JSON output), unprivileged",
+        ),
+        Component(
+            "prometheus",
+            (Axis.DISTRO,),
+            ("base",),
+            True,
+            "Prometheus (and promtool) from the distro's archive",
+        ),
+        Component(
             "mariadb",
             (Axis.DISTRO,),
             ("base",),

@@ -29,7 +29,7 @@ import json
 from typing import Any
 
 from slurmforge import jail_contract
-from slurmforge.deploy import roles, slurmconf
+from slurmforge.deploy import monitoring, roles, slurmconf
 from slurmforge.deploy.k8s_objects import (
     ObjectBuilder,
     claim,
@@ -89,6 +89,13 @@ class ManifestRenderer(ObjectBuilder):
             for config in role.configs:
                 mounted.update(shapes[config.name])
             objects.update(self.role_objects(role, files_digest(mounted) if mounted else ""))
+        if self.spec.metrics.enabled:
+            objects["prometheusrule-slurm-alerts.yaml"] = {
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "PrometheusRule",
+                "metadata": self.meta("slurm-alerts", roles.EXPORTER),
+                "spec": monitoring.rules(self.cluster),
+            }
         return objects
 
     def configs(
@@ -122,6 +129,11 @@ class ManifestRenderer(ObjectBuilder):
         outside = [p for p in role.ports if p.publish]
         if inside:
             out[f"service-{role.name}.yaml"] = self.headless(role.name, role.name, inside)
+        if role.scraped:
+            out[f"service-{role.name}.yaml"]["metadata"]["annotations"] = scrape_annotations(
+                role.scraped
+            )
+            out[f"servicemonitor-{role.name}.yaml"] = self.service_monitor(role.name, role.scraped)
         if outside:
             out[f"service-{role.name}.yaml"] = self.published(role.name, outside)
         volumes, mounts = self.volumes(role)
@@ -146,6 +158,19 @@ class ManifestRenderer(ObjectBuilder):
         else:
             out[f"deployment-{role.name}.yaml"] = self.deployment(role.name, pod, config_hash)
         return out
+
+    def service_monitor(self, name: str, port: roles.Port) -> dict[str, Any]:
+        """For a Prometheus Operator: scrape the role's Service (applied only where the API
+        serves monitoring.coreos.com/v1; the Service's annotations serve a plain Prometheus)."""
+        return {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "ServiceMonitor",
+            "metadata": self.meta(name, name),
+            "spec": {
+                "selector": {"matchLabels": self.selector(name)},
+                "endpoints": [{"port": port.name, "path": "/metrics"}],
+            },
+        }
 
     def volumes(self, role: Role) -> tuple[list[dict], list[dict]]:
         """The pod volumes and container mounts of what the role names: its secrets, config
@@ -377,6 +402,16 @@ class ManifestRenderer(ObjectBuilder):
         if not self.k8s.overcommit:
             return dict(limits)
         return {**limits, "cpu": "100m", "memory": "128Mi"}
+
+
+def scrape_annotations(port: roles.Port) -> dict[str, str]:
+    """The annotations a plain Prometheus' kubernetes_sd_configs relabelling conventionally
+    keeps (prometheus.io/scrape, port, path)."""
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(port.number),
+        "prometheus.io/path": "/metrics",
+    }
 
 
 def one_per_set(cluster: Cluster) -> Cluster:

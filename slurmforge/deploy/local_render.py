@@ -26,10 +26,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from slurmforge import jail_contract
+from slurmforge import gpu_driver, jail_contract
 from slurmforge.deploy import generated, roles
 from slurmforge.deploy.gpu_assign import Assignment
 from slurmforge.deploy.model import Cluster, NodeSet
+from slurmforge.deploy.roles import GPU_METRICS_PORT as GPU_PORT
 from slurmforge.deploy.roles import POPULATE, Role
 
 ROLE_LABEL = "io.slurmforge.role"
@@ -37,13 +38,17 @@ CLUSTER_LABEL = "io.slurmforge.cluster"
 JAIL_VOLUME = "jail"
 
 
-def _mount_caps(caps: list[str], *, runs_containers: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _mount_caps(
+    caps: list[str], *, runs_containers: bool = False, least_privilege: bool = False
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"cap_drop": ["ALL"]} if least_privilege else {}
     if caps:
         out["cap_add"] = caps
     opts = ["apparmor:unconfined"] if "SYS_ADMIN" in caps else []
     if runs_containers:
         opts.append("seccomp:unconfined")
+    if least_privilege:
+        opts.append("no-new-privileges:true")
     if opts:
         out["security_opt"] = opts
     return out
@@ -82,6 +87,8 @@ class ComposeRenderer:
                     services[node] = self.node(role, ns, node)
             else:
                 services[role.name] = self.service(role, role.name, self.cluster.images[role.image])
+            if role.name == roles.EXPORTER:
+                services.update(self.gpu_metrics(role))
         volumes: dict[str, Any] = {JAIL_VOLUME: {}}
         volumes.update({r.data.local: {} for r in self.running if r.data})
         return {"version": "3.8", "services": services, "volumes": volumes}
@@ -96,10 +103,14 @@ class ComposeRenderer:
         command = role.command if command is None else command
         if command:
             service["command"] = list(command)
+        caps = (
+            sorted(role.capabilities)
+            if role.least_privilege
+            else role.added_capabilities(more.get("capabilities", ()))
+        )
         service.update(
             _mount_caps(
-                role.added_capabilities(more.get("capabilities", ())),
-                runs_containers=role.runs_containers,
+                caps, runs_containers=role.runs_containers, least_privilege=role.least_privilege
             )
         )
         ports = [self.publish(p) for p in role.ports if p.publish]
@@ -136,6 +147,26 @@ class ComposeRenderer:
             service["devices"] = driver["devices"]
         return service
 
+    def gpu_metrics(self, role: Role) -> dict[str, Any]:
+        """Beside each GPU node whose driver was found: the exporter's GPU collector, with the
+        node's driver files (read-only) and GPU devices."""
+        out = {}
+        for node in gpu_metrics_nodes(self.cluster, self.gpus):
+            driver = _gpu(self.gpus, node)
+            name = f"{node}-gpu-metrics"
+            command = (*role.command[:-1], "gpu", "--node", node, "--listen", f":{GPU_PORT}")
+            service = self.service(
+                role,
+                name,
+                self.cluster.images[role.image],
+                command,
+                env={"LD_LIBRARY_PATH": gpu_driver.CONTAINER_LIB},
+                volumes=driver["volumes"],
+            )
+            service["devices"] = driver["devices"]
+            out[name] = service
+        return out
+
     def names(self, role: Role) -> list[str]:
         """The services of ``role``."""
         if role.workload == "nodes":
@@ -171,6 +202,13 @@ class ComposeRenderer:
         address = self.spec.login.address
         host = f"[{address}]" if ":" in address else address
         return f"{host}:{roles.published(self.spec, port)}:{port.number}"
+
+
+def gpu_metrics_nodes(cluster: Cluster, gpus: Assignment) -> list[str]:
+    """The nodes whose GPUs the exporter's GPU collector reads: those given a driver and GPUs."""
+    if gpus.driver is None or not cluster.spec.metrics.enabled:
+        return []
+    return [node for _, node in cluster.nodes if node in gpus.nodes]
 
 
 def render(

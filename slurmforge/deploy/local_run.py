@@ -21,9 +21,11 @@ from slurmforge.deploy import (
     Target,
     Where,
     accounting_db,
+    generated,
     gpu_assign,
     load_cluster,
     local_render,
+    monitoring,
     roles,
     siteconf,
     slurmconf,
@@ -31,7 +33,16 @@ from slurmforge.deploy import (
     upgrade,
 )
 from slurmforge.deploy.model import Cluster, as_dict, check_user
-from slurmforge.deploy.roles import CONTROLLER, DBD, DBD_CONF, JAIL, JAIL_CONF, LOGIN, SLURM_CONF
+from slurmforge.deploy.roles import (
+    CONTROLLER,
+    DBD,
+    DBD_CONF,
+    JAIL,
+    JAIL_CONF,
+    LOGIN,
+    PROMETHEUS_CONF,
+    SLURM_CONF,
+)
 from slurmforge.engine import APIError, Container, Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
 
@@ -229,10 +240,28 @@ class Local(Target):
             was = _texts(dbd)
             (dbd / "slurmdbd.conf").write_text(slurmconf.slurmdbd_conf(self.cluster))
             self.dbd_changed = bool(was) and was != _texts(dbd)
+        self.write_prometheus(assignment)
         data = local_render.render(self.cluster, secrets, jail_id, assignment)
         self.file.write_text(local_render.dump(data, str(self.cluster.path)))
         (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")
         return bool(before) and before != _texts(conf)
+
+    def write_prometheus(self, assignment: gpu_assign.Assignment) -> None:
+        """The local Prometheus' configuration and rules; a running one re-reads them (SIGHUP)
+        when they changed."""
+        directory = self.dir / PROMETHEUS_CONF.local
+        if roles.role(roles.PROMETHEUS) not in roles.running(self.cluster.spec, "local"):
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        was = _texts(directory)
+        gpu_nodes = local_render.gpu_metrics_nodes(self.cluster, assignment)
+        source = str(self.cluster.path)
+        config = monitoring.prometheus_config(self.cluster, gpu_nodes)
+        (directory / monitoring.CONFIG_FILE).write_text(generated.dump_yaml(config, source))
+        rules = monitoring.rules(self.cluster)
+        (directory / monitoring.RULES_FILE).write_text(generated.dump_yaml(rules, source))
+        if was and was != _texts(directory) and self.running(roles.PROMETHEUS):
+            self.compose("kill", "-s", "SIGHUP", roles.PROMETHEUS)
 
     # --- operations ---------------------------------------------------------------------------
 

@@ -253,6 +253,25 @@ class RestSpec(Model):
     port: Port = 6820
 
 
+class PrometheusSpec(Model):
+    """The local target's own Prometheus, scraping the exporter (Kubernetes: the site's)."""
+
+    enabled: StrictBool = True
+    port: Port = 9090  # published on the login address
+    scrape_interval: Annotated[StrictInt, Field(ge=1, le=3600)] = 15  # seconds
+
+
+class MetricsSpec(Model):
+    """The exporter (both targets), the alert rules' thresholds and the local Prometheus."""
+
+    enabled: StrictBool = True
+    # per-job usage (CPU time, largest RSS) of the jobs accounting saw end this long ago or later
+    usage_window: Annotated[StrictInt, Field(ge=60, le=86400)] = 3600  # seconds
+    # SlurmJobPendingTooLong fires for a partition whose oldest pending job waited this long
+    pending_alert_after: Annotated[StrictInt, Field(ge=60)] = 3600  # seconds
+    prometheus: PrometheusSpec = PrometheusSpec()
+
+
 class SlurmSpec(Model):
     """How Slurm runs on the nodes."""
 
@@ -286,6 +305,7 @@ class ClusterSpec(Model):
     gpu: GpuSpec = GpuSpec()
     accounting: AccountingSpec = AccountingSpec()
     rest: RestSpec = RestSpec()
+    metrics: MetricsSpec = MetricsSpec()
     kubernetes: KubernetesSpec = KubernetesSpec()
     slurm: SlurmSpec = SlurmSpec()
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
@@ -399,8 +419,15 @@ def _check_references(path: Path, spec: ClusterSpec) -> None:
             f"{path}: rest.enabled: slurmrestd authenticates with JWT, whose key slurmdbd and "
             "slurmctld share; set accounting.enabled: true, or rest.enabled: false"
         )
-    if spec.rest.enabled and spec.rest.port == spec.login.port:
-        raise ConfigError(f"{path}: rest.port: {spec.rest.port} is login.port already")
+    published = [("login.port", spec.login.port)]
+    if spec.rest.enabled:
+        published.append(("rest.port", spec.rest.port))
+    if spec.metrics.enabled and spec.metrics.prometheus.enabled:
+        published.append(("metrics.prometheus.port", spec.metrics.prometheus.port))
+    for i, (key, port) in enumerate(published):
+        taken_by = next((k for k, p in published[:i] if p == port), None)
+        if taken_by:
+            raise ConfigError(f"{path}: {key}: {port} is {taken_by} already")
     site_spec.check(path, spec, names)
     database = spec.accounting.database
     if spec.accounting.enabled and database and not is_file(database.password_secret):

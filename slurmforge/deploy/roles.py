@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
 DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
 NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
+EXPORTER, PROMETHEUS = "exporter", "prometheus"
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,9 @@ DBD_CONF = ConfigDir(
     "/etc/slurmforge/slurmdbd",
     ("SLURMDBD_CONF_IN", "slurmdbd.conf"),
 )
-CONFIGS = (SLURM_CONF, JAIL_CONF, DBD_CONF)
+# the local Prometheus' prometheus.yml and alert rules (deploy/monitoring.py)
+PROMETHEUS_CONF = ConfigDir("prometheus-config", "etc/prometheus", "/etc/slurmforge/prometheus")
+CONFIGS = (SLURM_CONF, JAIL_CONF, DBD_CONF, PROMETHEUS_CONF)
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class Data:
 # slurmctld's StateSaveLocation; the cluster's own accounting database
 CONTROLLER_STATE = Data("/var/spool/slurmctld", "state", "state", "state", owner="slurm:slurm")
 DATABASE_DATA = Data("/var/lib/mysql", "accounting", "data", "database")
+PROMETHEUS_DATA = Data("/var/lib/prometheus/metrics2", "metrics", "metrics", "state")
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,7 @@ class Port:
     number: int
     # the cluster file's setting of the port it is published on (on the login address locally;
     # a Service of kubernetes.login_service's type on k8s); None: reached inside the cluster
-    publish: Literal["login.port", "rest.port"] | None = None
+    publish: Literal["login.port", "rest.port", "metrics.prometheus.port"] | None = None
     service_port: int | None = None  # a Kubernetes Service's port, when not the published one
 
 
@@ -202,6 +206,10 @@ class Role:
     after: tuple[str, ...] = ()  # roles started before it, where a target orders starts
     resources: Resources = Resources(("100m", "128Mi"), ("1", "512Mi"))
     grace_seconds: int | None = None  # to stop cleanly, when more than the runtime's default
+    # holds no capability but its own (Docker's default set dropped) and gains none (setuid
+    # programs, file capabilities: no-new-privileges)
+    least_privilege: bool = False
+    scraped: Port | None = None  # the port Prometheus scrapes (GET /metrics)
     targets: tuple[str, ...] = tuple(TARGETS)
     when: Callable[[ClusterSpec], bool] = _always  # whether a cluster runs it
     env: Callable[[ClusterSpec], dict[str, str]] = field(default=_no_env)
@@ -225,6 +233,27 @@ def _login_env(spec: ClusterSpec) -> dict[str, str]:
 
 def _own_database(spec: ClusterSpec) -> bool:
     return spec.accounting.enabled and spec.accounting.database is None
+
+
+def _metrics(spec: ClusterSpec) -> bool:
+    return spec.metrics.enabled
+
+
+def _prometheus(spec: ClusterSpec) -> bool:
+    return spec.metrics.enabled and spec.metrics.prometheus.enabled
+
+
+def _exporter_env(spec: ClusterSpec) -> dict[str, str]:
+    return {
+        "SLURM_EXPORTER_ACCOUNTING": "1" if spec.accounting.enabled else "0",
+        "SLURM_EXPORTER_USAGE_WINDOW": str(spec.metrics.usage_window),
+        # within Prometheus' scrape timeout (at most the interval, 10 s by default)
+        "SLURM_EXPORTER_TIMEOUT": str(min(8.0, spec.metrics.prometheus.scrape_interval * 0.7)),
+    }
+
+
+EXPORTER_PORT = Port("metrics", 9341)
+GPU_METRICS_PORT = 9342  # `slurm_exporter.py gpu` beside each GPU node (local target)
 
 
 def _health_check(spec: ClusterSpec) -> bool:
@@ -331,6 +360,38 @@ ROLES: tuple[Role, ...] = (
         when=lambda spec: spec.rest.enabled,
     ),
     Role(
+        EXPORTER,
+        image=EXPORTER,
+        # munged starts as root (the entrypoint), then the exporter runs as its own account
+        command=(
+            *("runuser", "-u", "slurm-exporter", "--"),
+            *("python3", "/usr/local/lib/slurmforge/slurm_exporter.py", "cluster"),
+        ),
+        ports=(EXPORTER_PORT,),
+        probe=Probe(listening=EXPORTER_PORT.number),
+        secrets=(MUNGE,),
+        configs=(SLURM_CONF,),
+        jail="ro",  # user names resolve as on the nodes
+        capabilities=DAEMON,
+        after=(CONTROLLER,),
+        least_privilege=True,
+        scraped=EXPORTER_PORT,
+        when=_metrics,
+        env=_exporter_env,
+    ),
+    Role(
+        PROMETHEUS,
+        image=PROMETHEUS,
+        ports=(Port("http", 9090, publish="metrics.prometheus.port"),),
+        probe=Probe(listening=9090),
+        configs=(PROMETHEUS_CONF,),
+        data=PROMETHEUS_DATA,
+        after=(EXPORTER,),
+        least_privilege=True,  # runs as the prometheus account, needing no capability at all
+        targets=("local",),  # Kubernetes: the site's Prometheus, through the exporter's Service
+        when=_prometheus,
+    ),
+    Role(
         POPULATE,
         image=JAIL,
         workload="job",
@@ -380,7 +441,11 @@ def cluster_secrets(spec: ClusterSpec) -> dict[Secret, Path | None]:
 
 def published(spec: ClusterSpec, port: Port) -> int:
     """The port ``port`` is published on (its ``publish`` setting's value)."""
-    return {"login.port": spec.login.port, "rest.port": spec.rest.port}[port.publish or ""]
+    return {
+        "login.port": spec.login.port,
+        "rest.port": spec.rest.port,
+        "metrics.prometheus.port": spec.metrics.prometheus.port,
+    }[port.publish or ""]
 
 
 def images(spec: ClusterSpec) -> set[str]:

@@ -129,7 +129,12 @@ def write_cluster(root: Path, name: str, port: int, **changes) -> Path:
     data.update(
         name=name,
         login={"address": "127.0.0.1", "port": port},
-        **{"rest": {"port": free_port()}, **changes},  # clusters of one run side by side
+        # clusters of one run side by side; Prometheus scrapes every 3 s
+        **{
+            "rest": {"port": free_port()},
+            "metrics": {"prometheus": {"port": free_port(), "scrape_interval": 3}},
+            **changes,
+        },
     )
     path = root / "cluster.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

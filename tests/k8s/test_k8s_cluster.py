@@ -17,6 +17,7 @@ import shlex
 import signal
 import subprocess
 import time
+import urllib.request
 
 import pytest
 
@@ -57,6 +58,7 @@ def test_every_pod_starts_every_node_is_idle_and_a_user_runs_jobs(deployed: K8sC
     assert running == {
         *("slurmctld-0", "login-0", "cpu-0", "cpu-1"),
         *("mariadb-0", "slurmdbd", "slurmrestd"),  # accounting and the REST API, as shipped
+        "exporter",  # metrics
     }, phases
     # the database made itself on its first start without restarting (its bootstrap server
     # once outlived the bootstrap, holding its locks, in a pod without CAP_KILL)
@@ -166,6 +168,25 @@ def test_jobs_are_accounted_and_the_rest_api_answers_a_token(deployed: K8sCluste
     assert password not in kube.sh(dbd, "slurmdbd", "cat /proc/[0-9]*/cmdline")
     conf = kube.sh(dbd, "slurmdbd", "stat -c '%a %U' /etc/slurm/slurmdbd.conf")
     assert conf == "600 slurm"
+
+
+def test_the_exporters_service_is_scraped_as_prometheus_finds_it(deployed: K8sCluster) -> None:
+    """As a plain Prometheus' kubernetes_sd (role: endpoints) would: the Service's annotations
+    name the port and path; its endpoints are scraped from outside the pods."""
+    kube = deployed.kube
+    annotations = json.loads(
+        kube.run("get", "service", "exporter", "-o", "jsonpath={.metadata.annotations}")
+    )
+    assert annotations["prometheus.io/scrape"] == "true"
+    port, path = annotations["prometheus.io/port"], annotations["prometheus.io/path"]
+    addresses = kube.run("get", "endpoints", "exporter", "-o", "jsonpath={..addresses[*].ip}")
+    (address,) = addresses.split()
+    with urllib.request.urlopen(f"http://{address}:{port}{path}", timeout=30) as response:
+        text = response.read().decode()
+    assert "slurm_up 1.0" in text.splitlines()
+    for node in ("cpu-0", "cpu-1"):
+        assert f'slurm_node_state{{node="{node}",state="idle"}} 1.0' in text
+    assert "slurm_dbd_up 1.0" in text.splitlines()
 
 
 def test_mariadb_and_slurmdbd_deleted_lose_no_record(deployed: K8sCluster) -> None:

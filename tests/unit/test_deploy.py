@@ -47,6 +47,8 @@ def test_shipped_cluster_resolves_its_layers(versions) -> None:
         "slurmdbd",
         "slurmrestd",
         "mariadb",
+        "exporter",
+        "prometheus",
     }
     assert cluster.images["slurmd"].endswith("/slurmd:24.05.8-cuda12.2.2-debian12")
 
@@ -247,6 +249,8 @@ def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: 
         "slurmdbd",
         "mariadb",
         "slurmrestd",
+        "exporter",
+        "prometheus",
         *(f"{ns}-{i}" for ns in ("cpu", "big") for i in range(3)),
     }
     text = yaml.safe_dump(data)
@@ -260,6 +264,13 @@ def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: 
     assert services["cpu-0"]["security_opt"] == ["apparmor:unconfined", "seccomp:unconfined"]
     assert services["login"]["security_opt"] == ["apparmor:unconfined"]
     assert "security_opt" not in services["slurmctld"]
+    # the exporter holds only what starting munged and becoming its account takes; Prometheus
+    # nothing; neither can gain more
+    exporter, prometheus = services["exporter"], services["prometheus"]
+    assert exporter["cap_drop"] == prometheus["cap_drop"] == ["ALL"]
+    assert exporter["cap_add"] == ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
+    assert "cap_add" not in prometheus
+    assert exporter["security_opt"] == prometheus["security_opt"] == ["no-new-privileges:true"]
     assert services["cpu-0"]["hostname"] == "cpu-0"
     key_mounts = [v for s in services.values() for v in s["volumes"] if "munge.key" in v]
     assert key_mounts and all(v.endswith(":/run/secrets/munge.key:ro") for v in key_mounts)

@@ -103,10 +103,13 @@ def test_every_object_is_valid_and_kustomize_renders_the_directory(checkout) -> 
             *("ConfigMap",) * 3,  # the nodes', the jail's, slurmdbd's
             "PersistentVolumeClaim",
             "Job",
-            *("Service",) * 6,  # slurmctld, nodes, login, mariadb, slurmdbd, slurmrestd
+            *("Service",) * 7,  # slurmctld, nodes, login, mariadb, slurmdbd, slurmrestd, exporter
             *("StatefulSet",) * 5,  # slurmctld, cpu, a100, login, mariadb
-            *("Deployment",) * 2,  # slurmdbd, slurmrestd
+            *("Deployment",) * 3,  # slurmdbd, slurmrestd, exporter
             "CronJob",
+            # for a Prometheus Operator, applied where the API serves them
+            "ServiceMonitor",
+            "PrometheusRule",
         ]
     )
     # the kustomization names every file, each file holds one object, all in one namespace
@@ -231,7 +234,8 @@ def test_populate_job_is_named_after_everything_that_defines_it(checkout, write_
             assert digest in pod["initContainers"][0]["command"][-1], obj_name
             mounting.append(obj["metadata"]["name"])
     assert sorted(mounting) == [
-        *("a100", "cpu", "gpu-health-check", "login", "slurmctld", "slurmdbd", "slurmrestd")
+        *("a100", "cpu", "exporter", "gpu-health-check", "login", "slurmctld", "slurmdbd"),
+        "slurmrestd",
     ]
     # same inputs, same Job (a redeploy leaves it alone); a changed jail.keep, a new Job, whose
     # template the API server would otherwise refuse to change
@@ -394,7 +398,10 @@ def test_each_secret_is_mounted_only_where_it_is_used(checkout) -> None:
                 assert m["readOnly"] and m["mountPath"] == secret.dir
                 assert env[secret.env] == f"{secret.dir}/{secret.file}"  # where the image reads it
     assert users == {
-        "munge-key": {"slurmctld", "slurmd", "login", "slurmdbd", "slurmrestd", "gpu-health-check"},
+        "munge-key": {
+            *("slurmctld", "slurmd", "login", "slurmdbd", "slurmrestd", "gpu-health-check"),
+            "exporter",
+        },
         "jwt-key": {"slurmctld", "slurmdbd"},  # slurmrestd passes each request's token on
         "db-password": {"mariadb", "slurmdbd"},
     }
@@ -521,7 +528,8 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     out = kube.apply(300)
     kubectl = kubectl_path()
     ctx, ns = ["--context", "prod"], ["--context", "prod", "--namespace", "team-a"]
-    files = [str(kube.dir / name) for name in kube.objects]
+    # the ServiceMonitor and PrometheusRule: this server serves no monitoring.coreos.com/v1
+    files = [str(kube.dir / n) for n, o in kube.objects.items() if "coreos" not in o["apiVersion"]]
     apply = [kubectl, *ctx, "apply", "--server-side", "--field-manager=slurmforge"]
     instance, nodes = "app.kubernetes.io/instance=train", "app.kubernetes.io/component=node"
     database = "app.kubernetes.io/component=mariadb"
@@ -531,6 +539,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
         == [
             *([kubectl, *ctx, "get", "--raw", path] for path in ("/api/v1", "/apis/batch/v1")),
             [kubectl, *ctx, "get", "--raw", "/apis/apps/v1"],
+            [kubectl, *ctx, "get", "--raw", "/apis/monitoring.coreos.com/v1"],
             # the Slurm a running controller has, for upgrade.check (this one answers nothing)
             [*exec_, "bash", "-c", "scontrol version"],
             # the cluster's own database: its password Secret exists, mariadb-0 does not run
@@ -557,6 +566,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
                     *(f"statefulset/{s}" for s in ("slurmctld", "cpu", "a100", "login", "mariadb")),
                     "deployment/slurmdbd",
                     "deployment/slurmrestd",
+                    "deployment/exporter",
                 )
             ),
             [kubectl, *ns, "get", "pods", "-l", instance, "-o", "json"],  # their Slurm config
@@ -591,9 +601,11 @@ def test_a_kind_the_server_lacks_is_named_not_applied(checkout, capsys) -> None:
     kube.apply(300)
     applied = [a for c in calls if "apply" in c for a in c if a.endswith(".yaml")]
     assert not [a for a in applied if "cronjob" in a]
-    assert len(applied) == len(kube.objects) - 1
+    assert len(applied) == len(kube.objects) - 3  # and the ServiceMonitor and PrometheusRule
     err = capsys.readouterr().err
     assert "cronjob-gpu-health-check.yaml (this server does not serve batch/v1 CronJob)" in err
+    lacks = "(this server does not serve monitoring.coreos.com/v1 ServiceMonitor)"
+    assert f"servicemonitor-exporter.yaml {lacks}" in err
 
 
 def test_an_unreachable_server_is_named_before_anything_is_applied(checkout) -> None:

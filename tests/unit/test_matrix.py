@@ -26,10 +26,10 @@ def test_ci_set_compiles_slurm_once_per_distro_and_version(cfg: config.Config) -
         "slurm-debs/debian12-23.11.11",
         "slurm-debs/debian12-24.05.8",
     ]
-    # base and mariadb once per distro; slurm-debs, runtime, slurmctld, slurmd, login, slurmdbd,
-    # slurmrestd and (one CUDA) worker and jail once per Slurm version
-    assert ids.count("mariadb/debian12") == 1
-    assert len(ids) == len(set(ids)) == 2 + 2 * 9
+    # base, mariadb and prometheus once per distro; slurm-debs, runtime, slurmctld, slurmd,
+    # login, slurmdbd, slurmrestd, exporter and (one CUDA) worker and jail once per Slurm version
+    assert ids.count("mariadb/debian12") == ids.count("prometheus/debian12") == 1
+    assert len(ids) == len(set(ids)) == 3 + 2 * 10
 
 
 def test_parents_come_before_children(cfg: config.Config) -> None:
@@ -101,7 +101,8 @@ def test_unknown_component_is_refused(cfg: config.Config) -> None:
     with pytest.raises(
         ConfigError,
         match=r"--component 'gpu': unknown component; expected one "
-        r"of jail, login, mariadb, slurmctld, slurmd, slurmdbd, slurmrestd, worker",
+        r"of exporter, jail, login, mariadb, prometheus, slurmctld, slurmd, slurmdbd, slurmrestd, "
+        r"worker",
     ):
         matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"), ["gpu"])
 

@@ -1,0 +1,524 @@
+#!/usr/bin/python3
+"""slurmforge's Prometheus exporter: the cluster as Slurm's own JSON output tells it.
+
+    slurm_exporter.py cluster [--listen ADDR:PORT] [--accounting] [--usage-window S]
+    slurm_exporter.py gpu --node NAME [--listen ADDR:PORT]
+
+`cluster` answers each scrape with what Slurm says at that moment: nodes and partitions from
+`scontrol show nodes --json` (one RPC), jobs from `squeue --json`, the scheduler's statistics
+from slurmctld's own metrics endpoint (GET /metrics/scheduler, Slurm 25.11 and later, when
+slurm.conf sets MetricsType) or else `sdiag --json`, and, with --accounting, slurmdbd's view
+(`sacct --json`) of the jobs that ended within the usage window. A command that fails makes its
+collector's `slurm_exporter_collector_success` 0 and leaves its series out; `slurm_up` says
+whether slurmctld answered. Nothing is cached: Prometheus' scrape interval is the only rate.
+
+`gpu` runs on a GPU node and reads the GPUs through NVML (nvidia-ml-py). Without a driver it
+serves no GPU series at all, only its collector's success of 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, start_http_server
+from prometheus_client.core import REGISTRY, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+# seconds one Slurm command may take before its collector gives up: below Prometheus' scrape
+# timeout, so that an unreachable slurmctld is an answer (slurm_up 0), not a failed scrape
+COMMAND_TIMEOUT = float(os.environ.get("SLURM_EXPORTER_TIMEOUT", "8"))
+HEALTH_CHECK_REASON = "slurmforge-gpu-check"  # the GPU health check's drain reasons start so
+SLURMFORGE_REASON = "slurmforge"  # scale and upgrade drains
+
+
+def number(value: object) -> float | None:
+    """A JSON number as Slurm's data parsers write it: plain, or {set, infinite, number}."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def slurm_json(*argv: str) -> dict:
+    """What a Slurm command prints with --json; raises on a failure."""
+    done = subprocess.run(
+        [*argv, "--json"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False
+    )
+    if done.returncode:
+        raise RuntimeError(f"{argv[0]}: {done.stderr.strip()[-200:]}")
+    return json.loads(done.stdout)
+
+
+def node_state(states: list[str]) -> str:
+    """One word for a node's state flags, as sinfo prints it (drained, draining, down, ...)."""
+    base, flags = states[0].lower() if states else "unknown", {s.upper() for s in states[1:]}
+    if "DRAIN" in flags:
+        return "draining" if base in ("allocated", "mixed", "completing") else "drained"
+    for flag in ("NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED", "POWERED_DOWN"):
+        if flag in flags:
+            return flag.lower()
+    if "COMPLETING" in flags:
+        return "completing"
+    return base
+
+
+def drain_cause(reason: str) -> str:
+    """Who drained a node: the GPU health check, slurmforge itself (scale, upgrade) or an admin."""
+    if reason.startswith(HEALTH_CHECK_REASON):
+        return "gpu-health-check"
+    if reason.startswith(SLURMFORGE_REASON):
+        return "slurmforge"
+    return "admin"
+
+
+def gpus_of(gres: str) -> int:
+    """GPUs in a GRES string such as 'gpu:2', 'gpu:a100:4(S:0-1)' or 'gpu:a100:1(IDX:0),shard:2'."""
+    total = 0
+    for item in re.split(r",(?![^(]*\))", gres):
+        fields = item.split("(")[0].split(":")
+        if fields[0] == "gpu" and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+def tres(text: str) -> dict[str, float]:
+    """'cpu=2,mem=2G,gres/gpu=1' → {'cpu': 2, 'mem': bytes, 'gres/gpu': 1}."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        scale = units.get(value[-1:], 1)
+        try:
+            out[key] = float(value[:-1] if scale > 1 else value) * scale
+        except ValueError:
+            continue
+    return out
+
+
+class Families:
+    """The gauge families one collector yields, made on first use."""
+
+    def __init__(self, specs: dict[str, tuple[str, tuple[str, ...]]]):
+        self.specs = specs
+        self.made: dict[str, GaugeMetricFamily] = {}
+
+    def add(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        if name not in self.made:
+            doc, names = self.specs[name]
+            self.made[name] = GaugeMetricFamily(name, doc, labels=names)
+        self.made[name].add_metric(list(labels), value)
+
+    def __iter__(self) -> Iterator[Metric]:
+        # every declared family, with or without samples: a scrape tells what the exporter serves
+        for name, (doc, names) in self.specs.items():
+            yield self.made.get(name) or GaugeMetricFamily(name, doc, labels=names)
+
+
+NODE_FAMILIES = {
+    "slurm_node_state": (
+        "1 for a node in this state (sinfo's word for its flags)",
+        ("node", "state"),
+    ),
+    "slurm_node_drain_info": (
+        "1 for a drained or draining node; cause: gpu-health-check, slurmforge or admin",
+        ("node", "cause", "reason"),
+    ),
+    "slurm_partition_nodes": ("nodes of a partition in a state", ("partition", "state")),
+    "slurm_partition_cpus_total": ("CPUs of a partition's nodes", ("partition",)),
+    "slurm_partition_cpus_allocated": ("CPUs allocated to jobs", ("partition",)),
+    "slurm_partition_memory_total_bytes": ("memory of a partition's nodes", ("partition",)),
+    "slurm_partition_memory_allocated_bytes": ("memory allocated to jobs", ("partition",)),
+    "slurm_partition_gpus_total": ("GPUs (GRES gpu) of a partition's nodes", ("partition",)),
+    "slurm_partition_gpus_allocated": ("GPUs allocated to jobs", ("partition",)),
+}
+
+
+def collect_nodes() -> Families:
+    out = Families(NODE_FAMILIES)
+    states: dict[str, Counter] = defaultdict(Counter)
+    sums: dict[str, Counter] = defaultdict(Counter)
+    for node in slurm_json("scontrol", "show", "nodes")["nodes"]:
+        name, state = node["name"], node_state(node.get("state") or [])
+        out.add("slurm_node_state", (name, state), 1)
+        if state in ("drained", "draining"):
+            reason = node.get("reason") or ""
+            out.add("slurm_node_drain_info", (name, drain_cause(reason), reason[:200]), 1)
+        mib = 2**20
+        for part in node.get("partitions") or []:
+            states[part][state] += 1
+            sums[part]["cpus_total"] += node.get("cpus") or 0
+            sums[part]["cpus_allocated"] += node.get("alloc_cpus") or 0
+            sums[part]["memory_total_bytes"] += (number(node.get("real_memory")) or 0) * mib
+            sums[part]["memory_allocated_bytes"] += (number(node.get("alloc_memory")) or 0) * mib
+            sums[part]["gpus_total"] += gpus_of(node.get("gres") or "")
+            sums[part]["gpus_allocated"] += gpus_of(node.get("gres_used") or "")
+    for part, counts in states.items():
+        for state, count in counts.items():
+            out.add("slurm_partition_nodes", (part, state), count)
+        for key in ("cpus_total", "cpus_allocated", "memory_total_bytes"):
+            out.add(f"slurm_partition_{key}", (part,), sums[part][key])
+        for key in ("memory_allocated_bytes", "gpus_total", "gpus_allocated"):
+            out.add(f"slurm_partition_{key}", (part,), sums[part][key])
+    return out
+
+
+JOB_FAMILIES = {
+    "slurm_jobs": ("jobs in the queue by partition and state", ("partition", "state")),
+    "slurm_jobs_pending_reason": ("pending jobs by partition and reason", ("partition", "reason")),
+    "slurm_jobs_pending_oldest_seconds": (
+        "age of a partition's oldest pending job (since submission)",
+        ("partition",),
+    ),
+    "slurm_job_cpus": (
+        "CPUs allocated to a running job",
+        ("job_id", "user", "account", "partition"),
+    ),
+    "slurm_job_memory_bytes": (
+        "memory allocated to a running job",
+        ("job_id", "user", "account", "partition"),
+    ),
+    "slurm_job_gpus": (
+        "GPUs allocated to a running job",
+        ("job_id", "user", "account", "partition"),
+    ),
+}
+
+
+def collect_jobs() -> Families:
+    out = Families(JOB_FAMILIES)
+    counts: Counter = Counter()
+    reasons: Counter = Counter()
+    oldest: dict[str, float] = {}
+    now = time.time()
+    for job in slurm_json("squeue")["jobs"]:
+        part = job.get("partition") or ""
+        state = (job.get("job_state") or ["UNKNOWN"])[0].lower()
+        counts[part, state] += 1
+        if state == "pending":
+            reasons[part, job.get("state_reason") or "None"] += 1
+            submitted = number(job.get("submit_time"))
+            if submitted:
+                oldest[part] = max(oldest.get(part, 0.0), now - submitted)
+        elif state == "running":
+            labels = (
+                str(job["job_id"]),
+                job.get("user_name") or "",
+                job.get("account") or "",
+                part,
+            )
+            alloc = tres(job.get("tres_alloc_str") or "")
+            out.add("slurm_job_cpus", labels, alloc.get("cpu", 0))
+            out.add("slurm_job_memory_bytes", labels, alloc.get("mem", 0))
+            out.add("slurm_job_gpus", labels, alloc.get("gres/gpu", 0))
+    for (part, state), count in counts.items():
+        out.add("slurm_jobs", (part, state), count)
+    for (part, reason), count in reasons.items():
+        out.add("slurm_jobs_pending_reason", (part, reason), count)
+    for part, age in oldest.items():
+        out.add("slurm_jobs_pending_oldest_seconds", (part,), age)
+    return out
+
+
+# exporter family → (help, sdiag --json field, its scale to the family's unit); slurmctld's own
+# /metrics/scheduler serves the same statistics as slurm_<field>
+SCHEDULER = {
+    "slurm_scheduler_cycle_last_seconds": (
+        "last main scheduling cycle",
+        "schedule_cycle_last",
+        1e-6,
+    ),
+    "slurm_scheduler_cycle_mean_seconds": (
+        "mean main scheduling cycle",
+        "schedule_cycle_mean",
+        1e-6,
+    ),
+    "slurm_scheduler_cycles": (
+        "main scheduling cycles since sdiag's reset",
+        "schedule_cycle_total",
+        1,
+    ),
+    "slurm_scheduler_queue_length": (
+        "jobs in the main scheduler's queue",
+        "schedule_queue_length",
+        1,
+    ),
+    "slurm_scheduler_server_threads": ("slurmctld's server threads", "server_thread_count", 1),
+    "slurm_scheduler_agent_queue_size": ("slurmctld's outgoing RPC queue", "agent_queue_size", 1),
+    "slurm_scheduler_dbd_agent_queue_size": (
+        "messages waiting for slurmdbd",
+        "dbd_agent_queue_size",
+        1,
+    ),
+    "slurm_backfill_cycle_last_seconds": ("last backfill cycle", "bf_cycle_last", 1e-6),
+    "slurm_backfill_cycle_mean_seconds": ("mean backfill cycle", "bf_cycle_mean", 1e-6),
+    "slurm_backfill_cycles": ("backfill cycles since sdiag's reset", "bf_cycle_counter", 1),
+    "slurm_backfill_jobs_started": (
+        "jobs started by backfill since sdiag's reset",
+        "bf_backfilled_jobs",
+        1,
+    ),
+    "slurm_backfill_last_depth": ("jobs the last backfill cycle looked at", "bf_last_depth", 1),
+}
+SCHEDULER_FAMILIES = {
+    **{name: (doc, ()) for name, (doc, _, _) in SCHEDULER.items()},
+    "slurm_scheduler_source": ("1 for where the statistics came from", ("source",)),
+}
+
+
+class Scheduler:
+    """slurmctld's scheduling statistics: its metrics endpoint where it serves one, else sdiag."""
+
+    def __init__(self, controller: str):
+        self.url = f"http://{controller}/metrics/scheduler"
+
+    def native(self) -> dict[str, float] | None:
+        try:
+            with urllib.request.urlopen(self.url, timeout=COMMAND_TIMEOUT) as response:
+                text = response.read().decode()
+        except OSError:  # not served (before 25.11, or MetricsType unset): sdiag instead
+            return None
+        return {
+            sample.name.removeprefix("slurm_"): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+
+    def __call__(self) -> Families:
+        out = Families(SCHEDULER_FAMILIES)
+        values = self.native()
+        source = "metrics-endpoint" if values is not None else "sdiag"
+        if values is None:
+            values = {k: number(v) for k, v in slurm_json("sdiag")["statistics"].items()}
+        for name, (_, field, scale) in SCHEDULER.items():
+            value = values.get(field)
+            if value is not None:
+                out.add(name, (), value * scale)
+        out.add("slurm_scheduler_source", (source,), 1)
+        return out
+
+
+USAGE_LABELS = ("job_id", "user", "account", "partition", "state")
+ACCOUNTING_FAMILIES = {
+    "slurm_dbd_up": ("1 when slurmdbd answered sacct", ()),
+    "slurm_job_cpu_seconds": (
+        "CPU time a job used (user + system), jobs ended lately",
+        USAGE_LABELS,
+    ),
+    "slurm_job_max_rss_bytes": (
+        "largest resident set of a job's steps, jobs ended lately",
+        USAGE_LABELS,
+    ),
+    "slurm_job_elapsed_seconds": ("wall time of a job, jobs ended lately", USAGE_LABELS),
+}
+
+
+def _seconds(total: dict) -> float:
+    return (total.get("seconds") or 0) + (total.get("microseconds") or 0) / 1e6
+
+
+def _max_rss(steps: list[dict]) -> float:
+    best = 0.0
+    for step in steps:
+        for item in ((step.get("tres") or {}).get("requested") or {}).get("max") or []:
+            if item.get("type") == "mem":
+                best = max(best, float(item.get("count") or 0))
+    return best
+
+
+class Accounting:
+    def __init__(self, window: float):
+        self.window = int(window)
+
+    def __call__(self) -> Families:
+        out = Families(ACCOUNTING_FAMILIES)
+        try:
+            jobs = slurm_json(
+                "sacct",
+                "--allusers",
+                "--starttime",
+                f"now-{self.window}seconds",
+                "--state",
+                "CD,F,CA,TO,OOM,NF,PR,DL",
+            )["jobs"]
+        except (OSError, RuntimeError, ValueError, subprocess.SubprocessError):
+            out.add("slurm_dbd_up", (), 0)
+            return out
+        out.add("slurm_dbd_up", (), 1)
+        for job in jobs:
+            state = ((job.get("state") or {}).get("current") or ["UNKNOWN"])[0].lower()
+            labels = (
+                str(job.get("job_id")),
+                job.get("user") or "",
+                job.get("account") or "",
+                job.get("partition") or "",
+                state,
+            )
+            time_ = job.get("time") or {}
+            out.add("slurm_job_cpu_seconds", labels, _seconds(time_.get("total") or {}))
+            out.add("slurm_job_elapsed_seconds", labels, float(time_.get("elapsed") or 0))
+            out.add("slurm_job_max_rss_bytes", labels, _max_rss(job.get("steps") or []))
+        return out
+
+
+def _run(item: tuple[str, tuple[dict, Callable[[], Families]]]) -> tuple:
+    """One collector: (name, its families, 1 or 0 for success, seconds taken)."""
+    name, (specs, collect) = item
+    start = time.monotonic()
+    try:
+        families, ok = list(collect()), 1
+    except Exception as error:  # any failure is reported, never fatal
+        print(f"slurm-exporter: {name}: {error}", file=sys.stderr, flush=True)
+        families, ok = list(Families(specs)), 0
+    return name, families, ok, time.monotonic() - start
+
+
+class Exporter(Collector):
+    """Runs each collector per scrape; one that fails is left out and says so."""
+
+    def __init__(
+        self,
+        collectors: dict[str, tuple[dict, Callable[[], Families]]],
+        up: str | None,
+    ):
+        # name → (the families it declares, the collector); a scrape always declares every
+        # family (HELP and TYPE), with samples only from the collectors that answered
+        self.collectors = collectors
+        self.up = up  # the collector whose success is `slurm_up`
+
+    def collect(self) -> Iterator[Metric]:
+        success = GaugeMetricFamily(
+            "slurm_exporter_collector_success",
+            "1 when a collector's source answered",
+            labels=["collector"],
+        )
+        took = GaugeMetricFamily(
+            "slurm_exporter_collector_seconds", "how long a collector took", labels=["collector"]
+        )
+        up = None
+        # side by side: a scrape takes as long as its slowest collector
+        with ThreadPoolExecutor(len(self.collectors)) as pool:
+            done = pool.map(_run, self.collectors.items())
+            for name, families, ok, seconds in done:
+                yield from families
+                success.add_metric([name], ok)
+                took.add_metric([name], seconds)
+                if name == self.up:
+                    up = ok
+        yield success
+        yield took
+        if self.up:
+            yield GaugeMetricFamily("slurm_up", "1 when slurmctld answered", value=up or 0)
+
+
+GPU_LABELS = ("node", "gpu", "uuid", "model")
+GPU_FAMILIES = {
+    "slurm_gpu_utilization_ratio": ("GPU busy share over the last sample period", GPU_LABELS),
+    "slurm_gpu_memory_used_bytes": ("GPU memory in use", GPU_LABELS),
+    "slurm_gpu_memory_total_bytes": ("GPU memory", GPU_LABELS),
+    "slurm_gpu_temperature_celsius": ("GPU temperature", GPU_LABELS),
+    "slurm_gpu_power_watts": ("GPU power draw", GPU_LABELS),
+}
+
+
+class Gpus:
+    """A GPU node's GPUs through NVML; raises (no series) where no driver answers."""
+
+    def __init__(self, node: str):
+        self.node = node
+
+    def __call__(self) -> Families:
+        import pynvml  # nvidia-ml-py; loads libnvidia-ml.so.1 from the mounted driver
+
+        out = Families(GPU_FAMILIES)
+        pynvml.nvmlInit()
+        try:
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(handle)
+                uuid = pynvml.nvmlDeviceGetUUID(handle)
+                labels = (self.node, str(i), _text(uuid), _text(name))
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+                temp = pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+                out.add("slurm_gpu_utilization_ratio", labels, rates.gpu / 100)
+                out.add("slurm_gpu_memory_used_bytes", labels, memory.used)
+                out.add("slurm_gpu_memory_total_bytes", labels, memory.total)
+                out.add("slurm_gpu_temperature_celsius", labels, temp)
+                out.add(
+                    "slurm_gpu_power_watts", labels, pynvml.nvmlDeviceGetPowerUsage(handle) / 1000
+                )
+        finally:
+            pynvml.nvmlShutdown()
+        return out
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def controller_address(conf: str = "/etc/slurm/slurm.conf") -> str:
+    """host:port of the first SlurmctldHost (its address when it names one)."""
+    host, port = "localhost", "6817"
+    with open(conf, encoding="utf-8") as lines:
+        for line in lines:
+            key, _, value = line.split("#")[0].strip().partition("=")
+            if key.lower() == "slurmctldhost" and host == "localhost":
+                name, _, addr = value.partition("(")
+                host = addr.rstrip(")") or name
+            elif key.lower() == "slurmctldport":
+                port = value.split("-")[0]
+    return f"{host}:{port}"
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="slurm-exporter")
+    parser.add_argument("mode", choices=("cluster", "gpu"))
+    parser.add_argument("--listen", default="0.0.0.0:9341")
+    # the deploy targets set these (the cluster file's accounting.enabled, metrics.usage_window)
+    env = os.environ.get
+    parser.add_argument(
+        "--accounting", action="store_true", default=env("SLURM_EXPORTER_ACCOUNTING") == "1"
+    )
+    parser.add_argument(
+        "--usage-window", type=float, default=float(env("SLURM_EXPORTER_USAGE_WINDOW", "3600"))
+    )
+    parser.add_argument("--node", default="")
+    args = parser.parse_args(argv)
+    if args.mode == "cluster":
+        collectors: dict[str, tuple[dict, Callable[[], Families]]] = {
+            "nodes": (NODE_FAMILIES, collect_nodes),
+            "jobs": (JOB_FAMILIES, collect_jobs),
+            "scheduler": (SCHEDULER_FAMILIES, Scheduler(controller_address())),
+        }
+        if args.accounting:
+            collectors["accounting"] = (ACCOUNTING_FAMILIES, Accounting(args.usage_window))
+        exporter = Exporter(collectors, up="nodes")
+    else:
+        exporter = Exporter({"nvml": (GPU_FAMILIES, Gpus(args.node))}, up=None)
+    # the client library's own process, platform and Python series say nothing about the cluster
+    for own in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        REGISTRY.unregister(own)
+    REGISTRY.register(exporter)
+    address, _, port = args.listen.rpartition(":")
+    start_http_server(int(port), addr=address or "0.0.0.0")
+    print(
+        f"slurm-exporter: {args.mode} metrics on {args.listen}/metrics", file=sys.stderr, flush=True
+    )
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
