@@ -42,6 +42,7 @@ def cluster_file(root: Path, name: str, accounting: bool = True) -> Path:
         name=name,
         login={"address": "127.0.0.1", "port": free_port()},
         rest={"port": free_port(), "enabled": accounting},
+        metrics={"prometheus": {"port": free_port()}},
         kubernetes={"overcommit": True, "login_service": "ClusterIP"},
     )
     if not accounting:

@@ -398,7 +398,14 @@ class Local(Target):
     def status(self) -> str:
         self.compose("ps")
         code, out = self.sh(CONTROLLER, "sinfo -N -l; echo; squeue")
-        return out if code == 0 else f"slurmctld is not answering: {out}"
+        out = out if code == 0 else f"slurmctld is not answering: {out}"
+        prometheus = self.running(roles.PROMETHEUS)
+        if prometheus is not None:
+            spec = self.cluster.spec
+            host = f"[{spec.login.address}]" if ":" in spec.login.address else spec.login.address
+            out += f"\n\nPrometheus: http://{host}:{spec.metrics.prometheus.port}/"
+            out += f" (scrapes the exporter every {spec.metrics.prometheus.scrape_interval} s)"
+        return out
 
     def down(self, volumes: bool) -> None:
         if not self.file.exists():
