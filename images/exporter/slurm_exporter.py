@@ -298,6 +298,9 @@ class Scheduler:
     def __call__(self) -> Families:
         out = Families(SCHEDULER_FAMILIES)
         values = self.native()
+        # the endpoint's names are taken as sdiag's fields; where they are not, sdiag it is
+        if values is not None and not any(field in values for _, field, _ in SCHEDULER.values()):
+            values = None
         source = "metrics-endpoint" if values is not None else "sdiag"
         if values is None:
             values = {k: number(v) for k, v in slurm_json("sdiag")["statistics"].items()}
