@@ -40,6 +40,7 @@ from prometheus_client.registry import Collector
 COMMAND_TIMEOUT = float(os.environ.get("SLURM_EXPORTER_TIMEOUT", "8"))
 HEALTH_CHECK_REASON = "slurmforge-gpu-check"  # the GPU health check's drain reasons start so
 SLURMFORGE_REASON = "slurmforge"  # scale and upgrade drains
+MIB = 2**20
 
 
 def number(value: object) -> float | None:
@@ -155,22 +156,19 @@ def collect_nodes() -> Families:
         if state in ("drained", "draining"):
             reason = node.get("reason") or ""
             out.add("slurm_node_drain_info", (name, drain_cause(reason), reason[:200]), 1)
-        mib = 2**20
         for part in node.get("partitions") or []:
             states[part][state] += 1
             sums[part]["cpus_total"] += node.get("cpus") or 0
             sums[part]["cpus_allocated"] += node.get("alloc_cpus") or 0
-            sums[part]["memory_total_bytes"] += (number(node.get("real_memory")) or 0) * mib
-            sums[part]["memory_allocated_bytes"] += (number(node.get("alloc_memory")) or 0) * mib
+            sums[part]["memory_total_bytes"] += (number(node.get("real_memory")) or 0) * MIB
+            sums[part]["memory_allocated_bytes"] += (number(node.get("alloc_memory")) or 0) * MIB
             sums[part]["gpus_total"] += gpus_of(node.get("gres") or "")
             sums[part]["gpus_allocated"] += gpus_of(node.get("gres_used") or "")
     for part, counts in states.items():
         for state, count in counts.items():
             out.add("slurm_partition_nodes", (part, state), count)
-        for key in ("cpus_total", "cpus_allocated", "memory_total_bytes"):
-            out.add(f"slurm_partition_{key}", (part,), sums[part][key])
-        for key in ("memory_allocated_bytes", "gpus_total", "gpus_allocated"):
-            out.add(f"slurm_partition_{key}", (part,), sums[part][key])
+        for key, value in sums[part].items():
+            out.add(f"slurm_partition_{key}", (part,), value)
     return out
 
 
