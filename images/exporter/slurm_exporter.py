@@ -38,6 +38,7 @@ from prometheus_client.registry import Collector
 # seconds one Slurm command may take before its collector gives up: below Prometheus' scrape
 # timeout, so that an unreachable slurmctld is an answer (slurm_up 0), not a failed scrape
 COMMAND_TIMEOUT = float(os.environ.get("SLURM_EXPORTER_TIMEOUT", "8"))
+SLURM_CONF = "/etc/slurm/slurm.conf"
 HEALTH_CHECK_REASON = "slurmforge-gpu-check"  # the GPU health check's drain reasons start so
 SLURMFORGE_REASON = "slurmforge"  # scale and upgrade drains
 MIB = 2**20
@@ -229,83 +230,129 @@ def collect_jobs() -> Families:
     return out
 
 
-# exporter family → (help, sdiag --json field, its scale to the family's unit); slurmctld's own
-# /metrics/scheduler serves the same statistics as slurm_<field>
+# exporter family → (help, its field in `sdiag --json`, its name in slurmctld's
+# /metrics/scheduler without the slurm_ prefix (src/plugins/metrics/openmetrics), the scale from
+# both to the family's unit); the two sources count the same statistics, under different names
 SCHEDULER = {
     "slurm_scheduler_cycle_last_seconds": (
         "last main scheduling cycle",
+        "schedule_cycle_last",
         "schedule_cycle_last",
         1e-6,
     ),
     "slurm_scheduler_cycle_mean_seconds": (
         "mean main scheduling cycle",
         "schedule_cycle_mean",
+        "sched_mean_cycle",
         1e-6,
     ),
     "slurm_scheduler_cycles": (
         "main scheduling cycles since sdiag's reset",
         "schedule_cycle_total",
+        "schedule_cycle_cnt",
         1,
     ),
     "slurm_scheduler_queue_length": (
         "jobs in the main scheduler's queue",
         "schedule_queue_length",
+        "schedule_queue_len",
         1,
     ),
-    "slurm_scheduler_server_threads": ("slurmctld's server threads", "server_thread_count", 1),
-    "slurm_scheduler_agent_queue_size": ("slurmctld's outgoing RPC queue", "agent_queue_size", 1),
+    "slurm_scheduler_server_threads": (
+        "slurmctld's server threads",
+        "server_thread_count",
+        "server_thread_cnt",
+        1,
+    ),
+    "slurm_scheduler_agent_queue_size": (
+        "slurmctld's outgoing RPC queue",
+        "agent_queue_size",
+        "agent_queue_size",
+        1,
+    ),
     "slurm_scheduler_dbd_agent_queue_size": (
         "messages waiting for slurmdbd",
         "dbd_agent_queue_size",
+        "slurmdbd_queue_size",
         1,
     ),
-    "slurm_backfill_cycle_last_seconds": ("last backfill cycle", "bf_cycle_last", 1e-6),
-    "slurm_backfill_cycle_mean_seconds": ("mean backfill cycle", "bf_cycle_mean", 1e-6),
-    "slurm_backfill_cycles": ("backfill cycles since sdiag's reset", "bf_cycle_counter", 1),
+    "slurm_backfill_cycle_last_seconds": (
+        "last backfill cycle",
+        "bf_cycle_last",
+        "bf_cycle_last",
+        1e-6,
+    ),
+    "slurm_backfill_cycle_mean_seconds": (
+        "mean backfill cycle",
+        "bf_cycle_mean",
+        "bf_mean_cycle",
+        1e-6,
+    ),
+    "slurm_backfill_cycles": (
+        "backfill cycles since sdiag's reset",
+        "bf_cycle_counter",
+        "bf_cycle_cnt",
+        1,
+    ),
     "slurm_backfill_jobs_started": (
         "jobs started by backfill since sdiag's reset",
         "bf_backfilled_jobs",
+        "backfilled_jobs",
         1,
     ),
-    "slurm_backfill_last_depth": ("jobs the last backfill cycle looked at", "bf_last_depth", 1),
+    "slurm_backfill_last_depth": (
+        "jobs the last backfill cycle looked at",
+        "bf_last_depth",
+        "bf_last_depth",
+        1,
+    ),
 }
 SCHEDULER_FAMILIES = {
-    **{name: (doc, ()) for name, (doc, _, _) in SCHEDULER.items()},
+    **{name: (doc, ()) for name, (doc, *_) in SCHEDULER.items()},
     "slurm_scheduler_source": ("1 for where the statistics came from", ("source",)),
 }
 
 
 class Scheduler:
-    """slurmctld's scheduling statistics: its metrics endpoint where it serves one, else sdiag."""
+    """slurmctld's scheduling statistics: from its metrics endpoint where slurm.conf turns that
+    on (MetricsType, Slurm 25.11 and later), else from sdiag. slurm.conf is read at each scrape,
+    so a controller that never serves HTTP is never sent a request it would log as garbage."""
 
-    def __init__(self, controller: str):
-        self.url = f"http://{controller}/metrics/scheduler"
+    def __init__(self, conf: str = SLURM_CONF):
+        self.conf = conf
 
     def native(self) -> dict[str, float] | None:
-        try:
-            with urllib.request.urlopen(self.url, timeout=COMMAND_TIMEOUT) as response:
-                text = response.read().decode()
-        except OSError:  # not served (before 25.11, or MetricsType unset): sdiag instead
+        settings = slurm_conf(self.conf)
+        if settings.get("metricstype", "").lower() != "metrics/openmetrics":
             return None
-        return {
+        url = f"http://{controller_address(settings)}/metrics/scheduler"
+        try:
+            with urllib.request.urlopen(url, timeout=COMMAND_TIMEOUT) as response:
+                text = response.read().decode()
+        except OSError:  # refused (PrivateData turns the endpoint off) or slurmctld away
+            return None
+        values = {
             sample.name.removeprefix("slurm_"): sample.value
             for family in text_string_to_metric_families(text)
             for sample in family.samples
         }
+        # every family or none from here: a name a later Slurm renames falls back to sdiag whole
+        if not all(name in values for _, _, name, _ in SCHEDULER.values()):
+            return None
+        return values
 
     def __call__(self) -> Families:
         out = Families(SCHEDULER_FAMILIES)
         values = self.native()
-        # the endpoint's names are taken as sdiag's fields; where they are not, sdiag it is
-        if values is not None and not any(field in values for _, field, _ in SCHEDULER.values()):
-            values = None
-        source = "metrics-endpoint" if values is not None else "sdiag"
-        if values is None:
+        if values is not None:
+            source, column = "metrics-endpoint", 2
+        else:
             values = {k: number(v) for k, v in slurm_json("sdiag")["statistics"].items()}
-        for name, (_, field, scale) in SCHEDULER.items():
-            value = values.get(field)
+            source, column = "sdiag", 1
+        for name, row in SCHEDULER.items():
+            value = values.get(row[column])
             if value is not None:
-                out.add(name, (), value * scale)
+                out.add(name, (), value * row[3])
         out.add("slurm_scheduler_source", (source,), 1)
         return out
 
@@ -469,18 +516,21 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def controller_address(conf: str = "/etc/slurm/slurm.conf") -> str:
-    """host:port of the first SlurmctldHost (its address when it names one)."""
-    host, port = "localhost", "6817"
-    with open(conf, encoding="utf-8") as lines:
+def slurm_conf(path: str = SLURM_CONF) -> dict[str, str]:
+    """slurm.conf's settings, keys lower-cased; the first SlurmctldHost where several are."""
+    settings: dict[str, str] = {}
+    with open(path, encoding="utf-8") as lines:
         for line in lines:
             key, _, value = line.split("#")[0].strip().partition("=")
-            if key.lower() == "slurmctldhost" and host == "localhost":
-                name, _, addr = value.partition("(")
-                host = addr.rstrip(")") or name
-            elif key.lower() == "slurmctldport":
-                port = value.split("-")[0]
-    return f"{host}:{port}"
+            settings.setdefault(key.strip().lower(), value.strip())
+    return settings
+
+
+def controller_address(settings: dict[str, str]) -> str:
+    """host:port of the first SlurmctldHost (its address when it names one)."""
+    name, _, addr = settings.get("slurmctldhost", "localhost").partition("(")
+    port = settings.get("slurmctldport", "6817").split("-")[0]
+    return f"{addr.rstrip(')') or name}:{port}"
 
 
 def main(argv: list[str]) -> None:
@@ -501,7 +551,7 @@ def main(argv: list[str]) -> None:
         collectors: dict[str, tuple[dict, Callable[[], Families]]] = {
             "nodes": (NODE_FAMILIES, collect_nodes),
             "jobs": (JOB_FAMILIES, collect_jobs),
-            "scheduler": (SCHEDULER_FAMILIES, Scheduler(controller_address())),
+            "scheduler": (SCHEDULER_FAMILIES, Scheduler()),
         }
         if args.accounting:
             collectors["accounting"] = (ACCOUNTING_FAMILIES, Accounting(args.usage_window))

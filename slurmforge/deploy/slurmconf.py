@@ -57,6 +57,11 @@ def hostlist(nodes: list[str]) -> str:
     return f"{prefix}-[{','.join(ranges)}]"
 
 
+def metrics_endpoint(cluster: Cluster) -> bool:
+    """slurmctld serves OpenMetrics itself from Slurm 25.11 on; turned on where metrics are."""
+    return cluster.spec.metrics.enabled and matrix.slurm_at_least(cluster.cell.slurm, (25, 11))
+
+
 def cgroup_disabled(slurm: str) -> bool:
     """``CgroupPlugin=disabled`` exists from Slurm 24.05 on."""
     return matrix.slurm_at_least(slurm, (24, 5))
@@ -142,6 +147,7 @@ def render(
         "nodesets": nodesets,
         "partitions": partitions,
         "gres_types": gres_types,
+        "metrics_endpoint": metrics_endpoint(cluster),
         "cgroup_disabled": cgroup_disabled(cluster.cell.slurm),
         "cgroups": spec.slurm.cgroups,
         "accounting": spec.accounting if spec.accounting.enabled else None,

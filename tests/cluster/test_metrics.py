@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
-import yaml
 
 from tests.cluster.conftest import Deployed
+from tests.cluster.promql import api, query, settings, until
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.cluster
@@ -24,48 +22,12 @@ USER = "metricsuser"
 METRIC = re.compile(r"\b(slurm_[a-zA-Z0-9_]+)\b(?!\s*\()")  # a series name, not a function
 
 
-def _settings(cluster: Deployed) -> dict:
-    return yaml.safe_load(cluster.cluster_file.read_text())["metrics"]["prometheus"]
-
-
-def _api(cluster: Deployed, path: str, **params: str) -> dict:
-    url = f"http://127.0.0.1:{_settings(cluster)['port']}/api/v1/{path}"
-    if params:
-        url += "?" + urllib.parse.urlencode(params)
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.load(response)
-
-
-def query(cluster: Deployed, promql: str) -> dict[tuple, float]:
-    """An instant query's result: (label, value) pairs of each series → its value."""
-    data = _api(cluster, "query", query=promql)
-    assert data["status"] == "success", data
-    return {
-        tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in data["data"]["result"]
-    }
-
-
-def until(cluster: Deployed, promql: str, wanted, timeout: float) -> float:
-    """Seconds until the query's result satisfies ``wanted``; fails after ``timeout``."""
-    start = time.monotonic()
-    result: dict = {}
-    while time.monotonic() - start < timeout:
-        try:
-            result = query(cluster, promql)
-        except OSError:  # Prometheus itself restarting
-            result = {}
-        if wanted(result):
-            return time.monotonic() - start
-        time.sleep(0.2)
-    pytest.fail(f"{promql}: after {timeout:.0f} s Prometheus answers {result}")
-
-
 def _jobs(result: dict) -> dict[str, float]:
     return {dict(labels)["state"]: value for labels, value in result.items()}
 
 
 def test_prometheus_sees_a_drained_node_and_the_jobs(deployed: Deployed) -> None:
-    interval = _settings(deployed)["scrape_interval"]
+    interval = settings(deployed)["scrape_interval"]
     until(deployed, 'up{job="slurm"} == 1', bool, 60)  # the exporter is scraped at all
     deployed.user(USER)
     running = deployed.ok("login", "sbatch --parsable -N1 --wrap 'sleep 300'", user=USER)
@@ -104,7 +66,7 @@ def test_prometheus_sees_a_drained_node_and_the_jobs(deployed: Deployed) -> None
 def test_series_come_back_after_restarts_and_a_stopped_slurmctld_is_up_0(
     deployed: Deployed,
 ) -> None:
-    interval = _settings(deployed)["scrape_interval"]
+    interval = settings(deployed)["scrape_interval"]
     fresh = "slurm_up == 1 and timestamp(slurm_up) > {since}"
 
     def back() -> None:
@@ -130,7 +92,7 @@ def test_every_dashboard_query_parses_and_names_served_series(deployed: Deployed
     # the families a scrape declares: the cluster exporter's (from Prometheus' metadata) and
     # the GPU collector's, run in the exporter's image (no driver here: families, no samples)
     until(deployed, 'up{job="slurm"} == 1', bool, 60)
-    declared = set(_api(deployed, "metadata")["data"])
+    declared = set(api(deployed, "metadata")["data"])
     exporter = deployed.container("exporter")
     gpu = (
         "runuser -u slurm-exporter -- python3 /usr/local/lib/slurmforge/slurm_exporter.py gpu "
@@ -150,6 +112,6 @@ def test_every_dashboard_query_parses_and_names_served_series(deployed: Deployed
         for panel in json.loads(path.read_text())["panels"]:
             for target in panel["targets"]:
                 expr = target["expr"]
-                assert _api(deployed, "query", query=expr)["status"] == "success", expr
+                assert api(deployed, "query", query=expr)["status"] == "success", expr
                 missing = set(METRIC.findall(expr)) - declared
                 assert not missing, f"{path.name}: {panel['title']}: {sorted(missing)}"

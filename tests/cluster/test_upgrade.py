@@ -1,8 +1,9 @@
 """Upgrading a running cluster to the next Slurm series, as Slurm documents it: a 24.05.8 cluster
 with accounting, a user, her files and her jobs is redeployed on a 25.11.7 cell. Its jobs' records,
 StateSave (job IDs go on), users and homes survive; a job that runs when the upgrade starts ends
-normally, and a job still pending runs afterwards. Upgrades Slurm cannot make are refused before
-anything changes.
+normally, and a job still pending runs afterwards; the exporter's scheduler statistics move from
+sdiag to 25.11's own metrics endpoint. Upgrades Slurm cannot make are refused before anything
+changes.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import Deployed, deploy
+from tests.cluster.promql import until as until_prometheus
 from tests.conftest import build, select
 
 FROM = ("default", "24.05.8-cuda12.2.2-debian12")
 TO = ("current", "25.11.7-cuda12.2.2-debian12")
 TOO_FAR = ("current", "26.05.3-cuda12.2.2-debian12")
 USER = "ada"
+# the exporter's scheduler series are there, and say which source they came from
+SCHEDULER_FROM = 'slurm_scheduler_cycles > 0 and on() slurm_scheduler_source{{source="{source}"}}'
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +78,8 @@ def test_a_running_cluster_moves_to_the_next_series_and_loses_nothing(old: Deplo
     cluster.ok("login", "echo kept > ~/data.txt", user=USER)
     done = _submit(cluster, "--wrap", "'hostname'")
     _until(cluster, [done], "COMPLETED")
+    # before 25.11 the scheduler's statistics come from sdiag
+    until_prometheus(cluster, SCHEDULER_FROM.format(source="sdiag"), bool, 60)
     # one job holds both nodes while the upgrade starts; the next one waits for them
     running = _submit(cluster, "-N2", "--exclusive", "--wrap", "'sleep 20'")
     _until(cluster, [running], "RUNNING")
@@ -105,6 +111,8 @@ def test_a_running_cluster_moves_to_the_next_series_and_loses_nothing(old: Deplo
     _until(cluster, [after], "COMPLETED")
     for node in cluster.states():
         assert cluster.ok(node, "slurmd -V") == "slurm 25.11.7"
+    # 25.11's slurmctld serves them itself, and the exporter now reads them there
+    until_prometheus(cluster, SCHEDULER_FROM.format(source="metrics-endpoint"), bool, 60)
 
     # back down is refused: the database and StateSave are 25.11's now
     _use(cluster, FROM)

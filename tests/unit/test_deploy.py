@@ -214,6 +214,22 @@ def test_cgroup_plugin_follows_the_slurm_version(slurm: str, disabled: bool) -> 
     assert slurmconf.cgroup_disabled(slurm) is disabled
 
 
+@pytest.mark.parametrize(
+    ("images", "metrics", "served"),
+    [
+        ({"set": "default"}, {}, False),  # 24.11: slurmctld has no metrics endpoint
+        ({"set": "current", "cell": "25.11.7-cuda12.2.2-debian12"}, {}, True),
+        ({"set": "current", "cell": "26.05.3-cuda12.2.2-debian12"}, {"enabled": False}, False),
+    ],
+)
+def test_slurmctld_serves_its_metrics_from_25_11_where_metrics_are_on(
+    write_cluster, versions, images: dict, metrics: dict, served: bool
+) -> None:
+    cluster = model.load(write_cluster(_with(images=images, metrics=metrics)), versions)
+    conf = slurmconf.render(cluster)["slurm.conf"].splitlines()
+    assert ("MetricsType=metrics/openmetrics" in conf) is served
+
+
 def test_without_cgroups_processes_are_tracked_through_proc(write_cluster, versions) -> None:
     data = _with(slurm={"cgroups": False})
     files = slurmconf.render(model.load(write_cluster(data), versions))
