@@ -3,12 +3,15 @@
 dynamic nodes that no slurmd answers for: slurmctld holds and reports them as it would real
 ones): wall time per scrape, and the RPCs slurmctld served for it, read from `sdiag --json`
 (its RPC counts by user: the exporter runs as its own account, the commands by hand as root).
+Once on the shipped images (the scheduler's statistics from sdiag) and once on Slurm 25.11, where
+the exporter reads them from slurmctld's own metrics endpoint (HTTP on its port, not an RPC).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -19,19 +22,32 @@ from bench.b8_k8s import cluster_file
 from bench.common import invoke
 
 ROUNDS = 10
+FETCH = "u.urlopen('http://127.0.0.1:9341/metrics').read()"
 SCRAPE = (
-    "import time, urllib.request as u; t = time.perf_counter(); "
-    "u.urlopen('http://127.0.0.1:9341/metrics').read(); print(time.perf_counter() - t)"
+    f"import time, urllib.request as u; t = time.perf_counter(); {FETCH}; "
+    "print(time.perf_counter() - t)"
 )
+TEXT = f"import urllib.request as u; print({FETCH}.decode())"
+
+
+# the images each run deploys: as shipped, then the first cell whose slurmctld serves metrics
+RUNS = {"shipped": None, "25.11": {"set": "current", "cell": "25.11.7-cuda12.2.2-debian12"}}
 
 
 def main() -> None:
+    for label, images in RUNS.items():
+        run(label, images)
+
+
+def run(run_label: str, images: dict | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         name = f"sfb15{os.getpid() % 10000}"
         path = cluster_file(root, name)
         data = yaml.safe_load(path.read_text())
         data["slurm"] = {"conf": {"MaxNodeCount": 128}}  # room for dynamic nodes
+        if images:
+            data["images"] = images
         path.write_text(yaml.safe_dump(data))
         os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
         where = ["--cluster", str(path), "--out", str(root / "out")]
@@ -60,8 +76,11 @@ def main() -> None:
             # less this function's own sdiag (REQUEST_STATS_INFO, one per reading)
             hand_rpcs = (rpcs(0) - before - 1) / ROUNDS
             scrape, by_hand = sorted(took)[ROUNDS // 2], sorted(hand)[ROUNDS // 2]
+            text = sh("exporter", "python3", "-c", TEXT)
+            source = re.search(r'slurm_scheduler_source\{source="([^"]+)"\}', text)[1]
             print(
-                f"B15 {label}: scrape {scrape * 1000:.0f} ms, {scrape_rpcs:.1f} RPCs; "
+                f"B15 {run_label} (scheduler from {source}), {label}: "
+                f"scrape {scrape * 1000:.0f} ms, {scrape_rpcs:.1f} RPCs; "
                 f"sinfo+squeue by hand {by_hand * 1000:.0f} ms, "
                 f"{hand_rpcs:.1f} RPCs; ratio time {scrape / by_hand:.2f}, "
                 f"RPCs {scrape_rpcs / hand_rpcs:.2f}"
