@@ -29,6 +29,7 @@ import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, start_http_server
 from prometheus_client.core import REGISTRY, GaugeMetricFamily, Metric
@@ -230,77 +231,84 @@ def collect_jobs() -> Families:
     return out
 
 
-# exporter family → (help, its field in `sdiag --json`, its name in slurmctld's
-# /metrics/scheduler without the slurm_ prefix (src/plugins/metrics/openmetrics), the scale from
-# both to the family's unit); the two sources count the same statistics, under different names
+class Statistic(NamedTuple):
+    """One of slurmctld's scheduling statistics, which its two sources name differently."""
+
+    doc: str
+    sdiag: str  # its field in `sdiag --json`
+    endpoint: str  # its name in /metrics/scheduler less slurm_ (src/plugins/metrics/openmetrics)
+    scale: float  # from both to the family's unit
+
+
+# exporter family → the statistic it serves
 SCHEDULER = {
-    "slurm_scheduler_cycle_last_seconds": (
+    "slurm_scheduler_cycle_last_seconds": Statistic(
         "last main scheduling cycle",
         "schedule_cycle_last",
         "schedule_cycle_last",
         1e-6,
     ),
-    "slurm_scheduler_cycle_mean_seconds": (
+    "slurm_scheduler_cycle_mean_seconds": Statistic(
         "mean main scheduling cycle",
         "schedule_cycle_mean",
         "sched_mean_cycle",
         1e-6,
     ),
-    "slurm_scheduler_cycles": (
+    "slurm_scheduler_cycles": Statistic(
         "main scheduling cycles since sdiag's reset",
         "schedule_cycle_total",
         "schedule_cycle_cnt",
         1,
     ),
-    "slurm_scheduler_queue_length": (
+    "slurm_scheduler_queue_length": Statistic(
         "jobs in the main scheduler's queue",
         "schedule_queue_length",
         "schedule_queue_len",
         1,
     ),
-    "slurm_scheduler_server_threads": (
+    "slurm_scheduler_server_threads": Statistic(
         "slurmctld's server threads",
         "server_thread_count",
         "server_thread_cnt",
         1,
     ),
-    "slurm_scheduler_agent_queue_size": (
+    "slurm_scheduler_agent_queue_size": Statistic(
         "slurmctld's outgoing RPC queue",
         "agent_queue_size",
         "agent_queue_size",
         1,
     ),
-    "slurm_scheduler_dbd_agent_queue_size": (
+    "slurm_scheduler_dbd_agent_queue_size": Statistic(
         "messages waiting for slurmdbd",
         "dbd_agent_queue_size",
         "slurmdbd_queue_size",
         1,
     ),
-    "slurm_backfill_cycle_last_seconds": (
+    "slurm_backfill_cycle_last_seconds": Statistic(
         "last backfill cycle",
         "bf_cycle_last",
         "bf_cycle_last",
         1e-6,
     ),
-    "slurm_backfill_cycle_mean_seconds": (
+    "slurm_backfill_cycle_mean_seconds": Statistic(
         "mean backfill cycle",
         "bf_cycle_mean",
         "bf_mean_cycle",
         1e-6,
     ),
-    "slurm_backfill_cycles": (
+    "slurm_backfill_cycles": Statistic(
         "backfill cycles since sdiag's reset",
         "bf_cycle_counter",
         "bf_cycle_cnt",
         1,
     ),
-    "slurm_backfill_jobs_started": (
+    "slurm_backfill_jobs_started": Statistic(
         "jobs started by backfill since sdiag's reset",
         "bf_backfilled_jobs",
         "backfilled_jobs",
         1,
     ),
-    "slurm_backfill_last_depth": (
+    "slurm_backfill_last_depth": Statistic(
         "jobs the last backfill cycle looked at",
         "bf_last_depth",
         "bf_last_depth",
@@ -308,7 +316,7 @@ SCHEDULER = {
     ),
 }
 SCHEDULER_FAMILIES = {
-    **{name: (doc, ()) for name, (doc, *_) in SCHEDULER.items()},
+    **{name: (stat.doc, ()) for name, stat in SCHEDULER.items()},
     "slurm_scheduler_source": ("1 for where the statistics came from", ("source",)),
 }
 
@@ -337,7 +345,7 @@ class Scheduler:
             for sample in family.samples
         }
         # every family or none from here: a name a later Slurm renames falls back to sdiag whole
-        if not all(name in values for _, _, name, _ in SCHEDULER.values()):
+        if not all(stat.endpoint in values for stat in SCHEDULER.values()):
             return None
         return values
 
@@ -345,14 +353,14 @@ class Scheduler:
         out = Families(SCHEDULER_FAMILIES)
         values = self.native()
         if values is not None:
-            source, column = "metrics-endpoint", 2
+            source, named = "metrics-endpoint", "endpoint"
         else:
             values = {k: number(v) for k, v in slurm_json("sdiag")["statistics"].items()}
-            source, column = "sdiag", 1
-        for name, row in SCHEDULER.items():
-            value = values.get(row[column])
+            source, named = "sdiag", "sdiag"
+        for name, stat in SCHEDULER.items():
+            value = values.get(getattr(stat, named))
             if value is not None:
-                out.add(name, (), value * row[3])
+                out.add(name, (), value * stat.scale)
         out.add("slurm_scheduler_source", (source,), 1)
         return out
 
