@@ -335,7 +335,9 @@ ROLES: tuple[Role, ...] = (
         image=DBD,
         command=("slurmdbd", "-D"),
         ports=(Port("slurmdbd", 6819),),
-        probe=Probe(pid_file="/run/slurmdbd/slurmdbd.pid"),
+        # ready once it listens: slurmdbd writes its pid file before it has reached the
+        # database and before it takes requests (src/slurmdbd/slurmdbd.c)
+        probe=Probe(listening=6819),
         secrets=(MUNGE, JWT, DB_PASSWORD),
         configs=(DBD_CONF,),
         jail="ro",  # user names resolve as on the nodes (the jail's accounts)
