@@ -227,8 +227,9 @@ class Kube(Target):
         self.check_upgrade()
         self.secrets.check_database()  # before anything changes (a drain included)
         removed = self.removed_nodes() if removed is None else removed
-        states = slurmctl.node_states(self.controller_sh) if removed else None
-        known = [n for n in removed if states and n in states]
+        seen = slurmctl.nodes(self.controller_sh)  # None before the first deploy
+        kept = slurmctl.drains(seen)  # an operator's drains outlive the apply
+        known = [n for n in removed if seen and n in seen]
         if known:
             slurmctl.drain(self.controller_sh, known, timeout)
         first = [n for n in names if self.objects[n]["kind"] == "Namespace"]
@@ -255,14 +256,12 @@ class Kube(Target):
         if self.sync_config(timeout):
             slurmctl.reconfigure(self.controller_sh)
         nodes = [node for _, node in self.cluster.nodes]
-        states = slurmctl.wait_in_service(self.controller_sh, nodes, timeout)
-        if not slurmctl.in_service(states, nodes):
-            shown = ", ".join(
-                f"{n} ({(states or {}).get(n, 'unknown to slurmctld')})"
-                for n in nodes
-                if (states or {}).get(n) not in slurmctl.IN_SERVICE
-            )
+        seen = slurmctl.wait_ready(self.controller_sh, nodes, kept, timeout)
+        if not slurmctl.ready(seen, nodes, kept):
+            shown = ", ".join(slurmctl.unready(seen, nodes, kept))
             raise DeployError(f"not every node is in service after {timeout:.0f} s: {shown}")
+        for line in slurmctl.kept_drained(seen or {}, nodes, kept):
+            print(f"note: {line}", file=self.log)
         if self.cluster.spec.accounting.enabled:
             for line in accounting_db.setup(self.cluster, self.controller_sh, timeout):
                 print(f"note: {line}", file=self.log)

@@ -269,7 +269,7 @@ class Local(Target):
         took = self.start(timeout)
         spec = self.cluster.spec
         return [
-            f"cluster {spec.name}: {len(self.cluster.nodes)} nodes idle after {took:.1f} s "
+            f"cluster {spec.name}: {len(self.cluster.nodes)} nodes up after {took:.1f} s "
             f"(manifests: {self.dir})",
             "log in:  invoke login            (root shell in the jail on the login node)",
             "         invoke login --user NAME",
@@ -286,10 +286,11 @@ class Local(Target):
         ids = self.image_ids()
         self.check_site()
         secrets = self.secrets()
+        kept = self.drains()  # an operator's drains outlive the deploy (the upgrade's hold too)
         if upgrading:
             self.hold(timeout)
         self._apply(ids[JAIL], secrets, populate=True, upgrading=upgrading)
-        self.wait_ready(timeout)
+        self.wait_ready(timeout, kept)
         self.wait_accounting(timeout - (time.monotonic() - start))
         return time.monotonic() - start
 
@@ -373,12 +374,17 @@ class Local(Target):
     def controller_sh(self, command: str) -> tuple[int, str]:
         return self.sh(CONTROLLER, command)
 
-    def wait_ready(self, timeout: float) -> None:
-        """Until every node is in service (idle, or running jobs); else name the failing ones."""
+    def drains(self) -> dict[str, str]:
+        """The drained nodes → their reasons, before a deploy or scale changes anything."""
+        return slurmctl.drains(slurmctl.nodes(self.controller_sh))  # none before slurmctld runs
+
+    def wait_ready(self, timeout: float, kept: dict[str, str]) -> None:
+        """Until every node is in service (idle, or running jobs), or in the drain ``kept`` says
+        it was in before (which a note names); else name the failing ones."""
         nodes = [node for _, node in self.cluster.nodes]
         watched = {CONTROLLER, LOGIN, *nodes}
         deadline = time.monotonic() + timeout
-        states: dict[str, str] | None = None
+        seen: dict[str, slurmctl.Node] | None = None
         while time.monotonic() < deadline:
             for service, container in self.containers().items():
                 if service in watched and container.status in ("exited", "dead"):
@@ -386,14 +392,15 @@ class Local(Target):
                         f"container {container.name} stopped (exit code "
                         f"{container.attrs['State'].get('ExitCode')})\n{self._tail(service)}"
                     )
-            states = slurmctl.node_states(self.controller_sh)
-            if slurmctl.in_service(states, nodes):
+            seen = slurmctl.nodes(self.controller_sh)
+            if slurmctl.ready(seen, nodes, kept):
+                for line in slurmctl.kept_drained(seen or {}, nodes, kept):
+                    print(f"note: {line}", file=self.log)
                 return
             time.sleep(1)
-        failing = [CONTROLLER] if states is None else [n for n in nodes if states.get(n) != "idle"]
-        shown = ", ".join(f"{n} ({(states or {}).get(n, 'no answer')})" for n in failing)
-        tails = "\n".join(self._tail(s) for s in failing[:3])
-        raise DeployError(f"not ready after {timeout:.0f} s: {shown}\n{tails}")
+        failing = slurmctl.unready(seen, nodes, kept) if seen else [f"{CONTROLLER} (no answer)"]
+        tails = "\n".join(self._tail(shown.split()[0]) for shown in failing[:3])
+        raise DeployError(f"not ready after {timeout:.0f} s: {', '.join(failing)}\n{tails}")
 
     def status(self) -> str:
         self.compose("ps")
@@ -429,12 +436,13 @@ class Local(Target):
         """Apply ``new`` (this cluster with other replica counts); returns the removed nodes."""
         ids = self.image_ids()
         removed = sorted({n for _, n in self.cluster.nodes} - {n for _, n in new.nodes})
+        kept = self.drains()
         if removed and self.running(CONTROLLER) is not None:
             slurmctl.drain(self.controller_sh, removed, timeout)
         self.cluster = new
         self.__dict__.pop("gpus", None)  # the GPU assignment follows the new node counts
         self._apply(ids[JAIL], self.secrets(), populate=False)
-        self.wait_ready(timeout)
+        self.wait_ready(timeout, kept)
         return removed
 
     def gpu_check(self, min_busbw: float | None, command: str | None) -> list:

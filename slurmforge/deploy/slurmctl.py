@@ -8,35 +8,89 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from slurmforge.errors import DeployError
 
 Shell = Callable[[str], tuple[int, str]]
 IN_SERVICE = {"idle", "mix", "alloc", "comp"}
+DRAINED = {"drain", "drng"}  # sinfo's short states of a drained (or draining) node that answers
 POLL = 2.0  # seconds between two looks at the jobs on nodes being drained
+
+
+class Node(NamedTuple):
+    state: str  # sinfo's short state: idle, alloc, drain, down*…
+    reason: str  # why it is drained or down ("none" when it is not)
+
+
+def nodes(sh: Shell) -> dict[str, Node] | None:
+    """Node → its state and reason, as sinfo shows them; None when slurmctld does not answer."""
+    code, out = sh("sinfo -h -N -o '%N|%t|%E'")
+    if code:
+        return None
+    rows = (line.split("|", 2) for line in out.splitlines())
+    return {row[0]: Node(row[1], row[2]) for row in rows if len(row) == 3}
 
 
 def node_states(sh: Shell) -> dict[str, str] | None:
     """Node → its short sinfo state (idle, down*, drain…); None when slurmctld does not answer."""
-    code, out = sh("sinfo -h -N -o '%N %t'")
-    if code:
-        return None
-    return dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+    seen = nodes(sh)
+    return None if seen is None else {name: node.state for name, node in seen.items()}
 
 
-def wait_in_service(sh: Shell, nodes: list[str], timeout: float) -> dict[str, str] | None:
-    """Poll until every node is in service (idle, or running jobs); the last states seen, which
-    the caller checks (None: slurmctld never answered)."""
+def drains(seen: dict[str, Node] | None) -> dict[str, str]:
+    """The drained nodes in ``seen`` → their reasons. Taken before a deploy changes anything: an
+    operator's drain (or the GPU health check's) outlives the deploy, and such a node counts as
+    ready while it keeps that drain (see ``ready``)."""
+    drained = (seen or {}).items()
+    return {name: node.reason for name, node in drained if node.state.rstrip("*") in DRAINED}
+
+
+def _kept(node: Node, reason: str | None) -> bool:
+    """The node answers in the drain it was in before (``reason``: its reason then)."""
+    return node.state in DRAINED and node.reason == reason
+
+
+def ready(seen: dict[str, Node] | None, names: list[str], kept: dict[str, str]) -> bool:
+    """Every node in service (idle, or running jobs), or answering in a drain ``kept`` names with
+    the same reason."""
+    return seen is not None and not unready(seen, names, kept)
+
+
+def unready(seen: dict[str, Node] | None, names: list[str], kept: dict[str, str]) -> list[str]:
+    """The nodes that are not ready, each with its state (and reason), for an error message."""
+    shown = []
+    for name in names:
+        node = (seen or {}).get(name)
+        if node is None:
+            shown.append(f"{name} ({'no answer' if seen is None else 'unknown to slurmctld'})")
+        elif node.state not in IN_SERVICE and not _kept(node, kept.get(name)):
+            why = f": {node.reason}" if node.reason != "none" else ""
+            shown.append(f"{name} ({node.state}{why})")
+    return shown
+
+
+def wait_ready(
+    sh: Shell, names: list[str], kept: dict[str, str], timeout: float
+) -> dict[str, Node] | None:
+    """Poll until ``ready``; the last view of the nodes, which the caller checks (None:
+    slurmctld never answered)."""
     deadline = time.monotonic() + timeout
-    states = node_states(sh)
-    while not in_service(states, nodes) and time.monotonic() < deadline:
+    seen = nodes(sh)
+    while not ready(seen, names, kept) and time.monotonic() < deadline:
         time.sleep(1)
-        states = node_states(sh)
-    return states
+        seen = nodes(sh)
+    return seen
 
 
-def in_service(states: dict[str, str] | None, nodes: list[str]) -> bool:
-    return states is not None and all(states.get(n) in IN_SERVICE for n in nodes)
+def kept_drained(seen: dict[str, Node], names: list[str], kept: dict[str, str]) -> list[str]:
+    """Lines for the user: the nodes that stayed in the drain they were in before the deploy."""
+    return [
+        f"{name} stays drained ({seen[name].reason}); "
+        f"return it with: scontrol update NodeName={name} State=RESUME"
+        for name in names
+        if name in seen and _kept(seen[name], kept.get(name))
+    ]
 
 
 def _drain(sh: Shell, names: str, reason: str) -> None:

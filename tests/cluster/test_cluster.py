@@ -100,6 +100,19 @@ def test_munge_key_is_reused_on_redeploy(deployed: Deployed) -> None:
     assert deployed.ok("login", "srun -N2 true && echo fine", user="root") == "fine"
 
 
+def test_a_redeploy_leaves_an_operators_drain_and_says_so(deployed: Deployed) -> None:
+    deployed.ok("slurmctld", "scontrol update NodeName=cpu-1 State=DRAIN Reason='disk swap'")
+    try:
+        proc = deployed.invoke("deploy", "--timeout", "60")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "note: cpu-1 stays drained (disk swap)" in proc.stderr
+        assert deployed.ok("slurmctld", "sinfo -h -N -n cpu-1 -o '%t|%E'") == "drain|disk swap"
+        assert deployed.ok("login", "srun -N1 hostname", user="root") == "cpu-0"
+    finally:
+        deployed.sh("slurmctld", "scontrol update NodeName=cpu-1 State=RESUME")
+    deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})
+
+
 def test_controller_restart_keeps_queued_jobs(deployed: Deployed) -> None:
     deployed.user("alice")
     job = deployed.ok(

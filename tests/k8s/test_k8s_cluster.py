@@ -457,7 +457,7 @@ def test_slurmctld_deleted_keeps_a_held_job_which_runs_after_release(
 
 
 def test_redeploy_with_a_changed_jail_keep_runs_a_new_populate(deployed: K8sCluster) -> None:
-    """... and keeps the Secrets (never rotated) and the job records."""
+    """... and keeps the Secrets (never rotated), the job records and an operator's drain."""
     kube = deployed.kube
     secrets = kube.run("get", "secrets", "-o", "jsonpath={.items[*].metadata.uid}")
     job = _submit(kube, "--wait --wrap true")
@@ -465,8 +465,15 @@ def test_redeploy_with_a_changed_jail_keep_runs_a_new_populate(deployed: K8sClus
     data = deployed.data()
     data["jail"] = {**data.get("jail", {}), "keep": ["/srv/"]}
     deployed.write(data)
-    proc = deployed.deploy()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    controller = ("slurmctld-0", "slurmctld")
+    kube.sh(*controller, "scontrol update NodeName=cpu-1 State=DRAIN Reason='disk swap'")
+    try:
+        proc = deployed.deploy()
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "note: cpu-1 stays drained (disk swap)" in proc.stderr
+        assert kube.sh(*controller, "sinfo -h -N -n cpu-1 -o '%t|%E'") == "drain|disk swap"
+    finally:
+        kube.sh(*controller, "scontrol update NodeName=cpu-1 State=RESUME")
     new = set(kube.run("get", "jobs", "-o", "name").split()) - before
     assert len(new) == 1, (before, new)
     (populate,) = new

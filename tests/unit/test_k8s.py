@@ -489,8 +489,9 @@ def _server(served: dict[str, list[str]], failing: str = ""):
         calls.append(argv)
         if argv[-1] == "json":  # get statefulsets / pods
             return subprocess.CompletedProcess(argv, 0, json.dumps({"items": []}), "")
-        if "sinfo -h -N -o '%N %t'" in argv:
-            return subprocess.CompletedProcess(argv, 0, "".join(f"{n} idle\n" for n in NODES), "")
+        if "sinfo -h -N -o '%N|%t|%E'" in argv:
+            out = "".join(f"{n}|idle|none\n" for n in NODES)
+            return subprocess.CompletedProcess(argv, 0, out, "")
         if len(argv) > 2 and argv[-2] == "-c" and "sacctmgr -n -P show" in argv[-1]:
             # slurmdbd knows the cluster and the default account
             return subprocess.CompletedProcess(argv, 0, argv[-1].split()[5] + "\n", "")
@@ -534,6 +535,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     instance, nodes = "app.kubernetes.io/instance=train", "app.kubernetes.io/component=node"
     database = "app.kubernetes.io/component=mariadb"
     exec_ = [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--"]
+    sinfo = "sinfo -h -N -o '%N|%t|%E'"
     assert (
         calls
         == [
@@ -546,6 +548,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
             [kubectl, *ns, "get", "secret", "db-password", "-o", "jsonpath={.data.db-password}"],
             [kubectl, *ns, "get", "pods", "-l", f"{instance},{database}", "-o", "json"],
             [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{nodes}", "-o", "json"],
+            [*exec_, "bash", "-c", sinfo],  # the drains from before, which outlive the apply
             [*apply, "-f", files[0]],  # the Namespace first
             # the Secrets exist already
             [kubectl, *ns, "get", "secret", "munge-key", "-o", "jsonpath={.data.munge\\.key}"],
@@ -570,7 +573,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
                 )
             ),
             [kubectl, *ns, "get", "pods", "-l", instance, "-o", "json"],  # their Slurm config
-            [*exec_, "bash", "-c", "sinfo -h -N -o '%N %t'"],  # until every node is in service
+            [*exec_, "bash", "-c", sinfo],  # until every node is in service
             # slurmdbd has the cluster; the default account exists
             [*exec_, "bash", "-c", "sacctmgr -n -P show cluster train format=cluster"],
             [*exec_, "bash", "-c", "sacctmgr -n -P show account default format=account"],

@@ -1,5 +1,6 @@
-"""The upgrade's hold and release of nodes (slurmctl.hold/release) against a stand-in for the
-commands slurmctld answers: which nodes are drained, what is resumed, what a timeout leaves."""
+"""The upgrade's hold and release of nodes (slurmctl.hold/release), and when a deploy counts a
+node as ready, against a stand-in for the commands slurmctld answers: which nodes are drained,
+what is resumed, what a timeout leaves, which drain outlives a deploy."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ class Slurm:
 
     def __call__(self, command: str) -> tuple[int, str]:
         self.commands.append(command)
-        if command.startswith("sinfo -h -N -o '%N %t'"):
-            return 0, "\n".join(f"{n} {s}" for n, (s, _) in self.nodes.items())
+        if command.startswith("sinfo -h -N -o '%N|%t|%E'"):
+            return 0, "\n".join(f"{n}|{s}|{r or 'none'}" for n, (s, r) in self.nodes.items())
         if command.startswith("sinfo -h -N -o '%N|%E'"):
             drained = {n: r for n, (s, r) in self.nodes.items() if s in ("drain", "drng")}
             return 0, "\n".join(f"{n}|{r}" for n, r in drained.items())
@@ -60,3 +61,29 @@ def test_jobs_still_running_at_the_timeout_undo_the_hold() -> None:
     with pytest.raises(DeployError, match=r"jobs 7, 9 still run after 0 s; .* Nothing was"):
         slurmctl.hold(slurm, REASON, timeout=0)
     assert slurm.nodes == {"a": ("idle", ""), "b": ("idle", "")}
+
+
+def test_a_drain_from_before_the_deploy_counts_as_ready_while_it_keeps_its_reason() -> None:
+    before = Slurm({"a": ("idle", ""), "b": ("drng", "disk swap"), "c": ("down*", "gone")}, [], 0)
+    kept = slurmctl.drains(slurmctl.nodes(before))
+    assert kept == {"b": "disk swap"}  # down is not a drain: it has to come back
+    names = ["a", "b"]
+    after = Slurm({"a": ("idle", ""), "b": ("drain", "disk swap")}, [], 0)
+    seen = slurmctl.wait_ready(after, names, kept, timeout=0)
+    assert slurmctl.ready(seen, names, kept)
+    assert slurmctl.kept_drained(seen, names, kept) == [
+        "b stays drained (disk swap); return it with: scontrol update NodeName=b State=RESUME"
+    ]
+    # no drain is ready unless it was there before, with that reason, and the node answers
+    for b, why in [
+        (("drain", "Low RealMemory"), "b (drain: Low RealMemory)"),
+        (("drain*", "disk swap"), "b (drain*: disk swap)"),
+    ]:
+        seen = slurmctl.nodes(Slurm({"a": ("idle", ""), "b": b}, [], 0))
+        assert not slurmctl.ready(seen, names, kept)
+        assert slurmctl.unready(seen, names, kept) == [why]
+        assert slurmctl.unready(seen, names, {}) == [why]
+    seen = slurmctl.nodes(Slurm({"a": ("drain", "disk swap")}, [], 0))
+    missing = ["a (drain: disk swap)", "b (unknown to slurmctld)"]  # a's drain is new
+    assert slurmctl.unready(seen, names, kept) == missing
+    assert slurmctl.unready(None, names, kept) == ["a (no answer)", "b (no answer)"]
