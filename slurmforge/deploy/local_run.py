@@ -286,7 +286,7 @@ class Local(Target):
         ids = self.image_ids()
         self.check_site()
         secrets = self.secrets()
-        kept = self.drains()  # an operator's drains outlive the deploy (the upgrade's hold too)
+        kept = self.drains()  # before the upgrade's hold: an operator's drains outlive both
         if upgrading:
             self.hold(timeout)
         self._apply(ids[JAIL], secrets, populate=True, upgrading=upgrading)
@@ -398,7 +398,9 @@ class Local(Target):
                     print(f"note: {line}", file=self.log)
                 return
             time.sleep(1)
-        failing = slurmctl.unready(seen, nodes, kept) if seen else [f"{CONTROLLER} (no answer)"]
+        failing = [f"{CONTROLLER} (no answer)"]
+        if seen is not None:
+            failing = slurmctl.unready(seen, nodes, kept)
         tails = "\n".join(self._tail(shown.split()[0]) for shown in failing[:3])
         raise DeployError(f"not ready after {timeout:.0f} s: {', '.join(failing)}\n{tails}")
 

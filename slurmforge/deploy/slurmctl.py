@@ -32,12 +32,6 @@ def nodes(sh: Shell) -> dict[str, Node] | None:
     return {row[0]: Node(row[1], row[2]) for row in rows if len(row) == 3}
 
 
-def node_states(sh: Shell) -> dict[str, str] | None:
-    """Node → its short sinfo state (idle, down*, drain…); None when slurmctld does not answer."""
-    seen = nodes(sh)
-    return None if seen is None else {name: node.state for name, node in seen.items()}
-
-
 def drains(seen: dict[str, Node] | None) -> dict[str, str]:
     """The drained nodes in ``seen`` → their reasons. Taken before a deploy changes anything: an
     operator's drain (or the GPU health check's) outlives the deploy, and such a node counts as
@@ -133,14 +127,14 @@ def reconfigure(sh: Shell) -> None:
 def hold(sh: Shell, reason: str, timeout: float) -> None:
     """Drain every node with ``reason`` and wait until no job runs; pending jobs stay queued.
     When jobs still run at ``timeout``, the nodes are resumed and nothing else has changed."""
-    states = node_states(sh)
-    if not states:  # slurmctld does not answer (or has no nodes): it holds nothing either
+    seen = nodes(sh)
+    if not seen:  # slurmctld does not answer (or has no nodes): it holds nothing either
         return
     # a node drained or down already keeps its state and its reason (release leaves it so)
-    names = ",".join(node for node, state in states.items() if state in IN_SERVICE)
+    names = ",".join(name for name, node in seen.items() if node.state in IN_SERVICE)
     if names:
         _drain(sh, names, reason)
-    left = _wait_jobs(sh, ",".join(states), timeout)
+    left = _wait_jobs(sh, ",".join(seen), timeout)
     if left is None:
         return
     release(sh, reason, timeout=30)
