@@ -21,15 +21,22 @@ POLL = 2.0  # seconds between two looks at the jobs on nodes being drained
 class Node(NamedTuple):
     state: str  # sinfo's short state: idle, alloc, drain, down*…
     reason: str  # why it is drained or down ("none" when it is not)
+    down: bool = False  # DOWN under the drain sinfo shows: slurmd has not registered since
+
+
+# sinfo shows a node that is DOWN and drained as "drain" (a pod's preStop leaves a node so);
+# its state filter matches the DOWN under it
+NODES = "sinfo -h -N -o '%N|%t|%E' && sinfo -h -N -t down -o 'down|%N'"
 
 
 def nodes(sh: Shell) -> dict[str, Node] | None:
     """Node → its state and reason, as sinfo shows them; None when slurmctld does not answer."""
-    code, out = sh("sinfo -h -N -o '%N|%t|%E'")
+    code, out = sh(NODES)
     if code:
         return None
-    rows = (line.split("|", 2) for line in out.splitlines())
-    return {row[0]: Node(row[1], row[2]) for row in rows if len(row) == 3}
+    rows = [line.split("|", 2) for line in out.splitlines()]
+    down = {row[1] for row in rows if len(row) == 2 and row[0] == "down"}
+    return {row[0]: Node(row[1], row[2], row[0] in down) for row in rows if len(row) == 3}
 
 
 def drains(seen: dict[str, Node] | None) -> dict[str, str]:
@@ -42,7 +49,7 @@ def drains(seen: dict[str, Node] | None) -> dict[str, str]:
 
 def _kept(node: Node, reason: str | None) -> bool:
     """The node answers in the drain it was in before (``reason``: its reason then)."""
-    return node.state in DRAINED and node.reason == reason
+    return node.state in DRAINED and not node.down and node.reason == reason
 
 
 def ready(seen: dict[str, Node] | None, names: list[str], kept: dict[str, str]) -> bool:
@@ -60,7 +67,7 @@ def unready(seen: dict[str, Node] | None, names: list[str], kept: dict[str, str]
             shown.append(f"{name} ({'no answer' if seen is None else 'unknown to slurmctld'})")
         elif node.state not in IN_SERVICE and not _kept(node, kept.get(name)):
             why = f": {node.reason}" if node.reason != "none" else ""
-            shown.append(f"{name} ({node.state}{why})")
+            shown.append(f"{name} ({node.state}{'+down' * node.down}{why})")
     return shown
 
 

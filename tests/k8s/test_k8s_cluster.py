@@ -478,7 +478,7 @@ def test_redeploy_with_a_changed_jail_keep_runs_a_new_populate(deployed: K8sClus
     assert len(new) == 1, (before, new)
     (populate,) = new
     assert kube.run("get", populate, "-o", "jsonpath={.status.succeeded}") == "1"
-    assert kube.states() == {"cpu-0": "idle", "cpu-1": "idle"}
+    kube.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=60)  # resumed, pinged
     assert kube.run("get", "secrets", "-o", "jsonpath={.items[*].metadata.uid}") == secrets
     assert _sacct(kube, [job]) == {job: ("COMPLETED", "0:0")}
 

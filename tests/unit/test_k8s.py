@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from slurmforge import state
-from slurmforge.deploy import Where, k8s_images, k8s_secrets, model, open_target, roles
+from slurmforge.deploy import Where, k8s_images, k8s_secrets, model, open_target, roles, slurmctl
 from slurmforge.deploy.k8s_objects import secret_env
 from slurmforge.deploy.k8s_run import Kube, kubectl_path
 from slurmforge.errors import ConfigError, DeployError
@@ -489,7 +489,7 @@ def _server(served: dict[str, list[str]], failing: str = ""):
         calls.append(argv)
         if argv[-1] == "json":  # get statefulsets / pods
             return subprocess.CompletedProcess(argv, 0, json.dumps({"items": []}), "")
-        if "sinfo -h -N -o '%N|%t|%E'" in argv:
+        if slurmctl.NODES in argv:
             out = "".join(f"{n}|idle|none\n" for n in NODES)
             return subprocess.CompletedProcess(argv, 0, out, "")
         if len(argv) > 2 and argv[-2] == "-c" and "sacctmgr -n -P show" in argv[-1]:
@@ -535,7 +535,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     instance, nodes = "app.kubernetes.io/instance=train", "app.kubernetes.io/component=node"
     database = "app.kubernetes.io/component=mariadb"
     exec_ = [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--"]
-    sinfo = "sinfo -h -N -o '%N|%t|%E'"
+    sinfo = slurmctl.NODES
     assert (
         calls
         == [

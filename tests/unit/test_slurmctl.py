@@ -29,8 +29,11 @@ class Slurm:
 
     def __call__(self, command: str) -> tuple[int, str]:
         self.commands.append(command)
-        if command.startswith("sinfo -h -N -o '%N|%t|%E'"):
-            return 0, "\n".join(f"{n}|{s}|{r or 'none'}" for n, (s, r) in self.nodes.items())
+        if command == slurmctl.NODES:  # "drain+down": DOWN under a drain, as sinfo shows it
+            shown = self.nodes.items()
+            rows = [f"{n}|{s.removesuffix('+down')}|{r or 'none'}" for n, (s, r) in shown]
+            down = [f"down|{n}" for n, (s, _) in shown if s.endswith("down")]
+            return 0, "\n".join(rows + down)
         if command.startswith("sinfo -h -N -o '%N|%E'"):
             drained = {n: r for n, (s, r) in self.nodes.items() if s in ("drain", "drng")}
             return 0, "\n".join(f"{n}|{r}" for n, r in drained.items())
@@ -64,9 +67,18 @@ def test_jobs_still_running_at_the_timeout_undo_the_hold() -> None:
 
 
 def test_a_drain_from_before_the_deploy_counts_as_ready_while_it_keeps_its_reason() -> None:
-    before = Slurm({"a": ("idle", ""), "b": ("drng", "disk swap"), "c": ("down*", "gone")}, [], 0)
+    before = Slurm(
+        {
+            "a": ("idle", ""),
+            "b": ("drng", "disk swap"),
+            "c": ("down*", "gone"),
+            "d": ("drain+down", "fan"),
+        },
+        [],
+        0,
+    )
     kept = slurmctl.drains(slurmctl.nodes(before))
-    assert kept == {"b": "disk swap"}  # down is not a drain: it has to come back
+    assert kept == {"b": "disk swap", "d": "fan"}  # down is not a drain: it has to come back
     names = ["a", "b"]
     after = Slurm({"a": ("idle", ""), "b": ("drain", "disk swap")}, [], 0)
     seen = slurmctl.wait_ready(after, names, kept, timeout=0)
@@ -78,6 +90,7 @@ def test_a_drain_from_before_the_deploy_counts_as_ready_while_it_keeps_its_reaso
     for b, why in [
         (("drain", "Low RealMemory"), "b (drain: Low RealMemory)"),
         (("drain*", "disk swap"), "b (drain*: disk swap)"),
+        (("drain+down", "disk swap"), "b (drain+down: disk swap)"),  # not registered since
     ]:
         seen = slurmctl.nodes(Slurm({"a": ("idle", ""), "b": b}, [], 0))
         assert not slurmctl.ready(seen, names, kept)
