@@ -2,10 +2,10 @@
 brought up to date with sacctmgr on every deploy, for both targets.
 
 A file that declares no QoS (no accounts) leaves them to the site's own sacctmgr. Each declared
-QoS or account is added when slurmdbd lacks it, then given every setting the file
-names (`sacctmgr modify ... set`); what the file leaves out keeps the value it has. Nothing is
-ever deleted: once a file declares QoS (accounts), one that slurmdbd has and the file does not
-declare is reported, with the sacctmgr line that removes it.
+QoS or account is added with its settings when slurmdbd lacks it, else given every setting the
+file names (`sacctmgr modify ... set`); what the file leaves out keeps the value it has. Nothing
+that was there before the deploy is ever deleted: once a file declares QoS (accounts), one that
+slurmdbd has and the file does not declare is reported, with the sacctmgr line that removes it.
 
 Commands run through ``sh`` (a shell in slurmctld, as root), as in slurmctl.py.
 """
@@ -49,40 +49,33 @@ def run(sh: Sh, command: str, what: str) -> None:
     code, out = sh(f"sacctmgr -i {command}")
     # a modify that changes nothing says so and exits non-zero: that is the idempotent case
     if code and "nothing modified" not in out.lower():
-        raise DeployError(f"sacctmgr could not {what}: {out.strip()[-300:]}")
+        detail = " ".join(out.split())[-300:]  # one line: an error may be followed by more
+        raise DeployError(f"sacctmgr could not {what}: {detail}")
 
 
 def apply(cluster: Cluster, sh: Sh) -> list[str]:
-    """Make the declared QoS and accounts what the file says; lines reporting the undeclared."""
+    """Make the declared QoS and accounts what the file says; lines reporting the undeclared.
+
+    A QoS or account slurmdbd lacks is added with every setting in the one `sacctmgr add` (a
+    refused setting adds nothing), Preempt aside: it names QoS that may be added in the same
+    run, so it is set once all exist. Where anything is refused after that, the QoS and
+    accounts this run added are deleted again before the error is raised, so none is left
+    without its limits."""
     accounting = cluster.spec.accounting
     if not accounting.qos and not accounting.accounts:
         return []
     have = names(sh, "qos")
-    for qos in accounting.qos:
-        if qos.name not in have:
-            run(sh, f"add qos {qos.name}", f"add QoS {qos.name}")
-    for qos in accounting.qos:  # once all exist: Preempt names others
-        # sacctmgr takes Preempt only after PreemptMode
-        given = sorted(settings(qos, ()), key=lambda s: s.startswith("Preempt="))
-        if given:
-            command = f"modify qos where name={qos.name} set {' '.join(given)}"
-            run(sh, command, f"set QoS {qos.name}")
     have_accounts = names(sh, "account")
-    pending = [a for a in accounting.accounts if a.name not in have_accounts]
-    while pending:  # parents first
-        ready = [a for a in pending if a.Parent in have_accounts]
-        if not ready:
-            missing = ", ".join(f"{a.name} (parent {a.Parent})" for a in pending)
-            raise DeployError(f"accounts whose parent exists nowhere: {missing}")
-        for account in ready:
-            run(sh, f"add account {account.name} Parent={account.Parent}", f"add {account.name}")
-            have_accounts.append(account.name)
-        pending = [a for a in pending if a not in ready]
-    for account in accounting.accounts:
-        given = settings(account, ("Parent",))
-        if given:
-            command = f"modify account where name={account.name} set {' '.join(given)}"
-            run(sh, command, f"set account {account.name}")
+    added: list[tuple[str, str]] = []  # (kind, name), in the order made
+    try:
+        _make(cluster, sh, have, have_accounts, added)
+    except DeployError as exc:
+        undone = _undo(sh, added)
+        if undone:
+            raise DeployError(
+                f"{exc}; removed again what this deploy had added: {undone}"
+            ) from None
+        raise
     # what slurmdbd had beyond the file (all it gained since is declared)
     report = []
     if accounting.qos:
@@ -95,6 +88,59 @@ def apply(cluster: Cluster, sh: Sh) -> list[str]:
             _undeclared(cluster, "account", "account", n) for n in have_accounts if n not in wanted
         ]
     return report
+
+
+def _make(
+    cluster: Cluster,
+    sh: Sh,
+    have: list[str],
+    have_accounts: list[str],
+    added: list[tuple[str, str]],
+) -> None:
+    accounting = cluster.spec.accounting
+    for qos in accounting.qos:
+        if qos.name not in have:
+            given = " ".join(settings(qos, ("Preempt",)))
+            run(sh, f"add qos {qos.name} {given}".rstrip(), f"add QoS {qos.name}")
+            added.append(("qos", qos.name))
+    for qos in accounting.qos:  # once all exist: Preempt names others
+        new = ("qos", qos.name) in added
+        # sacctmgr takes Preempt only after PreemptMode
+        given = sorted(settings(qos, ()), key=lambda s: s.startswith("Preempt="))
+        if new:
+            given = [s for s in given if s.startswith("Preempt=")]
+        if given:
+            command = f"modify qos where name={qos.name} set {' '.join(given)}"
+            run(sh, command, f"set QoS {qos.name}")
+    pending = [a for a in accounting.accounts if a.name not in have_accounts]
+    made = list(have_accounts)
+    while pending:  # parents first
+        ready = [a for a in pending if a.Parent in made]
+        if not ready:
+            missing = ", ".join(f"{a.name} (parent {a.Parent})" for a in pending)
+            raise DeployError(f"accounts whose parent exists nowhere: {missing}")
+        for account in ready:
+            given = " ".join(settings(account, ("Parent",)))
+            command = f"add account {account.name} Parent={account.Parent} {given}".rstrip()
+            run(sh, command, f"add account {account.name}")
+            added.append(("account", account.name))
+            made.append(account.name)
+        pending = [a for a in pending if a not in ready]
+    for account in accounting.accounts:
+        given = settings(account, ("Parent",))
+        if given and ("account", account.name) not in added:
+            command = f"modify account where name={account.name} set {' '.join(given)}"
+            run(sh, command, f"set account {account.name}")
+
+
+def _undo(sh: Sh, added: list[tuple[str, str]]) -> str:
+    """Delete what this run added, children before parents; names what was deleted."""
+    undone = []
+    for kind, name in reversed(added):
+        code, _ = sh(f"sacctmgr -i delete {kind} {name}")
+        if code == 0:
+            undone.append(f"{'QoS' if kind == 'qos' else kind} {name}")
+    return ", ".join(undone)
 
 
 def _undeclared(cluster: Cluster, kind: str, label: str, name: str) -> str:

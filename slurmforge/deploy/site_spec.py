@@ -4,6 +4,7 @@ jail, the topology; and the checks across them that need the whole file."""
 
 from __future__ import annotations
 
+import graphlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -19,6 +20,7 @@ from pydantic import (
 )
 
 from slurmforge import jail_contract
+from slurmforge.deploy import tres
 from slurmforge.deploy.fields import NODE_DIRS, AbsPath, AccountName, DNSName, is_file
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model
@@ -252,6 +254,7 @@ def check(path: Path, spec: ClusterSpec, names: list[str]) -> None:
                     f"{path}: accounting.qos[{i}].Preempt[{j}]: unknown QoS {other!r}; expected "
                     f"one of {', '.join(qos)}"
                 )
+    _check_preemption(path, spec)
     for i, acct in enumerate(spec.accounting.accounts):
         for j, name in enumerate(acct.QOS or ()):
             if name not in qos:
@@ -264,11 +267,27 @@ def check(path: Path, spec: ClusterSpec, names: list[str]) -> None:
                 f"{path}: accounting.accounts[{i}].DefaultQOS: {acct.DefaultQOS!r} is not in "
                 "its QOS list"
             )
+    tres.check(path, spec)
     if (spec.accounting.qos or spec.accounting.accounts) and not spec.accounting.enabled:
         raise ConfigError(
             f"{path}: accounting.qos: QoS and accounts live in slurmdbd; set "
             "accounting.enabled: true"
         )
+
+
+def _check_preemption(path: Path, spec: ClusterSpec) -> None:
+    """No QoS preempts itself, directly or through others (slurmdbd refuses such a loop, after
+    the QoS it would close has been made)."""
+    graph = {q.name: tuple(q.Preempt or ()) for q in spec.accounting.qos}
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        loop = exc.args[1]
+        i = next(i for i, q in enumerate(spec.accounting.qos) if q.name == loop[0])
+        raise ConfigError(
+            f"{path}: accounting.qos[{i}].Preempt: QoS preempt each other in a loop "
+            f"({' -> '.join(reversed(loop))}); Slurm refuses it"
+        ) from None
 
 
 def _nested(a: str, b: str) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from slurmforge import jail_contract, matrix
-from slurmforge.deploy import roles, siteconf
+from slurmforge.deploy import roles, siteconf, tres
 from slurmforge.deploy.model import Cluster, ClusterSpec, NodeSet, Partition, SlurmSpec
 from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD
 
@@ -147,6 +147,7 @@ def render(
         "nodesets": nodesets,
         "partitions": partitions,
         "gres_types": gres_types,
+        "tracked_tres": tres.tracked(spec),
         "metrics_endpoint": metrics_endpoint(cluster),
         "cgroup_disabled": cgroup_disabled(cluster.cell.slurm),
         "cgroups": spec.slurm.cgroups,

@@ -167,15 +167,21 @@ def test_a_changed_setting_is_live_on_the_running_cluster_and_no_job_is_killed(
             lambda d: d["mounts"].append({"path": "/usr/share/data", "host_path": "/srv"}),
             "mounts[1].path: expected a directory outside / and the jail's system directories",
         ),
+        (
+            lambda d: d["accounting"]["qos"].append(
+                {"name": "broken", "MaxTRESPerUser": "cpu=1,gres/tpu=4"}
+            ),
+            "accounting.qos[1].MaxTRESPerUser: unknown TRES 'gres/tpu'",
+        ),
     ],
-    ids=["typo", "managed", "mount-on-usr"],
+    ids=["typo", "managed", "mount-on-usr", "unknown-tres"],
 )
 def test_bad_settings_exit_2_with_one_line_and_change_nothing(
     cluster: Deployed, change, said: str
 ) -> None:
     text = cluster.cluster_file.read_text()
     conf = cluster.root / "out" / "local" / cluster.name / "etc" / "slurm" / "slurm.conf"
-    before = (conf.read_text(), _config(cluster))
+    before = (conf.read_text(), _config(cluster), _qos(cluster))
     data = yaml.safe_load(text)
     change(data)
     cluster.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -188,4 +194,33 @@ def test_bad_settings_exit_2_with_one_line_and_change_nothing(
     said = said.format(slurm=cluster.ok("slurmctld", "scontrol version").split()[-1])
     assert len(errors) == 1 and errors[0].startswith("error: ") and said in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
-    assert (conf.read_text(), _config(cluster)) == before
+    assert (conf.read_text(), _config(cluster), _qos(cluster)) == before
+
+
+def _qos(cluster: Deployed) -> str:
+    return cluster.ok("slurmctld", "sacctmgr -n -P show qos format=name,priority,maxtrespu,preempt")
+
+
+def test_a_qos_slurmdbd_refuses_at_deploy_is_not_left_half_made(cluster: Deployed) -> None:
+    """What the file cannot show: an admin made `normal` preempt `small` by hand, and the file
+    now has `small` preempt `normal` too, beside a new QoS. slurmdbd refuses the loop; the new
+    QoS, which this deploy had added, is deleted again, and nothing else changes."""
+    text = cluster.cluster_file.read_text()
+    cluster.ok("slurmctld", "sacctmgr -i modify qos normal set Preempt=small")
+    before = _qos(cluster)
+    data = yaml.safe_load(text)
+    data["accounting"]["qos"][0]["Preempt"] = ["normal"]
+    data["accounting"]["qos"].append({"name": "urgent", "Priority": 50, "MaxTRESPerUser": "cpu=2"})
+    cluster.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        proc = cluster.invoke("deploy")
+    finally:
+        cluster.cluster_file.write_text(text)
+        after = _qos(cluster)
+        cluster.ok("slurmctld", "sacctmgr -i modify qos normal set Preempt=''")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert "sacctmgr could not set QoS small" in first, proc.stderr
+    assert "removed again what this deploy had added: QoS urgent" in first, proc.stderr
+    assert after == before

@@ -256,6 +256,35 @@ def test_unknown_and_managed_keys_are_refused_with_the_file_and_key(
             {"accounting": {"qos": [{"name": "a", "MaxTresPerUser": "cpu=1"}]}},
             r"accounting\.qos\[0\]\.MaxTresPerUser",
         ),
+        (
+            {"accounting": {"qos": [{"name": "broken", "MaxTRESPerUser": "cpu=1,gres/tpu=4"}]}},
+            r"accounting\.qos\[0\]\.MaxTRESPerUser: unknown TRES 'gres/tpu'; this cluster "
+            r"tracks billing, cpu, energy, fs/disk, mem, node, pages, vmem$",
+        ),
+        (
+            {"accounting": {"qos": [{"name": "a", "GrpTRES": "memory=4G"}]}},
+            r"accounting\.qos\[0\]\.GrpTRES: unknown TRES 'memory'; did you mean 'mem'\?",
+        ),
+        (
+            {"accounting": {"accounts": [{"name": "phys", "GrpTRES": "license/matlab=2"}]}},
+            r"accounting\.accounts\[0\]\.GrpTRES: unknown TRES 'license/matlab'",
+        ),
+        (
+            {"accounting": {"qos": [{"name": "a", "Preempt": ["a"]}]}},
+            r"accounting\.qos\[0\]\.Preempt: QoS preempt each other in a loop \(a -> a\)",
+        ),
+        (
+            {
+                "accounting": {
+                    "qos": [
+                        {"name": "a", "Preempt": ["b"]},
+                        {"name": "b", "Preempt": ["c"]},
+                        {"name": "c", "Preempt": ["a"]},
+                    ]
+                }
+            },
+            r"accounting\.qos\[0\]\.Preempt: .* loop \(a -> b -> c -> a\)",
+        ),
     ],
 )
 def test_bad_site_input_is_refused_when_the_file_is_read(
@@ -375,3 +404,47 @@ def test_site_settings_do_not_roll_k8s_pods_but_reach_their_configmap(
         if v["name"] == "slurm-config"
     )
     assert volume["configMap"]["defaultMode"] == 0o755
+
+
+def test_a_limit_may_name_every_tres_the_cluster_tracks(write_cluster) -> None:
+    """Slurm's defaults, the node sets' GRES (typed too) and the declared licenses are tracked
+    (AccountingStorageTRES), so sacctmgr knows each; a site's own list replaces ours."""
+    nodesets = [
+        {"name": "cpu", "definitions": ["cpu-small"], "replicas": 1},
+        {"name": "fpga", "definitions": ["cpu-small"], "replicas": 1, "gres": ["fpga:xl:2"]},
+    ]
+    limits = "cpu=4,mem=8G,node=2,billing=10,fs/disk=1,gres/fpga=1,gres/fpga:xl=1,license/matlab=1"
+    cluster = load(
+        write_cluster,
+        nodesets=nodesets,
+        partitions=[{"name": "main", "nodesets": ["cpu", "fpga"], "default": True}],
+        slurm={"conf": {"Licenses": "matlab:10,ansys*2"}},
+        accounting={"qos": [{"name": "big", "GrpTRES": limits}]},
+    )
+    conf = slurmconf.render(cluster)["slurm.conf"].splitlines()
+    tracked = "AccountingStorageTRES=gres/fpga,gres/fpga:xl,license/matlab,license/ansys"
+    assert tracked in conf
+    # the site's own list is what Slurm tracks then
+    with pytest.raises(ConfigError, match=r"unknown TRES 'gres/fpga'"):
+        load(
+            write_cluster,
+            nodesets=nodesets,
+            partitions=[{"name": "main", "nodesets": ["cpu", "fpga"], "default": True}],
+            slurm={"conf": {"AccountingStorageTRES": "gres/gpu"}},
+            accounting={"qos": [{"name": "big", "GrpTRES": "gres/fpga=1"}]},
+        )
+    gpu = load(
+        write_cluster,
+        slurm={"conf": {"AccountingStorageTRES": "gres/gpu"}},
+        accounting={"qos": [{"name": "big", "GrpTRES": "gres/gpumem=1G,gres/gpuutil=1"}]},
+    )
+    assert "AccountingStorageTRES=gres/gpu" in slurmconf.render(gpu)["slurm.conf"].splitlines()
+    # without accounting, no AccountingStorageTRES at all
+    off = load(
+        write_cluster,
+        nodesets=nodesets,
+        accounting={"enabled": False},
+        rest={"enabled": False},
+        partitions=[{"name": "main", "nodesets": ["cpu", "fpga"], "default": True}],
+    )
+    assert "AccountingStorageTRES" not in slurmconf.render(off)["slurm.conf"]
