@@ -139,11 +139,11 @@ NODE_FAMILIES = {
         ("node", "cause", "reason"),
     ),
     "slurm_partition_nodes": ("nodes of a partition in a state", ("partition", "state")),
-    "slurm_partition_cpus_total": ("CPUs of a partition's nodes", ("partition",)),
+    "slurm_partition_cpus": ("CPUs of a partition's nodes", ("partition",)),
     "slurm_partition_cpus_allocated": ("CPUs allocated to jobs", ("partition",)),
     "slurm_partition_memory_total_bytes": ("memory of a partition's nodes", ("partition",)),
     "slurm_partition_memory_allocated_bytes": ("memory allocated to jobs", ("partition",)),
-    "slurm_partition_gpus_total": ("GPUs (GRES gpu) of a partition's nodes", ("partition",)),
+    "slurm_partition_gpus": ("GPUs (GRES gpu) of a partition's nodes", ("partition",)),
     "slurm_partition_gpus_allocated": ("GPUs allocated to jobs", ("partition",)),
 }
 
@@ -160,11 +160,11 @@ def collect_nodes() -> Families:
             out.add("slurm_node_drain_info", (name, drain_cause(reason), reason[:200]), 1)
         for part in node.get("partitions") or []:
             states[part][state] += 1
-            sums[part]["cpus_total"] += node.get("cpus") or 0
+            sums[part]["cpus"] += node.get("cpus") or 0
             sums[part]["cpus_allocated"] += node.get("alloc_cpus") or 0
             sums[part]["memory_total_bytes"] += (number(node.get("real_memory")) or 0) * MIB
             sums[part]["memory_allocated_bytes"] += (number(node.get("alloc_memory")) or 0) * MIB
-            sums[part]["gpus_total"] += gpus_of(node.get("gres") or "")
+            sums[part]["gpus"] += gpus_of(node.get("gres") or "")
             sums[part]["gpus_allocated"] += gpus_of(node.get("gres_used") or "")
     for part, counts in states.items():
         for state, count in counts.items():

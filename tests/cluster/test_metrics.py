@@ -2,12 +2,14 @@
 local target, scraping the exporter, answers PromQL about a drained node and the jobs within two
 scrape intervals; the series come back after the exporter or slurmctld restarts, and a stopped
 slurmctld is a `slurm_up` of 0 from an exporter that still answers. Each shipped dashboard's
-queries parse in that Prometheus and name only series a scrape declares."""
+queries parse in that Prometheus and name only series a scrape declares. A live scrape passes
+Prometheus' own lint (`promtool check metrics`)."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 
 import pytest
@@ -26,6 +28,36 @@ def _jobs(result: dict) -> dict[str, float]:
     return {dict(labels)["state"]: value for labels, value in result.items()}
 
 
+def _started(deployed: Deployed, job: str) -> None:
+    deadline = time.monotonic() + 60
+    while deployed.ok("login", f"squeue -h -j {job} -o %T", user=USER) != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job} did not start"
+        time.sleep(0.5)
+
+
+def _scrape(deployed: Deployed, port: int, start: str = "") -> str:
+    """A scrape of the exporter's container on ``port``, after ``start`` (a collector to run
+    there first, in the background)."""
+    fetch = (
+        "python3 -c 'import urllib.request as u; "
+        f'print(u.urlopen("http://127.0.0.1:{port}/metrics").read().decode())\''
+    )
+    script = f"{start} & sleep 2; {fetch}; kill %1" if start else fetch
+    code, out = deployed.container("exporter").exec_run(["bash", "-c", script])
+    assert code == 0, out
+    return out.decode()
+
+
+def _gpu_scrape(deployed: Deployed) -> str:
+    """The GPU collector's scrape, run in the exporter's image (no driver here: its families,
+    no samples)."""
+    collector = (
+        "runuser -u slurm-exporter -- python3 /usr/local/lib/slurmforge/slurm_exporter.py gpu "
+        "--node probe --listen 127.0.0.1:9342"
+    )
+    return _scrape(deployed, 9342, collector)
+
+
 def test_prometheus_sees_a_drained_node_and_the_jobs(deployed: Deployed) -> None:
     interval = settings(deployed)["scrape_interval"]
     until(deployed, 'up{job="slurm"} == 1', bool, 60)  # the exporter is scraped at all
@@ -33,10 +65,7 @@ def test_prometheus_sees_a_drained_node_and_the_jobs(deployed: Deployed) -> None
     running = deployed.ok("login", "sbatch --parsable -N1 --wrap 'sleep 300'", user=USER)
     held = deployed.ok("login", "sbatch --parsable -N1 --hold --wrap true", user=USER)
     try:
-        deadline = time.monotonic() + 60
-        while deployed.ok("login", f"squeue -h -j {running} -o %T", user=USER) != "RUNNING":
-            assert time.monotonic() < deadline, f"job {running} did not start"
-            time.sleep(0.5)
+        _started(deployed, running)
         start = time.monotonic()
         deployed.ok("slurmctld", "scontrol update NodeName=cpu-1 State=DRAIN Reason='disk swap'")
         took = until(
@@ -93,15 +122,7 @@ def test_every_dashboard_query_parses_and_names_served_series(deployed: Deployed
     # the GPU collector's, run in the exporter's image (no driver here: families, no samples)
     until(deployed, 'up{job="slurm"} == 1', bool, 60)
     declared = set(api(deployed, "metadata")["data"])
-    exporter = deployed.container("exporter")
-    gpu = (
-        "runuser -u slurm-exporter -- python3 /usr/local/lib/slurmforge/slurm_exporter.py gpu "
-        "--node probe --listen 127.0.0.1:9342 & sleep 2; python3 -c 'import urllib.request as u; "
-        'print(u.urlopen("http://127.0.0.1:9342/metrics").read().decode())\'; kill %1'
-    )
-    code, out = exporter.exec_run(["bash", "-c", gpu])
-    assert code == 0, out
-    gpu_text = out.decode()
+    gpu_text = _gpu_scrape(deployed)
     declared |= set(re.findall(r"^# TYPE (\S+) ", gpu_text, re.M))
     # without a driver no GPU series is faked
     assert not re.search(r"^slurm_gpu_", gpu_text, re.M)
@@ -115,3 +136,35 @@ def test_every_dashboard_query_parses_and_names_served_series(deployed: Deployed
                 assert api(deployed, "query", query=expr)["status"] == "success", expr
                 missing = set(METRIC.findall(expr)) - declared
                 assert not missing, f"{path.name}: {panel['title']}: {sorted(missing)}"
+
+
+def _promtool_check_metrics(deployed: Deployed, text: str) -> subprocess.CompletedProcess[str]:
+    """`promtool check metrics` of the cluster's Prometheus image on a scrape's text."""
+    prometheus = deployed.container("prometheus")
+    argv = ["docker", "exec", "-i", prometheus.id, "promtool", "check", "metrics"]
+    return subprocess.run(argv, input=text, capture_output=True, text=True, timeout=60)
+
+
+def test_a_live_scrape_passes_promtool_check_metrics(deployed: Deployed) -> None:
+    """Both collectors' scrapes, with a running job (so the job and partition series have
+    samples): promtool names no problem (a gauge ending in _total, a counter without it...)."""
+    deployed.user(USER)
+    job = deployed.ok("login", "sbatch --parsable -N1 --wrap 'sleep 120'", user=USER)
+    try:
+        _started(deployed, job)
+        scrape = _scrape(deployed, 9341)
+    finally:
+        deployed.sh("slurmctld", f"scancel {job}")
+    assert re.search(r'^slurm_partition_cpus\{partition="main"\} [1-9]', scrape, re.M), scrape
+    assert re.search(r"^slurm_job_cpus\{", scrape, re.M), scrape
+    for text in (scrape, _gpu_scrape(deployed)):
+        checked = _promtool_check_metrics(deployed, text)
+        assert checked.returncode == 0 and not checked.stdout.strip(), (
+            checked.stdout + checked.stderr
+        )
+    # promtool does find what this test looks for: the old name is refused
+    old = scrape.replace("slurm_partition_cpus ", "slurm_partition_cpus_total ").replace(
+        "slurm_partition_cpus{", "slurm_partition_cpus_total{"
+    )
+    flagged = _promtool_check_metrics(deployed, old)
+    assert "slurm_partition_cpus_total" in flagged.stdout + flagged.stderr, flagged
