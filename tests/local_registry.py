@@ -17,13 +17,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.ports import free_port
+
 BINARY = "docker-registry"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager

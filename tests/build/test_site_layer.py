@@ -17,6 +17,7 @@ import yaml
 
 from bench.common import copy_project
 from tests.build.test_build_behaviour import _build, _summary
+from tests.ports import published
 
 REGISTRY = "sitelayer.test/sf"
 # tomli-w 1.0.0's wheel, as PyPI serves it
@@ -120,12 +121,11 @@ def _on_every_node(root: Path, client) -> None:
     """A cluster of the layered images: the jail's new package runs on each node."""
     name = f"sfsite{os.getpid() % 100000}"
     cluster = root / "cluster.yaml"
-    port = 20000 + os.getpid() % 20000
     cluster.write_text(
         yaml.safe_dump(
             {
                 "name": name,
-                "login": {"address": "127.0.0.1", "port": port},
+                **published(),
                 "accounting": {"enabled": False},
                 "rest": {"enabled": False},
                 "nodesets": [

@@ -7,7 +7,6 @@ import contextlib
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,12 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, TEST_CELLS, TEST_SET
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.ports import free_port, published
 
 
 @dataclass
@@ -126,16 +120,8 @@ def write_cluster(root: Path, name: str, port: int, **changes) -> Path:
     # The cell under test (`invoke test-cluster --set S --cell C`), else the file's own choice.
     if TEST_CELLS or TEST_SET != "default":
         data["images"] = {"set": TEST_SET, **({"cell": TEST_CELLS[0]} if TEST_CELLS else {})}
-    data.update(
-        name=name,
-        login={"address": "127.0.0.1", "port": port},
-        # clusters of one run side by side; Prometheus scrapes every 3 s
-        **{
-            "rest": {"port": free_port()},
-            "metrics": {"prometheus": {"port": free_port(), "scrape_interval": 3}},
-            **changes,
-        },
-    )
+    # clusters of one run side by side, and beside README's own
+    data.update({"name": name, **published(port), **changes})
     path = root / "cluster.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

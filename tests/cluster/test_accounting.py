@@ -12,8 +12,9 @@ import time
 import pytest
 
 from tests import external_database
-from tests.cluster.conftest import Deployed, deploy, free_port, invoke, write_cluster
+from tests.cluster.conftest import Deployed, deploy, invoke, write_cluster
 from tests.cluster.test_cluster import _clean_failure
+from tests.ports import free_port
 
 pytestmark = pytest.mark.cluster
 

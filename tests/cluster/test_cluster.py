@@ -13,8 +13,9 @@ import time
 import pytest
 import yaml
 
-from tests.cluster.conftest import Deployed, free_port, invoke, write_cluster
+from tests.cluster.conftest import Deployed, invoke, write_cluster
 from tests.conftest import ROOT
+from tests.ports import free_port
 
 pytestmark = pytest.mark.cluster
 

@@ -16,8 +16,9 @@ import docker
 import pytest
 
 from tests import driver_root
-from tests.cluster.conftest import Deployed, deploy, free_port, write_cluster
+from tests.cluster.conftest import Deployed, deploy, write_cluster
 from tests.conftest import ROOT
+from tests.ports import free_port
 
 V = driver_root.VERSION
 LIB = "/usr/local/nvidia/lib64"
