@@ -220,7 +220,9 @@ def test_a_qos_slurmdbd_refuses_at_deploy_is_not_left_half_made(cluster: Deploye
         cluster.ok("slurmctld", "sacctmgr -i modify qos normal set Preempt=''")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
-    first = proc.stderr.splitlines()[0]
-    assert "sacctmgr could not set QoS small" in first, proc.stderr
-    assert "removed again what this deploy had added: QoS urgent" in first, proc.stderr
+    # one line says what failed and what was undone (compose's own trace comes before it)
+    error = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(error) == 1, proc.stderr
+    assert "sacctmgr could not set QoS small" in error[0], proc.stderr
+    assert "removed again what this deploy had added: QoS urgent" in error[0], proc.stderr
     assert after == before
