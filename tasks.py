@@ -80,18 +80,18 @@ def _print_plan(project) -> None:
 def build(c, select: Select, fetch, jobs, dry_run, fail_fast):
     """Build the images of a matrix set; unchanged targets are reused without calling docker."""
     jobs = number("--jobs", jobs, 2, integer=True)
-    if not dry_run and not fetch.allow_unpinned:
-        from slurmforge import fastpath
-
-        rows = fastpath.check(select.config, select.set, select.cells, select.components)
-        if rows is not None:
-            _print_summary(rows)
-            return
-    project = select.project()
     if dry_run:
-        _print_plan(project)
+        _print_plan(select.project())
         return
-    results, skipped = project.build(fetch, jobs, fail_fast)
+    if _nothing_to_build(select, fetch):
+        return
+    from slurmforge import buildlock
+
+    with buildlock.held(ROOT):
+        # a build this one waited for may have built the same targets
+        if _nothing_to_build(select, fetch):
+            return
+        results, skipped = select.project().build(fetch, jobs, fail_fast)
     _print_summary([r.row() for r in results])
     _print_skipped(skipped, hint=False)
     failed = [r for r in results if not r.ok]
@@ -102,6 +102,18 @@ def build(c, select: Select, fetch, jobs, dry_run, fail_fast):
             f"{len(failed)} of {len(results)} targets did not build",
             hint=f"logs in {ROOT / '.cache/logs/latest'}",
         )
+
+
+def _nothing_to_build(select: Select, fetch) -> bool:
+    """The no-op fast path: True, having printed the summary, when every target is cached."""
+    if fetch.allow_unpinned:
+        return False
+    from slurmforge import fastpath
+
+    rows = fastpath.check(select.config, select.set, select.cells, select.components)
+    if rows is not None:
+        _print_summary(rows)
+    return rows is not None
 
 
 @task(SELECT)

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, start_http_server
-from prometheus_client.core import REGISTRY, GaugeMetricFamily, Metric
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -110,23 +110,34 @@ def tres(text: str) -> dict[str, float]:
     return out
 
 
-class Families:
-    """The gauge families one collector yields, made on first use."""
+# A family's spec: (help, label names), a gauge; or (help, label names, COUNTER). Prometheus'
+# guidance: a counter only grows, but for resets (which rate() and increase() handle), and its
+# samples end in _total; anything that may go down is a gauge, never named *_total.
+COUNTER = "counter"
 
-    def __init__(self, specs: dict[str, tuple[str, tuple[str, ...]]]):
+
+def _family(name: str, spec: tuple) -> Metric:
+    doc, labels, *kind = spec
+    made = CounterMetricFamily if kind == [COUNTER] else GaugeMetricFamily
+    return made(name, doc, labels=labels)
+
+
+class Families:
+    """The metric families one collector yields, made on first use."""
+
+    def __init__(self, specs: dict[str, tuple]):
         self.specs = specs
-        self.made: dict[str, GaugeMetricFamily] = {}
+        self.made: dict[str, Metric] = {}
 
     def add(self, name: str, labels: tuple[str, ...], value: float) -> None:
         if name not in self.made:
-            doc, names = self.specs[name]
-            self.made[name] = GaugeMetricFamily(name, doc, labels=names)
+            self.made[name] = _family(name, self.specs[name])
         self.made[name].add_metric(list(labels), value)
 
     def __iter__(self) -> Iterator[Metric]:
         # every declared family, with or without samples: a scrape tells what the exporter serves
-        for name, (doc, names) in self.specs.items():
-            yield self.made.get(name) or GaugeMetricFamily(name, doc, labels=names)
+        for name, spec in self.specs.items():
+            yield self.made.get(name) or _family(name, spec)
 
 
 NODE_FAMILIES = {
@@ -174,9 +185,35 @@ def collect_nodes() -> Families:
     return out
 
 
+# A job's base states as squeue names them (Slurm's job_state_string, lower-cased). Each
+# partition has a slurm_jobs sample for every one, 0 where no job is in it, so that
+# `sum by (state) (slurm_jobs)` is 0, not empty, on an idle cluster.
+JOB_STATES = (
+    "pending",
+    "running",
+    "suspended",
+    "completed",
+    "cancelled",
+    "failed",
+    "timeout",
+    "node_fail",
+    "preempted",
+    "boot_fail",
+    "deadline",
+    "out_of_memory",
+)
 JOB_FAMILIES = {
-    "slurm_jobs": ("jobs in the queue by partition and state", ("partition", "state")),
-    "slurm_jobs_pending_reason": ("pending jobs by partition and reason", ("partition", "reason")),
+    "slurm_jobs": (
+        "jobs in the queue by partition and state; 0 for each state no job is in",
+        ("partition", "state"),
+    ),
+    # Not zero-filled: Slurm has some two hundred pending reasons, most never seen on a given
+    # cluster; a zero for each would multiply the series for nothing. Read the total with
+    # `sum(slurm_jobs{state="pending"})`, which is zero-filled, or add `or vector(0)`.
+    "slurm_jobs_pending_reason": (
+        "pending jobs by partition and reason; only reasons some job has (no zeros)",
+        ("partition", "reason"),
+    ),
     "slurm_jobs_pending_oldest_seconds": (
         "age of a partition's oldest pending job (since submission)",
         ("partition",),
@@ -198,7 +235,8 @@ JOB_FAMILIES = {
 
 def collect_jobs() -> Families:
     out = Families(JOB_FAMILIES)
-    counts: Counter = Counter()
+    partitions = [p["name"] for p in slurm_json("scontrol", "show", "partitions")["partitions"]]
+    counts: Counter = Counter({(part, state): 0 for part in partitions for state in JOB_STATES})
     reasons: Counter = Counter()
     oldest: dict[str, float] = {}
     now = time.time()
@@ -238,6 +276,7 @@ class Statistic(NamedTuple):
     sdiag: str  # its field in `sdiag --json`
     endpoint: str  # its name in /metrics/scheduler less slurm_ (src/plugins/metrics/openmetrics)
     scale: float  # from both to the family's unit
+    counter: bool = False  # grows but for resets (a restart, sdiag's reset at midnight)
 
 
 # exporter family → the statistic it serves
@@ -255,10 +294,11 @@ SCHEDULER = {
         1e-6,
     ),
     "slurm_scheduler_cycles": Statistic(
-        "main scheduling cycles since sdiag's reset",
+        "main scheduling cycles (a counter: grows until a reset)",
         "schedule_cycle_total",
         "schedule_cycle_cnt",
         1,
+        counter=True,
     ),
     "slurm_scheduler_queue_length": Statistic(
         "jobs in the main scheduler's queue",
@@ -297,16 +337,18 @@ SCHEDULER = {
         1e-6,
     ),
     "slurm_backfill_cycles": Statistic(
-        "backfill cycles since sdiag's reset",
+        "backfill cycles (a counter: grows until a reset)",
         "bf_cycle_counter",
         "bf_cycle_cnt",
         1,
+        counter=True,
     ),
     "slurm_backfill_jobs_started": Statistic(
-        "jobs started by backfill since sdiag's reset",
+        "jobs started by backfill (a counter: grows until a reset)",
         "bf_backfilled_jobs",
         "backfilled_jobs",
         1,
+        counter=True,
     ),
     "slurm_backfill_last_depth": Statistic(
         "jobs the last backfill cycle looked at",
@@ -316,7 +358,10 @@ SCHEDULER = {
     ),
 }
 SCHEDULER_FAMILIES = {
-    **{name: (stat.doc, ()) for name, stat in SCHEDULER.items()},
+    **{
+        name: (stat.doc, (), COUNTER) if stat.counter else (stat.doc, ())
+        for name, stat in SCHEDULER.items()
+    },
     "slurm_scheduler_source": ("1 for where the statistics came from", ("source",)),
 }
 

@@ -43,9 +43,10 @@ def _scrape(deployed: Deployed, port: int, start: str = "") -> str:
         f'print(u.urlopen("http://127.0.0.1:{port}/metrics").read().decode())\''
     )
     script = f"{start} & sleep 2; {fetch}; kill %1" if start else fetch
-    code, out = deployed.container("exporter").exec_run(["bash", "-c", script])
-    assert code == 0, out
-    return out.decode()
+    # stdout alone: the collector started here logs to stderr (no NVML, say)
+    code, (out, err) = deployed.container("exporter").exec_run(["bash", "-c", script], demux=True)
+    assert code == 0, (out or b"") + (err or b"")
+    return (out or b"").decode()
 
 
 def _gpu_scrape(deployed: Deployed) -> str:
@@ -121,7 +122,14 @@ def test_every_dashboard_query_parses_and_names_served_series(deployed: Deployed
     # the families a scrape declares: the cluster exporter's (from Prometheus' metadata) and
     # the GPU collector's, run in the exporter's image (no driver here: families, no samples)
     until(deployed, 'up{job="slurm"} == 1', bool, 60)
-    declared = set(api(deployed, "metadata")["data"])
+    metadata = api(deployed, "metadata")["data"]
+    declared = set(metadata)
+    # a counter's family is named without the _total its samples carry (OpenMetrics)
+    declared |= {
+        f"{name.removesuffix('_total')}_total"
+        for name, (m, *_) in metadata.items()
+        if m["type"] == "counter"
+    }
     gpu_text = _gpu_scrape(deployed)
     declared |= set(re.findall(r"^# TYPE (\S+) ", gpu_text, re.M))
     # without a driver no GPU series is faked
@@ -168,3 +176,30 @@ def test_a_live_scrape_passes_promtool_check_metrics(deployed: Deployed) -> None
     )
     flagged = _promtool_check_metrics(deployed, old)
     assert "slurm_partition_cpus_total" in flagged.stdout + flagged.stderr, flagged
+
+
+def test_an_idle_queue_is_zero_jobs_and_slurmctlds_counts_are_counters(
+    deployed: Deployed,
+) -> None:
+    """With no job running, `sum by (state) (slurm_jobs)` is 0 for each state of each
+    partition, not empty (a panel's "No data"); the scheduler's cycle and start counts are
+    counters, so rate() reads across sdiag's reset."""
+    deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})
+    partitions = set(deployed.ok("slurmctld", "sinfo -h -o %R").split())
+
+    def idle(result: dict) -> bool:
+        seen = {(dict(k)["partition"], dict(k)["state"]): v for k, v in result.items()}
+        return all(
+            seen.get((part, state)) == 0 for part in partitions for state in ("running", "pending")
+        )
+
+    until(deployed, "sum by (partition, state) (slurm_jobs)", idle, 60)
+    metadata = api(deployed, "metadata")["data"]
+    for name in ("slurm_scheduler_cycles", "slurm_backfill_cycles", "slurm_backfill_jobs_started"):
+        kinds = {m["type"] for key in (name, f"{name}_total") for m in metadata.get(key, [])}
+        assert kinds == {"counter"}, (name, kinds)
+        assert query(deployed, f"{name}_total"), name
+    # and rate() over one answers (a dashboard panel's query)
+    assert api(deployed, "query", query="rate(slurm_scheduler_cycles_total[1m])")["status"] == (
+        "success"
+    )

@@ -24,7 +24,9 @@ TO = ("current", "25.11.7-cuda12.2.2-debian12")
 TOO_FAR = ("current", "26.05.3-cuda12.2.2-debian12")
 USER = "ada"
 # the exporter's scheduler series are there, and say which source they came from
-SCHEDULER_FROM = 'slurm_scheduler_cycles > 0 and on() slurm_scheduler_source{{source="{source}"}}'
+SCHEDULER_FROM = (
+    'slurm_scheduler_cycles_total > 0 and on() slurm_scheduler_source{{source="{source}"}}'
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,55 @@
+"""Two builds of one checkout take turns: the second waits for the first, says for whom, and
+goes on once the first has exited, however it exited."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from slurmforge import buildlock
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from slurmforge import buildlock
+with buildlock.held(Path(sys.argv[1])):
+    print("holding", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_second_build_waits_for_the_first_to_exit(tmp_path: Path, capsys) -> None:
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert first.stdout.readline().strip() == "holding"
+        entered = threading.Event()
+
+        def second() -> None:
+            with buildlock.held(tmp_path):
+                entered.set()
+
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        time.sleep(0.3)
+        assert not entered.is_set()  # still the first's turn
+        first.kill()  # a build killed mid-way lets go too
+        waiter.join(10)
+        assert entered.is_set()
+    finally:
+        first.kill()
+        first.wait()
+    err = capsys.readouterr().err
+    assert f"waiting for invoke build (pid {first.pid})" in err, err
+
+
+def test_a_build_alone_does_not_wait(tmp_path: Path, capsys) -> None:
+    with buildlock.held(tmp_path):
+        pass
+    with buildlock.held(tmp_path):
+        pass
+    assert "waiting" not in capsys.readouterr().err
