@@ -368,6 +368,7 @@ class Accounts(Model):
     slurmrestd: Account  # slurmrestd refuses root and SlurmUser: it runs as this one
     exporter: Account  # the Prometheus exporter (unprivileged)
     prometheus: Account  # Prometheus' server, in the prometheus image
+    openldap: Account  # slapd, in the slapd image (the embedded directory)
 
     @model_validator(mode="after")
     def _distinct(self) -> Accounts:

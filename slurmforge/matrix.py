@@ -113,6 +113,13 @@ COMPONENTS: dict[str, Component] = {
             "Prometheus (and promtool) from the distro's archive",
         ),
         Component(
+            "slapd",
+            (Axis.DISTRO,),
+            ("base",),
+            True,
+            "the embedded directory (identity.ldap.embedded): OpenLDAP from the distro's archive",
+        ),
+        Component(
             "mariadb",
             (Axis.DISTRO,),
             ("base",),

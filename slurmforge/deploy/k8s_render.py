@@ -29,7 +29,7 @@ import json
 from typing import Any
 
 from slurmforge import jail_contract
-from slurmforge.deploy import monitoring, roles, slurmconf
+from slurmforge.deploy import identity, monitoring, roles, slurmconf
 from slurmforge.deploy.k8s_objects import (
     ObjectBuilder,
     claim,
@@ -48,6 +48,7 @@ from slurmforge.deploy.roles import (
     DBD,
     DBD_CONF,
     HEALTH_CHECK,
+    IDENTITY_CONF,
     JAIL_CONF,
     NODE,
     SLURM_CONF,
@@ -86,7 +87,7 @@ class ManifestRenderer(ObjectBuilder):
         # the populate Job right after its claim: every other pod waits for what it copies
         for role in sorted(running, key=lambda r: r.workload != "job"):
             mounted: dict[str, str] = {}
-            for config in role.configs:
+            for config in role.mounted_configs(self.spec):
                 mounted.update(shapes[config.name])
             objects.update(self.role_objects(role, files_digest(mounted) if mounted else ""))
         if self.spec.metrics.enabled:
@@ -107,8 +108,9 @@ class ManifestRenderer(ObjectBuilder):
             SLURM_CONF.name: files,
             JAIL_CONF.name: {k: files[k] for k in slurmconf.JAIL_FILES},
             DBD_CONF.name: {"slurmdbd.conf": slurmconf.slurmdbd_conf(cluster)},
+            IDENTITY_CONF.name: identity.files(cluster.spec, cluster.path),
         }
-        used = {c for r in running for c in r.configs}
+        used = {c for r in running for c in r.mounted_configs(cluster.spec)}
         return {c.name: content[c.name] for c in roles.CONFIGS if c in used}
 
     # -- a role's objects --------------------------------------------------------------------
@@ -180,7 +182,7 @@ class ManifestRenderer(ObjectBuilder):
             volume, mount = secret_volume(secret)
             volumes.append(volume)
             mounts.append(mount)
-        for config in role.configs:
+        for config in role.mounted_configs(self.spec):
             # 0755: the site's prolog and epilog scripts among them run as programs
             source = {"name": config.name, "defaultMode": 0o755}
             volumes.append({"name": config.name, "configMap": source})
@@ -222,7 +224,7 @@ class ManifestRenderer(ObjectBuilder):
         variables = [secret_env(s) for s in role.mounted_secrets(self.spec)]
         variables += [
             {"name": var, "value": f"{c.path}/{file}"}
-            for c in role.configs
+            for c in role.mounted_configs(self.spec)
             if c.env
             for var, file in [c.env]
         ]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmforge import gpu_driver, jail_contract
-from slurmforge.deploy import generated, roles
+from slurmforge.deploy import generated, identity, roles
 from slurmforge.deploy.gpu_assign import Assignment
 from slurmforge.deploy.model import Cluster, NodeSet
 from slurmforge.deploy.roles import GPU_METRICS_PORT as GPU_PORT
@@ -36,6 +36,7 @@ from slurmforge.deploy.roles import POPULATE, Role
 ROLE_LABEL = "io.slurmforge.role"
 CLUSTER_LABEL = "io.slurmforge.cluster"
 JAIL_VOLUME = "jail"
+IDENTITY_LABEL = "io.slurmforge.identity"  # SSSD reads its settings when the container starts
 
 
 def _mount_caps(
@@ -125,6 +126,8 @@ class ComposeRenderer:
             ROLE_LABEL: role.name,
             **more.get("labels", {}),
         }
+        if roles.IDENTITY_CONF in role.mounted_configs(self.spec):
+            service["labels"][IDENTITY_LABEL] = identity.digest(self.spec, self.cluster.path)
         after = [s for r in self.running if r.name in role.after for s in self.names(r)]
         if after:
             service["depends_on"] = after
@@ -174,13 +177,14 @@ class ComposeRenderer:
         return [role.name]
 
     def env(self, role: Role) -> dict[str, str]:
-        env = {var: f"{c.path}/{file}" for c in role.configs if c.env for var, file in [c.env]}
+        configs = role.mounted_configs(self.spec)
+        env = {var: f"{c.path}/{file}" for c in configs if c.env for var, file in [c.env]}
         if role.name == POPULATE:
             env.update(jail_contract.populate_env(self.jail_id, self.spec.kept))
         return env
 
     def volumes(self, role: Role) -> list[str]:
-        out = [f"./{c.local}:{c.path}:ro" for c in role.configs]
+        out = [f"./{c.local}:{c.path}:ro" for c in role.mounted_configs(self.spec)]
         out += [
             f"{self.secrets[s.file]}:{roles.LOCAL_SECRETS_DIR}/{s.file}:ro"
             for s in role.mounted_secrets(self.spec)

@@ -23,6 +23,7 @@ from slurmforge.deploy import (
     accounting_db,
     generated,
     gpu_assign,
+    identity,
     load_cluster,
     local_render,
     monitoring,
@@ -37,6 +38,8 @@ from slurmforge.deploy.roles import (
     CONTROLLER,
     DBD,
     DBD_CONF,
+    DIRECTORY_CONF,
+    IDENTITY_CONF,
     JAIL,
     JAIL_CONF,
     LOGIN,
@@ -241,6 +244,7 @@ class Local(Target):
             (dbd / "slurmdbd.conf").write_text(slurmconf.slurmdbd_conf(self.cluster))
             self.dbd_changed = bool(was) and was != _texts(dbd)
         self.write_prometheus(assignment)
+        self.write_identity()
         data = local_render.render(self.cluster, secrets, jail_id, assignment)
         self.file.write_text(local_render.dump(data, str(self.cluster.path)))
         (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")
@@ -262,6 +266,22 @@ class Local(Target):
         (directory / monitoring.RULES_FILE).write_text(generated.dump_yaml(rules, source))
         if was and was != _texts(directory) and self.running(roles.PROMETHEUS):
             self.compose("kill", "-s", "SIGHUP", roles.PROMETHEUS)
+
+    def write_identity(self) -> None:
+        """SSSD's configuration (no password in it) and the jail's sudo rule; the embedded
+        directory's seed. Containers read them when they start (a change restarts them: the
+        Compose file names their digests)."""
+        spec = self.cluster.spec
+        for config, files in (
+            (IDENTITY_CONF, identity.files(spec, self.cluster.path)),
+            (DIRECTORY_CONF, identity.directory_files(spec, self.cluster.path)),
+        ):
+            directory = self.dir / config.local
+            if not files:
+                continue
+            directory.mkdir(parents=True, exist_ok=True)
+            for name, text in files.items():
+                (directory / name).write_text(text)
 
     # --- operations ---------------------------------------------------------------------------
 

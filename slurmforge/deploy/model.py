@@ -22,7 +22,7 @@ from pydantic import (
 
 from slurmforge import features, matrix, refs, state
 from slurmforge.config import Config
-from slurmforge.deploy import roles, site_spec
+from slurmforge.deploy import identity, roles, site_spec
 from slurmforge.deploy.fields import (
     NODE_DIRS,
     AbsPath,
@@ -33,6 +33,7 @@ from slurmforge.deploy.fields import (
     Word,
     is_file,
 )
+from slurmforge.deploy.identity import IdentitySpec
 from slurmforge.deploy.layers import Layers
 from slurmforge.deploy.roles import CONTROLLER, LOGIN
 from slurmforge.deploy.site_spec import (
@@ -308,6 +309,8 @@ class ClusterSpec(Model):
     metrics: MetricsSpec = MetricsSpec()
     kubernetes: KubernetesSpec = KubernetesSpec()
     slurm: SlurmSpec = SlurmSpec()
+    # where users come from: the jail's own files (createuser) or a directory (identity.py)
+    identity: IdentitySpec = IdentitySpec()
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
     mounts: tuple[MountSpec, ...] = ()
     topology: TopologySpec | None = None
@@ -429,6 +432,7 @@ def _check_references(path: Path, spec: ClusterSpec) -> None:
         if taken_by:
             raise ConfigError(f"{path}: {key}: {port} is {taken_by} already")
     site_spec.check(path, spec, names)
+    identity.check(path, spec)
     database = spec.accounting.database
     if spec.accounting.enabled and database and not is_file(database.password_secret):
         raise ConfigError(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from slurmforge import jail_contract
-from slurmforge.deploy import TARGETS
+from slurmforge.deploy import TARGETS, identity
 
 if TYPE_CHECKING:
     from slurmforge.deploy.model import ClusterSpec
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 # image that jail-populate copies into the shared root.
 CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
 DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
+DIRECTORY = "slapd"
 NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
 EXPORTER, PROMETHEUS = "exporter", "prometheus"
 
@@ -71,6 +72,15 @@ def _accounting(spec: ClusterSpec) -> bool:
     return spec.accounting.enabled
 
 
+def _ldap(spec: ClusterSpec) -> bool:
+    return identity.ldap_of(spec) is not None
+
+
+def _ldap_bind(spec: ClusterSpec) -> bool:
+    ldap = identity.ldap_of(spec)
+    return ldap is not None and ldap.reader is not None
+
+
 MUNGE = Secret("munge.key", "munge-key", "MUNGE_KEY_FILE", "/etc/slurmforge/munge", 1024, False)
 # signs and checks tokens (slurmctld, slurmdbd; scontrol token)
 JWT = Secret(
@@ -80,7 +90,18 @@ JWT = Secret(
 DB_PASSWORD = Secret(
     "db-password", "db-password", "DB_PASSWORD_FILE", "/etc/slurmforge/db", 32, True, _accounting
 )
-SECRETS = {s.file: s for s in (MUNGE, JWT, DB_PASSWORD)}
+# the password SSSD binds to the directory with: a site's comes from its file
+# (identity.ldap.bind_password_file), the embedded directory's reader's is made once
+LDAP_BIND = Secret(
+    "ldap-bind-password",
+    "ldap-bind-password",
+    "LDAP_BIND_PASSWORD_FILE",
+    "/etc/slurmforge/ldap",
+    32,
+    True,
+    _ldap_bind,
+)
+SECRETS = {s.file: s for s in (MUNGE, JWT, DB_PASSWORD, LDAP_BIND)}
 LOCAL_SECRETS_DIR = "/run/secrets"
 
 
@@ -93,6 +114,7 @@ class ConfigDir:
     local: str  # relative to the Compose file
     path: str  # where the containers see it
     env: tuple[str, str] | None = None  # (variable, file) for an image that is told where
+    when: Callable[[ClusterSpec], bool] = lambda spec: True  # whether the cluster has it
 
 
 SLURM_CONF = ConfigDir("slurm-config", "etc/slurm", "/etc/slurm")
@@ -107,7 +129,13 @@ DBD_CONF = ConfigDir(
 )
 # the local Prometheus' prometheus.yml and alert rules (deploy/monitoring.py)
 PROMETHEUS_CONF = ConfigDir("prometheus-config", "etc/prometheus", "/etc/slurmforge/prometheus")
-CONFIGS = (SLURM_CONF, JAIL_CONF, DBD_CONF, PROMETHEUS_CONF)
+# SSSD's configuration (without its password), the directory's CA and the jail's sudo rule
+# (identity.py); the embedded directory's seed
+IDENTITY_CONF = ConfigDir("identity-config", "etc/identity", "/etc/slurmforge/identity", when=_ldap)
+DIRECTORY_CONF = ConfigDir(
+    "directory-config", "etc/slapd", "/etc/slurmforge/slapd", when=identity.embedded
+)
+CONFIGS = (SLURM_CONF, JAIL_CONF, DBD_CONF, PROMETHEUS_CONF, IDENTITY_CONF, DIRECTORY_CONF)
 
 
 @dataclass(frozen=True)
@@ -126,6 +154,7 @@ class Data:
 # slurmctld's StateSaveLocation; the cluster's own accounting database
 CONTROLLER_STATE = Data("/var/spool/slurmctld", "state", "state", "state", owner="slurm:slurm")
 DATABASE_DATA = Data("/var/lib/mysql", "accounting", "data", "database")
+DIRECTORY_DATA = Data("/var/lib/ldap", "directory", "directory", "state")
 PROMETHEUS_DATA = Data("/var/lib/prometheus/metrics2", "metrics", "metrics", "state")
 
 
@@ -221,6 +250,9 @@ class Role:
     def mounted_secrets(self, spec: ClusterSpec) -> tuple[Secret, ...]:
         return tuple(s for s in self.secrets if s.when(spec))
 
+    def mounted_configs(self, spec: ClusterSpec) -> tuple[ConfigDir, ...]:
+        return tuple(c for c in self.configs if c.when(spec))
+
     def added_capabilities(self, extra: tuple[str, ...] = ()) -> list[str]:
         """What to add to Docker's default set (its targets drop nothing)."""
         return sorted({*self.capabilities, *extra} - DOCKER_DEFAULT_CAPABILITIES)
@@ -252,6 +284,11 @@ def _exporter_env(spec: ClusterSpec) -> dict[str, str]:
     }
 
 
+def _directory_env(spec: ClusterSpec) -> dict[str, str]:
+    ldap = identity.ldap_of(spec)
+    return {"SLAPD_BASE_DN": ldap.base_dn} if ldap else {}
+
+
 EXPORTER_PORT = Port("metrics", 9341)
 GPU_METRICS_PORT = 9342  # `slurm_exporter.py gpu` beside each GPU node (local target)
 
@@ -267,8 +304,8 @@ ROLES: tuple[Role, ...] = (
         command=("slurmctld", "-D"),
         ports=(Port("slurmctld", 6817),),
         probe=Probe(pid_file="/var/run/slurmctld.pid"),
-        secrets=(MUNGE, JWT),
-        configs=(SLURM_CONF,),
+        secrets=(MUNGE, JWT, LDAP_BIND),
+        configs=(SLURM_CONF, IDENTITY_CONF),
         # read-only: users and groups come from the jail's /etc (libnss-extrausers)
         jail="ro",
         data=CONTROLLER_STATE,
@@ -276,7 +313,7 @@ ROLES: tuple[Role, ...] = (
         # nodes first: slurmctld resolves every node name when it starts (slurmd retries until
         # the controller answers)
         stable_name=True,  # the nodes reach slurmctld-0.slurmctld
-        after=(NODE, DBD),
+        after=(NODE, DBD, DIRECTORY),
         resources=Resources(("500m", "512Mi"), ("2", "2Gi")),
     ),
     Role(
@@ -287,8 +324,8 @@ ROLES: tuple[Role, ...] = (
         container="slurmd",
         ports=(Port("slurmd", 6818),),
         probe=Probe(pid_file="/var/run/slurmd.pid"),
-        secrets=(MUNGE,),
-        configs=(SLURM_CONF, JAIL_CONF),
+        secrets=(MUNGE, LDAP_BIND),
+        configs=(SLURM_CONF, JAIL_CONF, IDENTITY_CONF),
         jail="rw",
         # slurmstepd (root) sets a task's CPU affinity after the task switched to its user, which
         # the kernel allows a caller that is not the task's owner only with SYS_NICE; the base
@@ -296,6 +333,7 @@ ROLES: tuple[Role, ...] = (
         capabilities=(*DAEMON, "SYS_CHROOT", "SYS_NICE"),
         runs_users=True,
         runs_containers=True,
+        after=(DIRECTORY,),  # SSSD answers from the start (offline until the directory is)
     ),
     Role(
         LOGIN,
@@ -303,8 +341,8 @@ ROLES: tuple[Role, ...] = (
         command=("/usr/sbin/sshd", "-D", "-e"),
         ports=(Port("ssh", 22, publish="login.port", service_port=22),),
         probe=Probe(pid_file="/run/sshd.pid"),
-        secrets=(MUNGE,),
-        configs=(SLURM_CONF, JAIL_CONF),
+        secrets=(MUNGE, LDAP_BIND),
+        configs=(SLURM_CONF, JAIL_CONF, IDENTITY_CONF),
         jail="rw",
         # sshd chroots sessions into the jail, which needs /proc, /dev, the munge socket and the
         # client config mounted inside it (images/login/jail-mounts.sh)
@@ -314,6 +352,22 @@ ROLES: tuple[Role, ...] = (
         after=(CONTROLLER,),
         resources=Resources(("250m", "256Mi"), ("2", "2Gi")),
         env=_login_env,
+    ),
+    Role(
+        DIRECTORY,
+        image=DIRECTORY,
+        ports=(Port("ldap", 389),),
+        probe=Probe(listening=389),
+        # the reader SSSD binds as gets this password when the directory is first made
+        secrets=(LDAP_BIND,),
+        configs=(DIRECTORY_CONF,),
+        data=DIRECTORY_DATA,
+        # its first start makes its data directory openldap's, then the server becomes openldap
+        capabilities=("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"),
+        resources=Resources(("100m", "64Mi"), ("1", "512Mi")),
+        targets=("local",),
+        when=identity.embedded,
+        env=_directory_env,
     ),
     Role(
         DATABASE,
@@ -338,13 +392,13 @@ ROLES: tuple[Role, ...] = (
         # ready once it listens: slurmdbd writes its pid file before it has reached the
         # database and before it takes requests (src/slurmdbd/slurmdbd.c)
         probe=Probe(listening=6819),
-        secrets=(MUNGE, JWT, DB_PASSWORD),
-        configs=(DBD_CONF,),
+        secrets=(MUNGE, JWT, DB_PASSWORD, LDAP_BIND),
+        configs=(DBD_CONF, IDENTITY_CONF),
         jail="ro",  # user names resolve as on the nodes (the jail's accounts)
         # starts as root, writes its config for SlurmUser and becomes it
         capabilities=DAEMON,
         fixed_hostname=True,
-        after=(DATABASE,),
+        after=(DATABASE, DIRECTORY),
         resources=Resources(("100m", "256Mi"), ("1", "1Gi")),
         when=_accounting,
     ),
@@ -431,14 +485,16 @@ def running(spec: ClusterSpec, target: str | None = None) -> list[Role]:
 
 def cluster_secrets(spec: ClusterSpec) -> dict[Secret, Path | None]:
     """The secrets the cluster's roles mount, in SECRETS' order → the site's file each comes
-    from (an external database's password), or None for one slurmforge makes once."""
+    from (an external database's password, a site directory's bind password), or None for one
+    slurmforge makes once."""
     used = {s for r in running(spec) for s in r.mounted_secrets(spec)}
     db = spec.accounting.database
-    return {
-        s: Path(db.password_secret) if db and s is DB_PASSWORD else None
-        for s in SECRETS.values()
-        if s in used
+    ldap = identity.ldap_of(spec)
+    sources = {
+        DB_PASSWORD: db.password_secret if db else None,
+        LDAP_BIND: ldap.bind_password_file if ldap else None,
     }
+    return {s: Path(sources[s]) if sources.get(s) else None for s in SECRETS.values() if s in used}
 
 
 def published(spec: ClusterSpec, port: Port) -> int:

@@ -40,6 +40,11 @@ class Deployed:
         data = yaml.safe_load(self.cluster_file.read_text())
         return f"http://127.0.0.1:{data['rest']['port']}"
 
+    @property
+    def login_port(self) -> int:
+        """The login node's sshd, as the cluster publishes it on the host."""
+        return int(yaml.safe_load(self.cluster_file.read_text())["login"]["port"])
+
     def invoke(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """An `invoke` task on this cluster (its cluster file and manifest directory)."""
         where = ["--cluster", str(self.cluster_file), "--out", str(self.root / "out")]

@@ -1,0 +1,154 @@
+"""A cluster file's identity section: what is refused (one line naming the key, exit 2, nothing
+written), what SSSD is given, and which containers get the directory's settings and secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmforge import config
+from slurmforge.deploy import identity, local_render, model
+from slurmforge.versions import load as load_versions
+from tests.conftest import ROOT
+from tests.unit.test_cli import _assert_clean_failure, _invoke
+from tests.unit.test_deploy import _secrets, _with
+
+
+@pytest.fixture
+def versions() -> config.Config:
+    return load_versions(ROOT / "versions.yaml")
+
+
+CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+def _site(tmp_path: Path, **ldap) -> dict:
+    """A site's directory, its password and CA files written under ``tmp_path``."""
+    (tmp_path / "bind").write_text("s3cret\n")
+    (tmp_path / "ca.pem").write_text(CA)
+    base = {
+        "uri": ["ldaps://ldap.example.org", "ldap://ldap2.example.org:3389"],
+        "base_dn": "dc=example,dc=org",
+        "bind_dn": "cn=reader,dc=example,dc=org",
+        "bind_password_file": str(tmp_path / "bind"),
+        "ca_file": str(tmp_path / "ca.pem"),
+    }
+    return {"source": "ldap", "ldap": {**base, **ldap}}
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "expected"),
+    [
+        ({"uri": ["ldap//x"]}, "identity.ldap.uri[0]", "expected ldap://HOST[:PORT]"),
+        ({"uri": ["http://ldap.example.org"]}, "identity.ldap.uri[0]", "ldaps://HOST"),
+        ({"uri": ["ldaps://x:port"]}, "identity.ldap.uri[0]", "expected ldap://HOST"),
+        ({"uri": []}, "identity.ldap.uri", "one or more ldap://"),
+        ({"base_dn": "dc=example,,dc=org"}, "identity.ldap.base_dn", "expected an LDAP DN"),
+        ({"user_filter": "(uid=*"}, "identity.ldap.user_filter", "expected an LDAP search"),
+        ({"ca_file": "/nonexistent/ca.pem"}, "identity.ldap.ca_file", "cannot read"),
+        ({"bind_password_file": "/no/pw"}, "identity.ldap.bind_password_file", "cannot read"),
+        ({"bind_password_file": None}, "identity.ldap.bind_password_file", "needs the file"),
+        ({"seed": "x.ldif"}, None, None),  # a site's directory has no seed: accepted, unused
+    ],
+)
+def test_bad_directory_settings_are_refused(
+    write_cluster, versions, tmp_path: Path, change: dict, key: str | None, expected: str | None
+) -> None:
+    path = write_cluster(_with(identity=_site(tmp_path, **change)))
+    if key is None:
+        model.load(path, versions)
+        return
+    proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    _assert_clean_failure(proc, f"{path}: {key}")
+    assert expected in proc.stderr
+    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "state").exists()
+
+
+def test_an_unreadable_password_file_is_refused(write_cluster, tmp_path: Path) -> None:
+    path = write_cluster(_with(identity=_site(tmp_path)))
+    (tmp_path / "bind").unlink()
+    (tmp_path / "bind").mkdir()  # unreadable as a file, even to root
+    proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    _assert_clean_failure(proc, f"{path}: identity.ldap.bind_password_file: cannot read")
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"source": "ldap"}, "identity.ldap: identity.source is ldap but no directory"),
+        (
+            {"ldap": {"base_dn": "dc=a", "embedded": True}},
+            "identity.ldap: the cluster's users are local",
+        ),
+        (
+            {"source": "ldap", "ldap": {"base_dn": "dc=a", "embedded": True, "seed": "no.ldif"}},
+            "identity.ldap.seed: expected an LDIF file",
+        ),
+        (
+            {"source": "ldap", "ldap": {"base_dn": "dc=a", "embedded": True, "uri": ["ldap://x"]}},
+            "identity.ldap.uri: the embedded directory's is made by deploy",
+        ),
+        ({"source": "nis"}, "identity.source"),
+    ],
+)
+def test_identity_combinations_are_refused(
+    write_cluster, tmp_path: Path, data: dict, expected: str
+) -> None:
+    path = write_cluster(_with(identity=data))
+    proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    _assert_clean_failure(proc, f"{path}: {expected}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_createuser_only_settings_are_refused_with_a_directory(
+    write_cluster, tmp_path: Path
+) -> None:
+    path = write_cluster(_with(identity=_site(tmp_path), accounting={"default_account": "physics"}))
+    proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    _assert_clean_failure(proc, f"{path}: accounting.default_account: only createuser uses it")
+
+
+def test_sssd_gets_the_directory_but_never_the_password(
+    write_cluster, versions, tmp_path: Path
+) -> None:
+    path = write_cluster(_with(identity=_site(tmp_path, sudo_groups=["hpc-admins"])))
+    cluster = model.load(path, versions)
+    files = identity.files(cluster.spec, path)
+    conf = files[identity.SSSD_CONF]
+    assert "ldap_uri = ldaps://ldap.example.org, ldap://ldap2.example.org:3389" in conf
+    assert "ldap_default_bind_dn = cn=reader,dc=example,dc=org" in conf
+    assert "ldap_tls_reqcert = demand" in conf and "ldap_id_use_start_tls = true" in conf
+    assert "s3cret" not in "".join(files.values())
+    assert files[identity.CA_FILE] == CA
+    assert files[identity.SUDOERS].splitlines()[1:] == ["%hpc-admins ALL=(ALL:ALL) NOPASSWD: ALL"]
+    # the password is the site's own file, mounted read-only where SSSD runs, and nowhere else
+    secrets = {**_secrets(tmp_path), "ldap-bind-password": tmp_path / "bind"}
+    services = local_render.render(cluster, secrets, "sha256:abc")["services"]
+    with_password = {
+        name
+        for name, service in services.items()
+        if any("ldap-bind-password" in v for v in service.get("volumes", []))
+    }
+    assert with_password == {"slurmctld", "slurmdbd", "login", "cpu-0", "cpu-1"}
+    assert all(
+        f"{tmp_path / 'bind'}:/run/secrets/ldap-bind-password:ro" in services[s]["volumes"]
+        for s in with_password
+    )
+    assert "slapd" not in services
+
+
+def test_the_embedded_directory_runs_only_when_asked(write_cluster, versions, tmp_path) -> None:
+    (tmp_path / "directory.ldif").write_text("dn: dc=example,dc=org\n")
+    ldap = {"embedded": True, "base_dn": "dc=example,dc=org"}
+    cluster = model.load(write_cluster(_with(identity={"source": "ldap", "ldap": ldap})), versions)
+    secrets = {**_secrets(tmp_path), "ldap-bind-password": tmp_path / "ldap-bind-password"}
+    services = local_render.render(cluster, secrets, "sha256:abc")["services"]
+    assert services["slapd"]["environment"] == {"SLAPD_BASE_DN": "dc=example,dc=org"}
+    assert "slapd" in services["cpu-0"]["depends_on"]
+    assert "ldap_uri = ldap://slapd" in identity.sssd_conf(cluster.spec)
+    local = model.load(write_cluster(_with()), versions)
+    services = local_render.render(local, _secrets(tmp_path), "sha256:abc")["services"]
+    assert "slapd" not in services
+    assert not any("identity" in v for s in services.values() for v in s.get("volumes", []))
