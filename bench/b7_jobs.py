@@ -138,10 +138,10 @@ def launch_ms(jail, part: str) -> float:
     return statistics.median(int(ns) for ns in out.split()) / 1e6
 
 
-def jobs_per_s(jail, part: str) -> float:
+def jobs_per_s(jail, part: str, user: str = "bench") -> float:
     start = time.perf_counter()
     jail(f"for i in $(seq {JOBS}); do sbatch -Q -p {part} -o /dev/null --wrap=true; done")
-    while jail("squeue -h -u bench | wc -l") != "0":
+    while jail(f"squeue -h -u {user} | wc -l") != "0":
         time.sleep(0.2)
     return JOBS / (time.perf_counter() - start)
 

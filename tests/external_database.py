@@ -83,7 +83,10 @@ def run(client, image: str, root: Path) -> Iterator[SiteDatabase]:
     )
     try:
         deadline = time.monotonic() + 120
-        while container.exec_run(["mariadb-admin", "ping"]).exit_code != 0:
+        # over TCP: the server that first answers on the socket, while the image makes the
+        # database, listens on no port (a client arriving then is refused)
+        ping = ["mariadb-admin", "--protocol=tcp", "-h", "127.0.0.1", "ping"]
+        while container.exec_run(ping).exit_code != 0:
             assert time.monotonic() < deadline, container.logs().decode()[-2000:]
             time.sleep(1)
         yield SiteDatabase(gateway, port, password, container)

@@ -76,8 +76,8 @@ def apply(cluster: Cluster, sh: Sh) -> list[str]:
                 f"{exc}; removed again what this deploy had added: {undone}"
             ) from None
         raise
+    report = members(cluster, sh)
     # what slurmdbd had beyond the file (all it gained since is declared)
-    report = []
     if accounting.qos:
         wanted = {*BUILT_IN_QOS, *(q.name for q in accounting.qos)}
         report += [_undeclared(cluster, "qos", "QoS", n) for n in have if n not in wanted]
@@ -131,6 +131,52 @@ def _make(
         if given and ("account", account.name) not in added:
             command = f"modify account where name={account.name} set {' '.join(given)}"
             run(sh, command, f"set account {account.name}")
+
+
+def members(cluster: Cluster, sh: Sh) -> list[str]:
+    """Each account of accounting.accounts_from_groups gets exactly its group's members as
+    users: associations are added for new members and deleted for those who left (slurmdbd
+    keeps their job records). Groups are read fresh through slurmctld's SSSD (its cache is
+    invalidated first); a group that cannot be read changes nothing, so a directory that is
+    away never empties an account. Lines saying what changed or was left."""
+    mapping = cluster.spec.accounting.accounts_from_groups
+    if not mapping:
+        return []
+    sh("sss_cache -G")  # the group lists as the directory has them now
+    report = []
+    for account, group in mapping.items():
+        code, out = sh(f"getent group {shlex.quote(group)}")
+        fields = out.strip().split(":")
+        if code or len(fields) != 4:
+            report.append(
+                f"account {account}: group {group} could not be read from the directory "
+                f"(getent exit {code}); its users were left as they are"
+            )
+            continue
+        wanted = sorted({m for m in fields[3].split(",") if m})
+        code, out = sh(f"sacctmgr -n -P show associations where account={account} format=user")
+        if code:
+            raise DeployError(f"sacctmgr show associations failed: {out[-300:]}")
+        have = sorted({u.strip() for u in out.splitlines() if u.strip()})
+        new = [u for u in wanted if u not in have]
+        gone = [u for u in have if u not in wanted]
+        if new:
+            run(sh, f"add user {','.join(new)} account={account}", f"add {account}'s users")
+            report.append(f"account {account}: added {', '.join(new)} (members of {group})")
+        for user in gone:  # one at a time: one with jobs still running keeps its association
+            code, out = sh(f"sacctmgr -i delete user {user} account={account}")
+            if code:
+                detail = " ".join(out.split())[-200:]
+                report.append(
+                    f"account {account}: {user} is not in {group} but keeps the association "
+                    f"for now: {detail}"
+                )
+            else:
+                report.append(
+                    f"account {account}: removed {user} (not in {group}; the records of "
+                    "their jobs stay)"
+                )
+    return report
 
 
 def _undo(sh: Sh, added: list[tuple[str, str]]) -> str:

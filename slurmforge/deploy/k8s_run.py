@@ -34,6 +34,7 @@ from slurmforge.deploy import (
     Where,
     accounting_db,
     check_namespace,
+    identity,
     k8s_images,
     k8s_render,
     kubectl,
@@ -113,11 +114,14 @@ class Kube(Target):
 
     def deploy(self, timeout: float) -> list[str]:
         """Render and validate; unless a dry run, apply and wait (see the module's docstring)."""
+        # a certificate or bind the site's directory refuses stops it before anything is written
+        notes = [] if self.dry_run else identity.probe(self.cluster.path, self.cluster.spec)
         directory = self.write_kustomization()
         versions = self.validate()
         lines = [
+            *(f"note: {n}" for n in notes),
             f"wrote {len(self.objects)} objects to {directory} "
-            f"(valid for Kubernetes {', '.join(versions)}; `kubectl kustomize` renders it)"
+            f"(valid for Kubernetes {', '.join(versions)}; `kubectl kustomize` renders it)",
         ]
         return lines if self.dry_run else [*lines, self.apply(timeout)]
 

@@ -305,6 +305,8 @@ class Local(Target):
         self.check_ports()
         ids = self.image_ids()
         self.check_site()
+        for note in identity.probe(self.cluster.path, self.cluster.spec):
+            print(f"note: {note}", file=self.log)
         secrets = self.secrets()
         kept = self.drains()  # before the upgrade's hold: an operator's drains outlive both
         if upgrading:

@@ -33,7 +33,7 @@ from slurmforge.deploy.fields import (
     Word,
     is_file,
 )
-from slurmforge.deploy.identity import IdentitySpec
+from slurmforge.deploy.identity import GroupName, IdentitySpec
 from slurmforge.deploy.layers import Layers
 from slurmforge.deploy.roles import CONTROLLER, LOGIN
 from slurmforge.deploy.site_spec import (
@@ -245,6 +245,9 @@ class AccountingSpec(Model):
     # database has beyond these are reported, never deleted
     qos: tuple[QosSpec, ...] = ()
     accounts: tuple[AccountSpec, ...] = ()
+    # account → directory group (identity.source: ldap): every deploy makes the account's users
+    # the group's members, adding and deleting their associations (job records stay)
+    accounts_from_groups: dict[AccountName, GroupName] = Field(default_factory=dict)
 
 
 class RestSpec(Model):

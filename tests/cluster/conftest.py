@@ -154,3 +154,38 @@ def deploy(root: Path, prefix: str, client: docker.DockerClient, **changes) -> I
         yield cluster
     finally:
         cluster.invoke("down", "--volumes")
+
+
+def squashfs_image(
+    cluster: Deployed, images: dict[str, str], client: docker.DockerClient, user: str, mark: str
+) -> str:
+    """~user/os.sqsh in the jail, owned by ``user``: a small image built here from the cell's base
+    image with ``mark`` as the ID= of its os-release (the jail says debian), exported with
+    `docker export` and packed with the jail's mksquashfs, as a user makes one from a local
+    image without a registry."""
+    dockerfile = (
+        f"FROM {images['base']}\n"
+        f"RUN rm -f /etc/os-release && printf 'ID={mark}\\nPRETTY_NAME=\"{mark}\"\\n'"
+        " > /etc/os-release\n"
+    )
+    tag = f"{cluster.name}-ctr:latest"
+    subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=dockerfile, text=True,
+                   check=True, capture_output=True)  # fmt: skip
+    made = client.containers.create(tag, command=["true"])
+    login = cluster.container("login").id
+    try:
+        export = subprocess.Popen(["docker", "export", made.id], stdout=subprocess.PIPE)
+        unpack = "rm -rf /jail/root/ctr && mkdir -p /jail/root/ctr && tar -xf - -C /jail/root/ctr"
+        subprocess.run(["docker", "exec", "-i", login, "sh", "-c", unpack],
+                       stdin=export.stdout, check=True, capture_output=True)  # fmt: skip
+        assert export.wait() == 0
+    finally:
+        made.remove()
+        client.images.remove(tag)
+    home = cluster.ok("login", f"chroot /jail getent passwd {user}").split(":")[5]
+    pack = (
+        f"mksquashfs /root/ctr {home}/os.sqsh -noappend -all-root -quiet"
+        f" && chown {user}: {home}/os.sqsh && rm -rf /root/ctr"
+    )
+    cluster.ok("login", f"chroot /jail sh -c {shlex.quote(pack)}")
+    return f"{home}/os.sqsh"

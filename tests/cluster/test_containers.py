@@ -5,13 +5,11 @@ GPU; and the errors a user gets for an image that is missing or corrupt."""
 from __future__ import annotations
 
 import shlex
-import subprocess
-from collections.abc import Iterator
 
 import docker
 import pytest
 
-from tests.cluster.conftest import Deployed
+from tests.cluster.conftest import Deployed, squashfs_image
 
 pytestmark = pytest.mark.cluster
 
@@ -21,35 +19,10 @@ ROOTS = "/var/lib/slurmforge/enroot"  # node-local container roots, one director
 
 
 @pytest.fixture(scope="module")
-def image(deployed: Deployed, images: dict[str, str], client: docker.DockerClient) -> Iterator[str]:
-    """/home/carol/os.sqsh in the jail: a small image built here from the cell's base image with
-    an os-release of its own, exported with `docker export`, packed with the jail's mksquashfs."""
+def image(deployed: Deployed, images: dict[str, str], client: docker.DockerClient) -> str:
+    """/home/carol/os.sqsh in the jail, with an os-release of its own (squashfs_image)."""
     deployed.user(USER)
-    dockerfile = (
-        f"FROM {images['base']}\n"
-        f"RUN rm -f /etc/os-release && printf 'ID={MARK}\\nPRETTY_NAME=\"{MARK}\"\\n'"
-        " > /etc/os-release\n"
-    )
-    tag = f"{deployed.name}-ctr:latest"
-    subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=dockerfile, text=True,
-                   check=True, capture_output=True)  # fmt: skip
-    made = client.containers.create(tag, command=["true"])
-    login = deployed.container("login").id
-    try:
-        export = subprocess.Popen(["docker", "export", made.id], stdout=subprocess.PIPE)
-        unpack = "rm -rf /jail/root/ctr && mkdir -p /jail/root/ctr && tar -xf - -C /jail/root/ctr"
-        subprocess.run(["docker", "exec", "-i", login, "sh", "-c", unpack],
-                       stdin=export.stdout, check=True, capture_output=True)  # fmt: skip
-        assert export.wait() == 0
-    finally:
-        made.remove()
-        client.images.remove(tag)
-    pack = (
-        f"mksquashfs /root/ctr /home/{USER}/os.sqsh -noappend -all-root -quiet"
-        f" && chown {USER}: /home/{USER}/os.sqsh && rm -rf /root/ctr"
-    )
-    deployed.ok("login", f"chroot /jail sh -c {shlex.quote(pack)}")
-    return f"/home/{USER}/os.sqsh"
+    return squashfs_image(deployed, images, client, USER, MARK)
 
 
 def _srun(cluster: Deployed, args: str) -> tuple[int, str]:

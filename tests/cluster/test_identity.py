@@ -2,10 +2,13 @@
 log in to the login node by SSH with the key stored there, run jobs as themselves on every node
 with the same uid and groups, get a home on their first login, and sudo only where a sudo group
 says so. While the directory is down, those already seen keep working and new ones are refused;
-when it is back, new ones work without a redeploy."""
+when it is back, new ones work without a redeploy. A site's own directory (a second slapd started
+here with ldaps and a CA of its own, not managed by slurmforge) whose certificate or bind is
+refused stops a deploy before anything starts."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,7 +18,13 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.cluster.conftest import Deployed, deploy
+from slurmforge import config
+from slurmforge.deploy import identity, model
+from slurmforge.versions import load as load_versions
+from tests.cluster.conftest import Deployed, deploy, invoke, squashfs_image, write_cluster
+from tests.cluster.test_jobs import HELLO
+from tests.conftest import ROOT
+from tests.ports import free_port
 
 BASE = "dc=physics,dc=example"
 
@@ -24,8 +33,12 @@ BASE = "dc=physics,dc=example"
 class Directory:
     cluster: Deployed
     keys: dict[str, Path]  # user → private key file
+    images: dict[str, str]
+    client: docker.DockerClient
 
-    def ssh(self, user: str, command: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    def ssh(
+        self, user: str, command: str, stdin: str | None = None, timeout: int = 120
+    ) -> subprocess.CompletedProcess[str]:
         """``command`` in a login session of ``user``, over SSH with their key, as a user would."""
         port = self.cluster.login_port
         argv = [
@@ -35,10 +48,12 @@ class Directory:
             f"{user}@127.0.0.1",
             command,
         ]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+        )
 
-    def ok(self, user: str, command: str) -> str:
-        proc = self.ssh(user, command)
+    def ok(self, user: str, command: str, stdin: str | None = None) -> str:
+        proc = self.ssh(user, command, stdin)
         assert proc.returncode == 0, f"{user}: {command!r} exited {proc.returncode}:\n{proc.stderr}"
         return proc.stdout.strip()
 
@@ -81,8 +96,14 @@ def directory(
         public[user] = keys[user].with_suffix(".pub").read_text().strip()
     (root / "directory.ldif").write_text(_seed(public))
     ldap = {"embedded": True, "base_dn": BASE, "sudo_groups": ["hpc-admins"]}
-    with deploy(root, "sfldap", client, identity={"source": "ldap", "ldap": ldap}) as cluster:
-        yield Directory(cluster, keys)
+    accounting = {
+        "enforce": ["associations"],  # a user without an association cannot submit
+        "accounts": [{"name": "physics"}],
+        "accounts_from_groups": {"physics": "physics-users"},
+    }
+    identity = {"source": "ldap", "ldap": ldap}
+    with deploy(root, "sfldap", client, identity=identity, accounting=accounting) as cluster:
+        yield Directory(cluster, keys, images, client)
 
 
 def test_a_directory_user_logs_in_with_their_key_and_runs_on_every_node(
@@ -130,3 +151,181 @@ def test_with_the_directory_down_known_users_work_and_new_ones_are_refused(
         proc = directory.ssh("carol", "srun -N2 id -un")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["carol", "carol"]
+
+
+def _sacct(cluster: Deployed, user: str, job: str) -> str:
+    """The job's allocation in sacct (account|state), once slurmdbd has its end."""
+    command = f"sacct -n -P -X -u {user} -j {job} -o account,state"
+    deadline = time.monotonic() + 60
+    out = cluster.ok("slurmctld", command)
+    while "COMPLETED" not in out and time.monotonic() < deadline:
+        time.sleep(2)
+        out = cluster.ok("slurmctld", command)
+    return out
+
+
+def test_mpi_a_container_and_accounting_as_a_directory_user(directory: Directory) -> None:
+    directory.ok("ada", "cat > hello.c", stdin=HELLO)
+    out = directory.ok("ada", "mpicc -o hello hello.c && srun -N2 -n2 ./hello | sort")
+    assert out.splitlines() == ["rank 0 of 2 on cpu-0 sum 1", "rank 1 of 2 on cpu-1 sum 1"]
+    image = squashfs_image(directory.cluster, directory.images, directory.client, "ada", "ldapctr")
+    cmd = "sh -c '. /etc/os-release; echo $(hostname) $ID $(id -un)'"
+    out = directory.ok("ada", f"srun -N2 --container-image={image} {cmd} | grep -v ^pyxis | sort")
+    assert out.splitlines() == ["cpu-0 ldapctr ada", "cpu-1 ldapctr ada"]
+    job = directory.ok("ada", "sbatch --parsable --wait -N2 --wrap 'srun true'")
+    # the account comes from ada's group (accounts_from_groups), with no createuser and no -A
+    assert _sacct(directory.cluster, "ada", job) == "physics|COMPLETED"
+
+
+def test_a_user_who_leaves_the_group_loses_the_association_not_the_records(
+    directory: Directory,
+) -> None:
+    """Last: carol is out of physics-users afterwards."""
+    job = directory.ok("carol", "sbatch --parsable --wait --wrap true")
+    change = (
+        f"dn: cn=physics-users,ou=groups,{BASE}\nchangetype: modify\n"
+        "delete: memberUid\nmemberUid: carol\n"
+    )
+    slapd = directory.cluster.container("slapd").id
+    subprocess.run(
+        ["docker", "exec", "-i", slapd, "ldapmodify", "-Q", "-Y", "EXTERNAL", "-H", "ldapi:///"],
+        input=change, text=True, check=True, capture_output=True,
+    )  # fmt: skip
+    proc = directory.cluster.invoke("deploy")
+    assert proc.returncode == 0, proc.stderr
+    assert "account physics: removed carol" in proc.stderr + proc.stdout
+    cluster = directory.cluster
+    assoc = "sacctmgr -n -P show assoc format=account where user="
+    assert cluster.ok("slurmctld", f"{assoc}carol") == ""
+    assert cluster.ok("slurmctld", f"{assoc}ada") == "physics"
+    refused = directory.ssh("carol", "srun -N1 true")
+    assert refused.returncode != 0
+    assert "Invalid account" in refused.stderr, refused.stderr
+    assert _sacct(cluster, "carol", job) == "physics|COMPLETED"  # her record stays
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@dataclass
+class SiteDirectory:
+    root: Path
+    ldaps: str  # ldaps://127.0.0.1:PORT
+    ldap: str  # ldap://127.0.0.1:PORT (StartTLS)
+    base: str = "dc=site,dc=test"
+
+    def settings(self, ca: str = "ca.pem", password: str = "bind") -> dict:
+        return {
+            "source": "ldap",
+            "ldap": {
+                "uri": [self.ldaps, self.ldap],
+                "base_dn": self.base,
+                "bind_dn": f"cn=sssd,{self.base}",
+                "bind_password_file": str(self.root / password),
+                "ca_file": str(self.root / ca),
+            },
+        }
+
+
+@pytest.fixture(scope="module")
+def site_directory(
+    images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SiteDirectory]:
+    """The slapd image run by hand as a site's directory: a CA of its own signed its certificate
+    (for 127.0.0.1); another CA, a wrong password and the right one are files beside it."""
+    root = tmp_path_factory.mktemp("site-directory")
+    tls = root / "tls"
+    tls.mkdir()
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    for ca in ("ca", "other-ca"):
+        _openssl("req", "-x509", *ec, "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
+                 "-subj", f"/CN=slurmforge test {ca}", cwd=root)  # fmt: skip
+    _openssl("req", *ec, "-keyout", "tls/key.pem", "-out", "server.csr", "-subj", "/CN=ldap.test",
+             cwd=root)  # fmt: skip
+    (root / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:ldap.test\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "tls/cert.pem", "-days", "2", "-extfile", "san.ext",
+             cwd=root)  # fmt: skip
+    (root / "bind").write_text("the-right-one\n")
+    (root / "wrong").write_text("not-it\n")
+    site = SiteDirectory(root, "", "")
+    (root / "seed.ldif").write_text(
+        f"dn: {site.base}\nobjectClass: dcObject\nobjectClass: organization\no: Site\ndc: site\n"
+    )
+    secure, plain = free_port(), free_port()
+    # a network of its own: Docker's default bridge may hold what another tool left there
+    network = client.networks.create(f"sfsitedir{secure}", labels={"io.slurmforge.test": "site"})
+    container = client.containers.run(
+        images["slapd"],
+        detach=True,
+        environment={"SLAPD_BASE_DN": site.base},
+        volumes={
+            str(root / "seed.ldif"): {"bind": "/etc/slurmforge/slapd/seed.ldif", "mode": "ro"},
+            str(root / "bind"): {"bind": "/run/secrets/ldap-bind-password", "mode": "ro"},
+            str(tls): {"bind": "/etc/slurmforge/slapd/tls", "mode": "ro"},
+        },
+        ports={"636/tcp": ("127.0.0.1", secure), "389/tcp": ("127.0.0.1", plain)},
+        labels={"io.slurmforge.test": "site-directory"},
+        network=network.name,
+    )
+    site.ldaps, site.ldap = f"ldaps://127.0.0.1:{secure}", f"ldap://127.0.0.1:{plain}"
+    try:
+        deadline = time.monotonic() + 30
+        ready = ["ldapsearch", "-x", "-H", "ldaps://127.0.0.1", "-b", "", "-s", "base"]
+        while container.exec_run(ready, environment={"LDAPTLS_REQCERT": "never"}).exit_code:
+            assert time.monotonic() < deadline, container.logs().decode()[-2000:]
+            time.sleep(0.5)
+        yield site
+    finally:
+        container.remove(force=True)
+        network.remove()
+
+
+@pytest.fixture
+def versions() -> config.Config:
+    return load_versions(ROOT / "versions.yaml")
+
+
+def test_a_site_directory_is_bound_to_as_sssd_will(
+    site_directory: SiteDirectory, versions: config.Config, tmp_path: Path
+) -> None:
+    path = write_cluster(tmp_path, "sfsite", free_port(), identity=site_directory.settings())
+    cluster = model.load(path, versions)
+    assert identity.probe(path, cluster.spec) == []  # ldaps:// and ldap:// with StartTLS
+    away = f"ldaps://127.0.0.1:{free_port()}"
+    settings = site_directory.settings()
+    settings["ldap"]["uri"] = [away]
+    path = write_cluster(tmp_path, "sfsite", free_port(), identity=settings)
+    (note,) = identity.probe(path, model.load(path, versions).spec)
+    assert note.startswith(f"identity.ldap.uri: {away} does not answer from this host")
+
+
+@pytest.mark.parametrize(
+    ("ca", "password", "expected"),
+    [
+        ("other-ca.pem", "bind", "identity.ldap.ca_file: ldaps://127.0.0.1:"),
+        ("ca.pem", "wrong", "identity.ldap.bind_password_file: ldaps://127.0.0.1:"),
+    ],
+)
+def test_a_wrong_ca_or_password_stops_the_deploy_before_anything_starts(
+    site_directory: SiteDirectory,
+    client: docker.DockerClient,
+    tmp_path: Path,
+    ca: str,
+    password: str,
+    expected: str,
+) -> None:
+    name = f"sfsite{free_port()}"
+    settings = site_directory.settings(ca=ca, password=password)
+    path = write_cluster(tmp_path, name, free_port(), identity=settings)
+    env = {**os.environ, "SLURMFORGE_STATE_DIR": str(tmp_path / "state"), "SLURMFORGE_DEBUG": ""}
+    proc = invoke(env, "deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"{path}: {expected}" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    label = f"com.docker.compose.project={name}"
+    assert client.containers.list(all=True, filters={"label": label}) == []
+    assert not (tmp_path / "out").exists()
+    assert "the-right-one" not in proc.stderr + proc.stdout

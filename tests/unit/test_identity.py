@@ -152,3 +152,33 @@ def test_the_embedded_directory_runs_only_when_asked(write_cluster, versions, tm
     services = local_render.render(local, _secrets(tmp_path), "sha256:abc")["services"]
     assert "slapd" not in services
     assert not any("identity" in v for s in services.values() for v in s.get("volumes", []))
+
+
+@pytest.mark.parametrize(
+    ("accounting", "identity_of", "expected"),
+    [
+        (
+            {"accounts": [{"name": "physics"}], "accounts_from_groups": {"chem": "chem-users"}},
+            "site",
+            "accounting.accounts_from_groups.chem: no account 'chem' in accounting.accounts",
+        ),
+        (
+            {"accounts": [{"name": "physics"}], "accounts_from_groups": {"physics": "p"}},
+            "local",
+            "accounting.accounts_from_groups.physics: groups come from a directory",
+        ),
+        (
+            {"accounts_from_groups": {"physics": "bad group"}},
+            "site",
+            "accounting.accounts_from_groups.physics",
+        ),
+    ],
+)
+def test_a_group_maps_to_a_declared_account_of_a_directory(
+    write_cluster, tmp_path: Path, accounting: dict, identity_of: str, expected: str
+) -> None:
+    identity = _site(tmp_path) if identity_of == "site" else {"source": "local"}
+    path = write_cluster(_with(identity=identity, accounting=accounting))
+    proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    _assert_clean_failure(proc, f"{path}: {expected}")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,129 @@
+"""B16: what reading users from a directory costs a launch, a job and a login, on warm images.
+
+Two throwaway clusters from the shipped cluster file, one after the other:
+- `local`: users from the jail's files (createuser), the baseline;
+- `ldap`: users from the embedded directory through SSSD (identity.source: ldap), whose user `ada`
+  exists only there. A createuser user on the same cluster gives the local-key login baseline.
+
+Figures, from a user's login session in the jail:
+- step launch: `srun -N2 true`, median of 20; target: ldap <= 1.05 x local;
+- throughput: 200 `sbatch --wrap=true`, first submission to empty queue; target ldap >= 0.95 x;
+- login: `ssh user@login true` with the user's key, median of 10, key from the directory
+  (sss_ssh_authorizedkeys) against a key in ~/.ssh/authorized_keys, on the ldap cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+import yaml
+
+from bench.b7_jobs import jobs_per_s, launch_ms
+from bench.common import ROOT, invoke
+from tests.ports import published
+
+LOGINS = 10
+BASE = "dc=bench,dc=test"
+
+
+def cluster_file(root: Path, name: str, key: str | None) -> Path:
+    data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    data.update(name=name, **published())
+    if key is not None:
+        (root / "directory.ldif").write_text(
+            f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\no: B\ndc: bench\n\n"
+            f"dn: cn=bench,{BASE}\nobjectClass: posixGroup\ncn: bench\ngidNumber: 40000\n\n"
+            f"dn: uid=ada,{BASE}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
+            "objectClass: ldapPublicKey\nuid: ada\ncn: ada\nsn: ada\nuidNumber: 40001\n"
+            f"gidNumber: 40000\nhomeDirectory: /home/ada\nloginShell: /bin/bash\n"
+            f"sshPublicKey: {key}\n"
+        )
+        data["identity"] = {"source": "ldap", "ldap": {"embedded": True, "base_dn": BASE}}
+    (root / "layers").symlink_to(ROOT / "deploy" / "layers")
+    path = root / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def session(client: docker.DockerClient, name: str, user: str):
+    labels = [f"com.docker.compose.project={name}", "com.docker.compose.service=login"]
+    (login,) = client.containers.list(filters={"label": labels})
+
+    def run(cmd: str) -> str:
+        code, out = login.exec_run(["chroot", "/jail", "su", "-", user, "-c", cmd])
+        if code:
+            raise subprocess.CalledProcessError(code, cmd, out)
+        return out.decode().strip()
+
+    return login, run
+
+
+def ssh_ms(port: int, user: str, key: Path) -> float:
+    argv = ["ssh", "-i", str(key), "-p", str(port), "-o", "BatchMode=yes"]
+    argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    argv += ["-o", "LogLevel=ERROR", f"{user}@127.0.0.1", "true"]
+    subprocess.run(argv, check=True)  # warm
+    times = []
+    for _ in range(LOGINS):
+        start = time.perf_counter()
+        subprocess.run(argv, check=True)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def measure(root: Path, name: str, key: Path | None) -> dict[str, float]:
+    public = key.with_suffix(".pub").read_text().strip() if key else None
+    path = cluster_file(root, name, public)
+    port = yaml.safe_load(path.read_text())["login"]["port"]
+    where = ["--cluster", str(path), "--out", str(root / "out")]
+    os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
+    client = docker.from_env()
+    out: dict[str, float] = {}
+    try:
+        invoke("deploy", *where)
+        login, _ = session(client, name, "root")
+        login.exec_run(["chroot", "/jail", "createuser", "--non-interactive", "bench",
+                        "--ssh-key", public or "ssh-ed25519 AAAA"])  # fmt: skip
+        user = "bench"
+        if key is not None:
+            login.exec_run(["chroot", "/jail", "mkhomedir_helper", "ada", "0077"])
+            user = "ada"
+            out["ssh ldap"] = ssh_ms(port, "ada", key)
+            out["ssh local"] = ssh_ms(port, "bench", key)
+        _, run = session(client, name, user)
+        out["launch"] = launch_ms(run, "main")
+        out["jobs"] = jobs_per_s(run, "main", user)
+    finally:
+        invoke("down", "--volumes", *where)
+    return out
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        key = root / "key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        (root / "local").mkdir()
+        (root / "ldap").mkdir()
+        local = measure(root / "local", "sfbench16l", None)
+        ldap = measure(root / "ldap", "sfbench16d", key)
+    print("srun -N2 true, median of 20:")
+    print(f"  local {local['launch']:6.0f} ms   ldap {ldap['launch']:6.0f} ms   "
+          f"ratio {ldap['launch'] / local['launch']:.2f} (target <= 1.05)")  # fmt: skip
+    print("200 x sbatch --wrap=true, submission to empty queue:")
+    print(f"  local {local['jobs']:6.1f} jobs/s   ldap {ldap['jobs']:6.1f} jobs/s   "
+          f"ratio {ldap['jobs'] / local['jobs']:.2f} (target >= 0.95)")  # fmt: skip
+    print(f"ssh with a key to `true`, median of {LOGINS} (ldap cluster):")
+    ssh_local, ssh_ldap = ldap["ssh local"], ldap["ssh ldap"]
+    print(f"  key in ~/.ssh {ssh_local:6.0f} ms   key in the directory {ssh_ldap:6.0f} ms   "
+          f"ratio {ssh_ldap / ssh_local:.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
