@@ -88,8 +88,10 @@ def measure(root: Path, name: str, key: Path | None) -> dict[str, float]:
     try:
         invoke("deploy", *where)
         login, _ = session(client, name, "root")
-        login.exec_run(["chroot", "/jail", "createuser", "--non-interactive", "bench",
-                        "--ssh-key", public or "ssh-ed25519 AAAA"])  # fmt: skip
+        argv = ["chroot", "/jail", "createuser", "--non-interactive", "bench"]
+        code, made = login.exec_run([*argv, "--ssh-key", public or "ssh-ed25519 AAAA"])
+        if code:
+            raise RuntimeError(f"createuser bench: {made.decode()}")
         user = "bench"
         if key is not None:
             login.exec_run(["chroot", "/jail", "mkhomedir_helper", "ada", "0077"])

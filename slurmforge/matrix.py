@@ -73,8 +73,9 @@ COMPONENTS: dict[str, Component] = {
             (Axis.DISTRO, Axis.SLURM),
             ("runtime", "slurm-debs"),
             True,
-            "compute node daemon, with pyxis and enroot for containers in jobs",
-            context=("images/gpu",),
+            "compute node daemon, with pyxis and enroot for containers in jobs; sshd for users "
+            "with a job on it (pam_slurm_adopt)",
+            context=("images/gpu", "images/login"),
         ),
         Component(
             "login",

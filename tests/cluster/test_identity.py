@@ -153,6 +153,37 @@ def test_with_the_directory_down_known_users_work_and_new_ones_are_refused(
     assert proc.stdout.split() == ["carol", "carol"]
 
 
+def test_ssh_to_the_node_of_a_running_job_lands_in_its_cgroup_and_no_other_node(
+    directory: Directory,
+) -> None:
+    # a key of her own for the hop, in the home every node shares (as on any cluster)
+    directory.ok(
+        "ada",
+        "test -f ~/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519;"
+        " cat ~/.ssh/id_ed25519.pub >> ~/.ssh/authorized_keys",
+    )
+    job = directory.ok("ada", "sbatch --parsable -w cpu-1 -t 5 --wrap 'sleep 300'")
+    try:
+        deadline = time.monotonic() + 60
+        while directory.cluster.ok("slurmctld", f"squeue -h -j {job} -o %T") != "RUNNING":
+            assert time.monotonic() < deadline, f"job {job} did not start"
+            time.sleep(1)
+        hop = "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new"
+        out = directory.ok(
+            "ada",
+            f"{hop} cpu-1 'hostname; id -un; cat /etc/slurmforge-jail-release /proc/self/cgroup'",
+        )
+        host, user, release, *cgroups = out.splitlines()
+        assert (host, user) == ("cpu-1", "ada"), out
+        assert release.startswith("slurm="), out  # a file only the jail has
+        assert any(f"/job_{job}/step_extern" in line for line in cgroups), out
+        refused = directory.ssh("ada", f"{hop} cpu-0 true")
+        assert refused.returncode != 0
+        assert "Access denied by pam_slurm_adopt" in refused.stderr, refused.stderr
+    finally:
+        directory.cluster.ok("slurmctld", f"scancel {job}")
+
+
 def _sacct(cluster: Deployed, user: str, job: str) -> str:
     """The job's allocation in sacct (account|state), once slurmdbd has its end."""
     command = f"sacct -n -P -X -u {user} -j {job} -o account,state"

@@ -83,8 +83,12 @@ def test_jobs_that_each_need_a_nodes_memory_do_not_share_it(sized: Deployed) -> 
         while sized.ok("login", f"squeue -h -j {first} -o %T", user=USER) != "RUNNING":
             assert time.monotonic() < deadline, "the first job did not start"
             time.sleep(1)
-        # a CPU of cpu-0 is free, its memory is not
+        # a CPU of cpu-0 is free, its memory is not (the reason is None until the scheduler
+        # has looked at the job once since the first one started)
         state = sized.ok("login", f"squeue -h -j {second} -o '%T %r'", user=USER)
+        while state == "PENDING None" and time.monotonic() < deadline + 15:
+            time.sleep(1)
+            state = sized.ok("login", f"squeue -h -j {second} -o '%T %r'", user=USER)
         assert state == "PENDING Resources", state
     finally:
         sized.ok("login", f"scancel {first} {second}", user=USER)
@@ -99,13 +103,14 @@ def test_a_job_without_mem_gets_its_partitions_memory_per_cpu(sized: Deployed) -
 def test_two_one_cpu_tasks_are_bound_to_different_cpus(sized: Deployed) -> None:
     out = sized.ok(
         "login",
-        "srun -N1 -n2 -c1 -w cpu-0 -l grep Cpus_allowed_list /proc/self/status",
+        # -Q: a job of the previous test may still hold the node ("queued and waiting")
+        "srun -Q -N1 -n2 -c1 -w cpu-0 -l grep Cpus_allowed_list /proc/self/status",
         user=USER,
     )
     cpus = sorted(line.split()[-1] for line in out.splitlines())
     assert len(cpus) == 2 and all(c.isdigit() for c in cpus) and cpus[0] != cpus[1], out
     # the step's cgroup holds it to its one CPU, whatever it asks the kernel for
-    assert sized.ok("login", "srun -n1 -c1 nproc", user=USER) == "1"
+    assert sized.ok("login", "srun -Q -n1 -c1 nproc", user=USER) == "1"
 
 
 def test_a_job_runs_in_cgroups_of_its_own(sized: Deployed) -> None:
