@@ -1,7 +1,9 @@
 """B16: what reading users from a directory costs a launch, a job and a login, on warm images.
 
-Two throwaway clusters from the shipped cluster file, one after the other:
+Three throwaway clusters from the shipped cluster file, one after the other:
 - `local`: users from the jail's files (createuser), the baseline;
+- `plain`: the same with `slurm.node_ssh: false` (no sshd on the nodes, no extern step per job),
+  for what ssh into a job's node costs every launch;
 - `ldap`: users from the embedded directory through SSSD (identity.source: ldap), whose user `ada`
   exists only there. A createuser user on the same cluster gives the local-key login baseline.
 
@@ -32,13 +34,15 @@ LOGINS = 10
 BASE = "dc=bench,dc=test"
 
 
-def cluster_file(root: Path, name: str, key: str | None) -> Path:
+def cluster_file(root: Path, name: str, key: str | None, node_ssh: bool = True) -> Path:
     data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
     data.update(name=name, **published())
+    if not node_ssh:
+        data["slurm"] = {"node_ssh": False}
     if key is not None:
         (root / "directory.ldif").write_text(
             f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\no: B\ndc: bench\n\n"
-            f"dn: cn=bench,{BASE}\nobjectClass: posixGroup\ncn: bench\ngidNumber: 40000\n\n"
+            f"dn: cn=readers,{BASE}\nobjectClass: posixGroup\ncn: readers\ngidNumber: 40000\n\n"
             f"dn: uid=ada,{BASE}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
             "objectClass: ldapPublicKey\nuid: ada\ncn: ada\nsn: ada\nuidNumber: 40001\n"
             f"gidNumber: 40000\nhomeDirectory: /home/ada\nloginShell: /bin/bash\n"
@@ -77,9 +81,9 @@ def ssh_ms(port: int, user: str, key: Path) -> float:
     return statistics.median(times)
 
 
-def measure(root: Path, name: str, key: Path | None) -> dict[str, float]:
+def measure(root: Path, name: str, key: Path | None, node_ssh: bool = True) -> dict[str, float]:
     public = key.with_suffix(".pub").read_text().strip() if key else None
-    path = cluster_file(root, name, public)
+    path = cluster_file(root, name, public, node_ssh)
     port = yaml.safe_load(path.read_text())["login"]["port"]
     where = ["--cluster", str(path), "--out", str(root / "out")]
     os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
@@ -111,10 +115,11 @@ def main() -> None:
         root = Path(tmp)
         key = root / "key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-        (root / "local").mkdir()
-        (root / "ldap").mkdir()
+        for arm in ("local", "ldap", "plain"):
+            (root / arm).mkdir()
         local = measure(root / "local", "sfbench16l", None)
         ldap = measure(root / "ldap", "sfbench16d", key)
+        plain = measure(root / "plain", "sfbench16p", None, node_ssh=False)
     print("srun -N2 true, median of 20:")
     print(f"  local {local['launch']:6.0f} ms   ldap {ldap['launch']:6.0f} ms   "
           f"ratio {ldap['launch'] / local['launch']:.2f} (target <= 1.05)")  # fmt: skip
@@ -122,6 +127,10 @@ def main() -> None:
     print(f"  local {local['jobs']:6.1f} jobs/s   ldap {ldap['jobs']:6.1f} jobs/s   "
           f"ratio {ldap['jobs'] / local['jobs']:.2f} (target >= 0.95)")  # fmt: skip
     print(f"ssh with a key to `true`, median of {LOGINS} (ldap cluster):")
+    print("slurm.node_ssh (sshd on the nodes, PrologFlags=Contain) on vs off, local users:")
+    print(f"  launch {local['launch']:.0f} vs {plain['launch']:.0f} ms: "
+          f"{local['launch'] / plain['launch']:.2f} x; {local['jobs']:.1f} vs "
+          f"{plain['jobs']:.1f} jobs/s: {local['jobs'] / plain['jobs']:.2f} x")  # fmt: skip
     ssh_local, ssh_ldap = ldap["ssh local"], ldap["ssh ldap"]
     print(f"  key in ~/.ssh {ssh_local:6.0f} ms   key in the directory {ssh_ldap:6.0f} ms   "
           f"ratio {ssh_ldap / ssh_local:.2f}")  # fmt: skip

@@ -8,9 +8,10 @@ import socket
 from typing import Any
 
 
-def free_port() -> int:
+def free_port(address: str = "127.0.0.1") -> int:
+    """A port nothing listens on at ``address`` (this host's)."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((address, 0))
         return sock.getsockname()[1]
 
 

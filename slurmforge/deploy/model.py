@@ -284,6 +284,10 @@ class SlurmSpec(Model):
     # false: for a host that cannot give node containers a writable cgroup subtree; processes
     # are then tracked through /proc and memory is scheduled but not enforced.
     cgroups: StrictBool = True
+    # Users may ssh into a node where a job of theirs runs (sshd on every compute node, with
+    # pam_slurm_adopt; every job gets an extern step, PrologFlags=Contain, which makes a
+    # launch slower: bench/b16_identity.py). false: no sshd on the nodes, no extern steps.
+    node_ssh: StrictBool = True
     # the site's own settings, merged into the files slurmforge writes; keys slurmforge
     # manages are refused unless listed in `override` (siteconf.py, README)
     conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)  # slurm.conf

@@ -258,6 +258,11 @@ class Role:
         return sorted({*self.capabilities, *extra} - DOCKER_DEFAULT_CAPABILITIES)
 
 
+def _node_env(spec: ClusterSpec) -> dict[str, str]:
+    # images/slurmd/sshd.sh: sshd for users with a job on the node (slurm.node_ssh)
+    return {} if spec.slurm.node_ssh else {"SLURMFORGE_NODE_SSHD": "0"}
+
+
 def _login_env(spec: ClusterSpec) -> dict[str, str]:
     scratch = spec.jail.scratch
     return {jail_contract.SCRATCH_ENV: " ".join(scratch)} if scratch else {}
@@ -334,6 +339,7 @@ ROLES: tuple[Role, ...] = (
         runs_users=True,
         runs_containers=True,
         after=(DIRECTORY,),  # SSSD answers from the start (offline until the directory is)
+        env=_node_env,
     ),
     Role(
         LOGIN,

@@ -63,6 +63,8 @@ MANAGED: dict[str, dict[str, str]] = {
         "grestypes": "from the node sets' gres",
         "prolog": "slurm.prolog lists the scripts",
         "epilog": "slurm.epilog lists the scripts",
+        "prologflags": "slurm.node_ssh sets Contain (ssh into a job's node joins the job); an "
+        "override replaces it, so keep Contain among the site's flags where node_ssh is on",
         "topologyplugin": "topology: sets it",
         "include": "the cluster file holds every setting (a file it names would not exist)",
         "nodename": "node sets are declared under nodesets: (their own settings under slurm:)",

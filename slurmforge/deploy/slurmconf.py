@@ -151,6 +151,7 @@ def render(
         "metrics_endpoint": metrics_endpoint(cluster),
         "cgroup_disabled": cgroup_disabled(cluster.cell.slurm),
         "cgroups": spec.slurm.cgroups,
+        "node_ssh": spec.slurm.node_ssh,
         "accounting": spec.accounting if spec.accounting.enabled else None,
         "dbd_addr": network.dbd_addr if network else DBD,
         "jwt_key": JWT_KEY,

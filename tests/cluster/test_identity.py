@@ -21,10 +21,12 @@ import pytest
 from slurmforge import config
 from slurmforge.deploy import identity, model
 from slurmforge.versions import load as load_versions
+from tests import site_ldap
 from tests.cluster.conftest import Deployed, deploy, invoke, squashfs_image, write_cluster
 from tests.cluster.test_jobs import HELLO
 from tests.conftest import ROOT
 from tests.ports import free_port
+from tests.site_ldap import SiteDirectory
 
 BASE = "dc=physics,dc=example"
 
@@ -235,82 +237,13 @@ def test_a_user_who_leaves_the_group_loses_the_association_not_the_records(
     assert _sacct(cluster, "carol", job) == "physics|COMPLETED"  # her record stays
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-@dataclass
-class SiteDirectory:
-    root: Path
-    ldaps: str  # ldaps://127.0.0.1:PORT
-    ldap: str  # ldap://127.0.0.1:PORT (StartTLS)
-    base: str = "dc=site,dc=test"
-
-    def settings(self, ca: str = "ca.pem", password: str = "bind") -> dict:
-        return {
-            "source": "ldap",
-            "ldap": {
-                "uri": [self.ldaps, self.ldap],
-                "base_dn": self.base,
-                "bind_dn": f"cn=sssd,{self.base}",
-                "bind_password_file": str(self.root / password),
-                "ca_file": str(self.root / ca),
-            },
-        }
-
-
 @pytest.fixture(scope="module")
 def site_directory(
     images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SiteDirectory]:
-    """The slapd image run by hand as a site's directory: a CA of its own signed its certificate
-    (for 127.0.0.1); another CA, a wrong password and the right one are files beside it."""
     root = tmp_path_factory.mktemp("site-directory")
-    tls = root / "tls"
-    tls.mkdir()
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    for ca in ("ca", "other-ca"):
-        _openssl("req", "-x509", *ec, "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
-                 "-subj", f"/CN=slurmforge test {ca}", cwd=root)  # fmt: skip
-    _openssl("req", *ec, "-keyout", "tls/key.pem", "-out", "server.csr", "-subj", "/CN=ldap.test",
-             cwd=root)  # fmt: skip
-    (root / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:ldap.test\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "tls/cert.pem", "-days", "2", "-extfile", "san.ext",
-             cwd=root)  # fmt: skip
-    (root / "bind").write_text("the-right-one\n")
-    (root / "wrong").write_text("not-it\n")
-    site = SiteDirectory(root, "", "")
-    (root / "seed.ldif").write_text(
-        f"dn: {site.base}\nobjectClass: dcObject\nobjectClass: organization\no: Site\ndc: site\n"
-    )
-    secure, plain = free_port(), free_port()
-    # a network of its own: Docker's default bridge may hold what another tool left there
-    network = client.networks.create(f"sfsitedir{secure}", labels={"io.slurmforge.test": "site"})
-    container = client.containers.run(
-        images["slapd"],
-        detach=True,
-        environment={"SLAPD_BASE_DN": site.base},
-        volumes={
-            str(root / "seed.ldif"): {"bind": "/etc/slurmforge/slapd/seed.ldif", "mode": "ro"},
-            str(root / "bind"): {"bind": "/run/secrets/ldap-bind-password", "mode": "ro"},
-            str(tls): {"bind": "/etc/slurmforge/slapd/tls", "mode": "ro"},
-        },
-        ports={"636/tcp": ("127.0.0.1", secure), "389/tcp": ("127.0.0.1", plain)},
-        labels={"io.slurmforge.test": "site-directory"},
-        network=network.name,
-    )
-    site.ldaps, site.ldap = f"ldaps://127.0.0.1:{secure}", f"ldap://127.0.0.1:{plain}"
-    try:
-        deadline = time.monotonic() + 30
-        ready = ["ldapsearch", "-x", "-H", "ldaps://127.0.0.1", "-b", "", "-s", "base"]
-        while container.exec_run(ready, environment={"LDAPTLS_REQCERT": "never"}).exit_code:
-            assert time.monotonic() < deadline, container.logs().decode()[-2000:]
-            time.sleep(0.5)
+    with site_ldap.run(client, images["slapd"], root, "127.0.0.1") as site:
         yield site
-    finally:
-        container.remove(force=True)
-        network.remove()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slurmforge import config
-from slurmforge.deploy import identity, local_render, model
+from slurmforge.deploy import identity, local_render, model, slurmconf
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 from tests.unit.test_cli import _assert_clean_failure, _invoke
@@ -182,3 +182,17 @@ def test_a_group_maps_to_a_declared_account_of_a_directory(
     proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
     _assert_clean_failure(proc, f"{path}: {expected}")
     assert not (tmp_path / "out").exists()
+
+
+def test_ssh_into_job_nodes_can_be_turned_off_with_its_extern_steps(
+    write_cluster, versions, tmp_path: Path
+) -> None:
+    on = model.load(write_cluster(_with()), versions)
+    off = model.load(write_cluster(_with(slurm={"node_ssh": False})), versions)
+    conf_on, conf_off = (slurmconf.render(c, None, False, None)["slurm.conf"] for c in (on, off))
+    assert "\nPrologFlags=Contain\n" in conf_on
+    assert "PrologFlags" not in conf_off
+    services = local_render.render(off, _secrets(tmp_path), "sha256:abc")["services"]
+    assert services["cpu-0"]["environment"]["SLURMFORGE_NODE_SSHD"] == "0"
+    services = local_render.render(on, _secrets(tmp_path), "sha256:abc")["services"]
+    assert "SLURMFORGE_NODE_SSHD" not in services["cpu-0"].get("environment", {})
