@@ -43,9 +43,6 @@ if TYPE_CHECKING:
 # The embedded directory's service name and the read-only account SSSD binds as there
 EMBEDDED_HOST = "slapd"
 EMBEDDED_READER = "cn=sssd"
-# How sessions and job steps reach the node's SSSD: its sockets and memory cache, bound into the
-# jail at the same paths
-SSS_PIPES, SSS_CACHE = "/var/lib/sss/pipes", "/var/lib/sss/mc"
 # Where the containers find the rendered files (roles.IDENTITY_CONF)
 SSSD_CONF, SUDOERS, CA_FILE = "sssd.conf", "sudoers", "ca.pem"
 SEED_FILE = "seed.ldif"  # the embedded directory's (roles.DIRECTORY_CONF)
