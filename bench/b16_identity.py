@@ -126,11 +126,11 @@ def main() -> None:
     print("200 x sbatch --wrap=true, submission to empty queue:")
     print(f"  local {local['jobs']:6.1f} jobs/s   ldap {ldap['jobs']:6.1f} jobs/s   "
           f"ratio {ldap['jobs'] / local['jobs']:.2f} (target >= 0.95)")  # fmt: skip
-    print(f"ssh with a key to `true`, median of {LOGINS} (ldap cluster):")
     print("slurm.node_ssh (sshd on the nodes, PrologFlags=Contain) on vs off, local users:")
     print(f"  launch {local['launch']:.0f} vs {plain['launch']:.0f} ms: "
           f"{local['launch'] / plain['launch']:.2f} x; {local['jobs']:.1f} vs "
           f"{plain['jobs']:.1f} jobs/s: {local['jobs'] / plain['jobs']:.2f} x")  # fmt: skip
+    print(f"ssh with a key to `true`, median of {LOGINS} (ldap cluster):")
     ssh_local, ssh_ldap = ldap["ssh local"], ldap["ssh ldap"]
     print(f"  key in ~/.ssh {ssh_local:6.0f} ms   key in the directory {ssh_ldap:6.0f} ms   "
           f"ratio {ssh_ldap / ssh_local:.2f}")  # fmt: skip

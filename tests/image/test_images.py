@@ -33,6 +33,8 @@ DAEMON_VERSION_CMD = {
 }
 # Containers in jobs: pyxis where slurmstepd and srun load it, enroot where it runs.
 CONTAINERS = {"slurmforge-pyxis", "enroot", "enroot+caps"}
+# ssh into the node of one's job (sshd, Slurm's pam_slurm_adopt)
+NODE_SSH = {"openssh-server", "slurm-smd-libpam-slurm-adopt"}
 OWN_PACKAGES = {
     "slurmctld": {"slurm-smd-slurmctld"},
     "slurmd": {
@@ -41,6 +43,7 @@ OWN_PACKAGES = {
         "slurm-smd-libpmi2-0",
         "slurmforge-spank-jail",
         *CONTAINERS,
+        *NODE_SSH,
     },
     "worker": {
         "slurm-smd-slurmd",
@@ -48,6 +51,7 @@ OWN_PACKAGES = {
         "slurm-smd-libpmi2-0",
         "slurmforge-spank-jail",
         *CONTAINERS,
+        *NODE_SSH,
     },
     "login": {"slurm-smd-libnss-slurm", "openssh-server"},
     # the jail: what jobs and users run with (PMI for MPI programs, the plugins for srun's options)
