@@ -130,6 +130,12 @@ class Kube(Target):
     def write_kustomization(self) -> Path:
         """Render the cluster's objects and write them, with their kustomization, to
         ``self.dir``; returns it."""
+        if identity.embedded(self.cluster.spec):
+            raise ConfigError(
+                f"{self.cluster.path}: identity.ldap.embedded: the k8s target runs no directory "
+                "of its own; name the site's directory in identity.ldap.uri (with bind_dn, "
+                "bind_password_file and ca_file)"
+            )
         siteconf.check_cluster(self.cluster, self.engine)
         local_ids: dict[str, str] = {}
         pyxis = False

@@ -196,3 +196,15 @@ def test_ssh_into_job_nodes_can_be_turned_off_with_its_extern_steps(
     assert services["cpu-0"]["environment"]["SLURMFORGE_NODE_SSHD"] == "0"
     services = local_render.render(on, _secrets(tmp_path), "sha256:abc")["services"]
     assert "SLURMFORGE_NODE_SSHD" not in services["cpu-0"].get("environment", {})
+
+
+def test_the_embedded_directory_is_refused_on_kubernetes(write_cluster, tmp_path: Path) -> None:
+    (tmp_path / "directory.ldif").write_text("dn: dc=example,dc=org\n")
+    ldap = {"embedded": True, "base_dn": "dc=example,dc=org"}
+    path = write_cluster(_with(identity={"source": "ldap", "ldap": ldap}))
+    out = tmp_path / "out"
+    proc = _invoke(
+        "deploy", "--target", "k8s", "--dry-run", "--cluster", str(path), "--out", str(out)
+    )
+    _assert_clean_failure(proc, f"{path}: identity.ldap.embedded: the k8s target runs no directory")
+    assert not out.exists()
