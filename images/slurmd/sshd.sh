@@ -5,7 +5,9 @@
 # is chrooted into the jail with the login node's runtime mounts (jail-mounts.sh) and uses the
 # cluster's host keys, which live in the jail (ssh-host-keys.sh). Keys: the user's own
 # ~/.ssh/authorized_keys in the shared home, or the directory's (identity.sh).
-if [[ "${SLURMFORGE_NODE_SSHD:-1}" == 1 ]]; then
+# A node started without a populated jail (an image on its own) runs no sshd: there is nowhere to
+# put a session.
+if [[ "${SLURMFORGE_NODE_SSHD:-1}" == 1 && -r "${SLURMFORGE_JAIL_ROOT:-/jail}/.slurmforge/populated" ]]; then
   # shellcheck source=/dev/null
   source /usr/lib/slurmforge/sshd/jail-mounts.sh
   # shellcheck source=/dev/null
