@@ -46,6 +46,9 @@ EMBEDDED_READER = "cn=sssd"
 # Where the containers find the rendered files (roles.IDENTITY_CONF)
 SSSD_CONF, SUDOERS, CA_FILE = "sssd.conf", "sudoers", "ca.pem"
 SEED_FILE = "seed.ldif"  # the embedded directory's (roles.DIRECTORY_CONF)
+# where the containers find the CA (roles.IDENTITY_CONF's path) and the images' own CAs
+CA_PATH = f"/etc/slurmforge/identity/{CA_FILE}"
+SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"
 # Of the system's own accounts, none is ever taken from the directory
 LOCAL_ONLY = ("root", "slurm", "munge", "mysql", "slurmrestd", "slurm-exporter", "nobody")
 PASSWORD_MAX = 1024
@@ -300,11 +303,6 @@ def sssd_conf(spec: ClusterSpec) -> str:
     if ldap.reader:
         lines += [f"ldap_default_bind_dn = {ldap.reader}", "ldap_default_authtok_type = password"]
     return "\n".join(lines) + "\n"
-
-
-# where the containers find the CA (roles.IDENTITY_CONF's path) and the images' own CAs
-CA_PATH = f"/etc/slurmforge/identity/{CA_FILE}"
-SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"
 
 
 def sudoers(spec: ClusterSpec) -> str:

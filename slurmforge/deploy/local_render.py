@@ -79,6 +79,10 @@ class ComposeRenderer:
         self.jail_id = jail_id
         self.gpus = gpus
         self.running = roles.running(cluster.spec, "local")
+        # what SSSD is given, once for every service that reads it
+        self.identity_digest = (
+            identity.digest(cluster.spec, cluster.path) if identity.ldap_of(cluster.spec) else ""
+        )
 
     def render(self) -> dict[str, Any]:
         services: dict[str, Any] = {}
@@ -127,7 +131,7 @@ class ComposeRenderer:
             **more.get("labels", {}),
         }
         if roles.IDENTITY_CONF in role.mounted_configs(self.spec):
-            service["labels"][IDENTITY_LABEL] = identity.digest(self.spec, self.cluster.path)
+            service["labels"][IDENTITY_LABEL] = self.identity_digest
         after = [s for r in self.running if r.name in role.after for s in self.names(r)]
         if after:
             service["depends_on"] = after

@@ -41,12 +41,14 @@ class Kube:
     lab: bool = False
     made: list[str] = field(default_factory=list)  # cluster-scoped objects made for the tier
 
-    def run(self, *args: str, check: bool = True, namespaced: bool = True) -> str:
+    def run(
+        self, *args: str, check: bool = True, namespaced: bool = True, stdin: str | None = None
+    ) -> str:
         argv = [lab.KUBECTL, *(["--context", self.context] if self.context else [])]
         if namespaced:
             argv += ["--namespace", self.namespace]
         proc = subprocess.run(
-            [*argv, *args], env=self.env, capture_output=True, text=True, timeout=300
+            [*argv, *args], input=stdin, env=self.env, capture_output=True, text=True, timeout=300
         )
         if check and proc.returncode:
             raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr or proc.stdout}")

@@ -16,7 +16,6 @@ import pytest
 from tests import site_ldap
 from tests.external_database import bridge_address
 from tests.k8s.conftest import K8sCluster
-from tests.k8s.lab import KUBECTL
 
 pytestmark = pytest.mark.k8s
 
@@ -44,20 +43,6 @@ def site(
         yield directory, key
 
 
-def _exec(cluster: K8sCluster, pod: str, command: str, stdin: str | None = None) -> str:
-    argv = [KUBECTL, "--namespace", cluster.kube.namespace, "exec", "-i", pod, "-c", "login"]
-    proc = subprocess.run(
-        [*argv, "--", "bash", "-c", command],
-        input=stdin,
-        env=cluster.kube.env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"{command!r}: {proc.stderr or proc.stdout}"
-    return proc.stdout.strip()
-
-
 def test_a_directory_user_logs_in_by_key_and_runs_on_both_nodes(
     k8s_cluster: K8sCluster, site: tuple[site_ldap.SiteDirectory, Path]
 ) -> None:
@@ -73,12 +58,15 @@ def test_a_directory_user_logs_in_by_key_and_runs_on_both_nodes(
     rendered = "".join(p.read_text() for p in (k8s_cluster.root / "out").rglob("*.yaml"))
     assert "the-right-one" not in rendered and "the-right-one" not in proc.stdout + proc.stderr
     # ssh from inside the login pod to its own sshd, with ada's key, as from her laptop
-    _exec(k8s_cluster, "login-0", "umask 077; cat > /jail/root/ada_key", stdin=key.read_text())
+    store = "umask 077; cat > /jail/root/ada_key"
+    kube.run(
+        "exec", "-i", "login-0", "-c", "login", "--", "bash", "-c", store, stdin=key.read_text()
+    )
     ssh = (
         "chroot /jail ssh -i /root/ada_key -o BatchMode=yes -o StrictHostKeyChecking=no"
         " -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR ada@127.0.0.1"
     )
-    out = _exec(k8s_cluster, "login-0", f"{ssh} 'id; pwd; srun -N2 id | sort -u'")
+    out = kube.sh("login-0", "login", f"{ssh} 'id; pwd; srun -N2 id | sort -u'")
     ident, home, *nodes = out.splitlines()
     assert ident.startswith("uid=31000(ada) gid=30000(physics-users)"), out
     assert home == "/home/ada"
