@@ -293,7 +293,8 @@ class Local(Target):
             f"(manifests: {self.dir})",
             "log in:  invoke login            (root shell in the jail on the login node)",
             "         invoke login --user NAME",
-            f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from createuser)",
+            f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from "
+            f"{'the directory' if identity.ldap_of(spec) else 'createuser'})",
         ]
 
     def start(self, timeout: float) -> float:
