@@ -256,12 +256,37 @@ def _open(where):
 @task(
     TARGET.only("target", "cluster", "config", "out", "context", "namespace", "dry_run"),
     timeout=Option("seconds to wait for every node (default 180; k8s: per wait, default 600)"),
+    no_backup=Option("take no backup before a Slurm series change", False),
 )
-def deploy(c, where, timeout):
+def deploy(c, where, timeout, no_backup):
     """Generate the manifests, populate the jail, start the cluster and wait for its nodes."""
     from slurmforge.deploy import deploy as deploy_cluster
 
-    for line in deploy_cluster(where, timeout):
+    for line in deploy_cluster(where, timeout, backup=not no_backup):
+        print(line)
+
+
+@task(
+    TARGET.only("target", "cluster", "config", "context", "namespace"),
+    out=Option("directory the archive is written to (default: beside the cluster's secrets)"),
+)
+def backup(c, where, out):
+    """Write one verifiable archive of the running cluster: database, StateSave, secrets, jail."""
+    directory = out_dir("--out", out, Path.cwd()) if out else None
+    for line in _open(where).backup(directory):
+        print(line)
+
+
+@task(
+    TARGET.only("target", "cluster", "config", "out", "context", "namespace"),
+    archive=Option("the archive `invoke backup` wrote", REQUIRED),
+    force=Option("delete the cluster's containers, volumes and secrets here first", False),
+    timeout=Option("seconds to wait for every node (default 180)"),
+)
+def restore(c, where, archive, force, timeout):
+    """Bring a cluster back from its archive, on this host: every record, job, user and file."""
+    seconds = where.wait(timeout)
+    for line in _open(where).restore(Path(archive).resolve(), force, seconds):
         print(line)
 
 

@@ -279,6 +279,19 @@ class Engine:
         except (APIError, KeyError):
             return None
 
+    def volumes(self, labels: list[str]) -> list[str]:
+        """Names of the volumes carrying every one of ``labels``."""
+        with _translated():
+            return sorted(v.name for v in self.client.volumes.list(filters={"label": labels}))
+
+    def remove_volume(self, name: str) -> None:
+        with _translated():
+            self.client.volumes.get(name).remove()
+
+    def remove_container(self, container: Container) -> None:
+        with _translated():
+            self.client.containers.get(container.id).remove(force=True)
+
     def containers(self, labels: list[str]) -> list[Container]:
         """Containers (running or not) carrying every one of ``labels`` (``key=value``)."""
         with _translated():

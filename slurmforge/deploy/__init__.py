@@ -79,9 +79,19 @@ class Target:
     def _unsupported(self, command: str, hint: str | None = None) -> ConfigError:
         return ConfigError(f"invoke {command}: not supported by --target {self.NAME}", hint=hint)
 
-    def deploy(self, timeout: float) -> list[str]:
-        """Render, apply, wait until every node is in service; the lines to show the user."""
+    def deploy(self, timeout: float, backup: bool = True) -> list[str]:
+        """Render, apply, wait until every node is in service; the lines to show the user.
+        ``backup``: take one before a Slurm series change."""
         raise self._unsupported("deploy")
+
+    def backup(self, out: Path | None) -> list[str]:
+        """Write one archive of the running cluster into ``out`` (or its default directory);
+        the summary to show."""
+        raise self._unsupported("backup", "back up from a host that runs it with --target local")
+
+    def restore(self, archive: Path, force: bool, timeout: float) -> list[str]:
+        """Bring the cluster of ``archive`` back here; the summary to show."""
+        raise self._unsupported("restore", "restore with --target local")
 
     def admit(self, new: Cluster) -> None:
         """Refuse ``new`` (this cluster with other node counts) when it cannot run here."""
@@ -118,10 +128,10 @@ def open_target(where: Where) -> Target:
     return where.target_class().open(where)
 
 
-def deploy(where: Where, timeout: str | None) -> list[str]:
+def deploy(where: Where, timeout: str | None, backup: bool = True) -> list[str]:
     """`invoke deploy` on the chosen target; the lines to show the user."""
     seconds = where.wait(timeout)
-    return open_target(where).deploy(seconds)
+    return open_target(where).deploy(seconds, backup)
 
 
 def check_namespace(namespace: str | None) -> None:

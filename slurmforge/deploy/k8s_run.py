@@ -111,9 +111,13 @@ class Kube(Target):
         self.secrets = Secrets(cluster, self.k, self.log)
         self.objects: dict[str, dict[str, Any]] = {}
         self.dry_run = False
+        self.backup_first = False  # deploy's --no-backup not given
 
-    def deploy(self, timeout: float) -> list[str]:
-        """Render and validate; unless a dry run, apply and wait (see the module's docstring)."""
+    def deploy(self, timeout: float, backup: bool = True) -> list[str]:
+        """Render and validate; unless a dry run, apply and wait (see the module's docstring).
+        ``backup`` is the local target's: this one takes none before a series change (a note
+        says so)."""
+        self.backup_first = backup
         # a certificate or bind the site's directory refuses stops it before anything is written
         notes = [] if self.dry_run else identity.probe(self.cluster.path, self.cluster.spec)
         directory = self.write_kustomization()
@@ -320,8 +324,13 @@ class Kube(Target):
         rollouts then replace the daemons together: Slurm's own order (slurmdbd first) is kept
         by the local target only."""
         code, out = self.controller_sh("scontrol version")
-        if code == 0 and out.startswith("slurm "):
-            upgrade.check_cluster(self.cluster, out.split()[-1])
+        running = out.split()[-1] if code == 0 and out.startswith("slurm ") else None
+        if running and upgrade.check_cluster(self.cluster, running) and self.backup_first:
+            print(
+                "note: no backup taken before this Slurm series change: the k8s target cannot "
+                "back up yet; copy the state and database claims first",
+                file=self.log,
+            )
 
     def sh(self, role: str, command: str) -> tuple[int, str]:
         """``command`` in the role's first pod (``<role>-0`` of its StatefulSet)."""

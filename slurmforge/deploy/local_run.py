@@ -25,6 +25,7 @@ from slurmforge.deploy import (
     gpu_assign,
     identity,
     load_cluster,
+    local_backup,
     local_render,
     monitoring,
     roles,
@@ -101,6 +102,7 @@ class Local(Target):
         self.file = self.dir / "compose.yaml"
         self.log = log or sys.stderr
         self.dbd_changed = False  # by the last write_compose (slurmdbd reads it at start)
+        self.restoring: local_backup.Restore | None = None  # an archive being restored
 
     # --- Compose and containers -------------------------------------------------------------
 
@@ -285,8 +287,8 @@ class Local(Target):
 
     # --- operations ---------------------------------------------------------------------------
 
-    def deploy(self, timeout: float) -> list[str]:
-        took = self.start(timeout)
+    def deploy(self, timeout: float, backup: bool = True) -> list[str]:
+        took = self.start(timeout, backup=backup)
         spec = self.cluster.spec
         return [
             f"cluster {spec.name}: {len(self.cluster.nodes)} nodes up after {took:.1f} s "
@@ -297,10 +299,13 @@ class Local(Target):
             f"{'the directory' if identity.ldap_of(spec) else 'createuser'})",
         ]
 
-    def start(self, timeout: float) -> float:
-        """Render, populate the jail, start everything, wait for every node; seconds taken."""
+    def start(self, timeout: float, backup: bool = False, upgrading: bool = False) -> float:
+        """Render, populate the jail, start everything, wait for every node; seconds taken.
+        ``backup``: take one first when the deploy changes the Slurm series. ``upgrading``: a
+        restore onto a newer series (the daemons start in Slurm's order)."""
         start = time.monotonic()
-        upgrading = self.check_upgrade()  # before anything, even before the images are looked up
+        # before anything, even before the images are looked up
+        upgrading = self.check_upgrade() or upgrading
         _ = self.gpus  # GPU node sets without GPUs are refused before anything happens
         self.check_database()
         self.check_ports()
@@ -310,6 +315,10 @@ class Local(Target):
             print(f"note: {note}", file=self.log)
         secrets = self.secrets()
         kept = self.drains()  # before the upgrade's hold: an operator's drains outlive both
+        if upgrading and backup and self.running(CONTROLLER) is not None:
+            # Slurm's upgrade guide: back up the database and StateSave before a series change
+            path, _ = local_backup.backup(self, local_backup.default_dir(self.cluster.name))
+            print(f"backup before the upgrade: {path} (invoke restore {path})", file=self.log)
         if upgrading:
             self.hold(timeout)
         self._apply(ids[JAIL], secrets, populate=True, upgrading=upgrading)
@@ -366,6 +375,8 @@ class Local(Target):
         if populate:
             # Compose creates (and labels) the volumes; the jail is filled before anything starts.
             self.compose("up", "--no-start", "--remove-orphans")
+            if self.restoring is not None:
+                self.restoring.volumes()  # user state and StateSave, before populate keeps them
             jail.populate(
                 self.engine,
                 self.cluster.images[JAIL],
@@ -380,6 +391,8 @@ class Local(Target):
                     code, out = self.sh(node, "slurmforge-project-driver /jail")
                     if code:
                         raise DeployError(f"{node}: projecting the GPU driver failed: {out}")
+        if self.restoring is not None:
+            self.restoring.database()
         if upgrading and self.cluster.spec.accounting.enabled:
             # Slurm's order: slurmdbd converts the database before slurmctld talks to it
             self.compose("up", "-d", DBD)  # and its own database, if it has one
@@ -445,6 +458,27 @@ class Local(Target):
         self.compose("down", "--remove-orphans", *(["--volumes"] if volumes else []))
         if volumes:
             state.forget_cluster(self.cluster.name, roles.SECRETS)
+
+    def volumes(self) -> list[str]:
+        """The names of this cluster's volumes (Compose labels them with the project)."""
+        return self.engine.volumes([f"{PROJECT_LABEL}={self.cluster.name}"])
+
+    def remove_everything(self) -> None:
+        """The cluster's containers, volumes and secrets: a restore --force replaces them."""
+        if self.file.exists():
+            self.down(volumes=True)
+        for container in self.containers().values():
+            self.engine.remove_container(container)
+        for volume in self.volumes():
+            self.engine.remove_volume(volume)
+        state.forget_cluster(self.cluster.name, roles.SECRETS)
+
+    def backup(self, out: Path | None) -> list[str]:
+        _, lines = local_backup.backup(self, out or local_backup.default_dir(self.cluster.name))
+        return lines
+
+    def restore(self, archive: Path, force: bool, timeout: float) -> list[str]:
+        return local_backup.restore(self, archive, force, timeout)
 
     def check_deployed(self) -> None:
         if not self.file.exists() or self.container(CONTROLLER) is None:

@@ -1,0 +1,226 @@
+"""Backup and restore of a running cluster, as a site loses one: users with keys and files, jobs
+finished, failed, running, pending and held, a QoS and an account; `invoke backup` while a job
+runs; the cluster and every volume and secret deleted (`invoke down --volumes`); `invoke restore`
+from the archive alone. Records, queue, job IDs, users and files come back, and the job that ran
+ends as Slurm ends a job whose node was lost. Backups stopped at any point leave nothing a
+restore accepts, and an archive changed anywhere is refused."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from slurmforge.deploy import archive
+from slurmforge.errors import ConfigError
+from tests.cluster.conftest import ROOT, Deployed, deploy, invoke
+
+pytestmark = pytest.mark.cluster
+
+USER = "ada"
+FINISHED = "JobID,JobName,State,ExitCode,User,Account,Start,End,NNodes"
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployed]:
+    with deploy(tmp_path_factory.mktemp("backup"), "sfbak", client) as deployed:
+        yield deployed
+
+
+def _backup(cluster: Deployed, out: Path) -> Path:
+    proc = invoke(cluster.env, "backup", "--cluster", str(cluster.cluster_file), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    match = re.search(r"^backup of cluster \S+ \(Slurm [0-9.]+\) in [0-9.]+ s: (\S+)$",
+                      proc.stdout, re.M)  # fmt: skip
+    assert match, proc.stdout
+    return Path(match.group(1))
+
+
+def _ssh(cluster: Deployed, key: Path, command: str) -> str:
+    argv = [
+        *("ssh", "-i", str(key), "-p", str(cluster.login_port), "-o", "BatchMode=yes"),
+        *("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"),
+        *("-o", "LogLevel=ERROR", "-o", "ConnectTimeout=20", f"{USER}@127.0.0.1", command),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, f"ssh {command!r}: {proc.returncode}\n{proc.stderr}"
+    return proc.stdout.strip()
+
+
+def _submit(cluster: Deployed, *args: str) -> str:
+    return cluster.ok("login", f"cd && sbatch --parsable {' '.join(args)}", user=USER)
+
+
+def _sacct(cluster: Deployed, jobs: list[str]) -> str:
+    return cluster.ok("slurmctld", f"sacct -X -P -n -j {','.join(jobs)} -o {FINISHED}")
+
+
+def _queue(cluster: Deployed) -> dict[str, tuple[str, str]]:
+    out = cluster.ok("slurmctld", "squeue -h -o '%i|%T|%r'")
+    return {i: (s, r) for i, s, r in (line.split("|") for line in out.splitlines())}
+
+
+def _until(what: str, check, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while not (got := check()):
+        assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s"
+        time.sleep(2)
+    return got
+
+
+def test_a_backup_stopped_at_any_point_leaves_nothing_a_restore_accepts(
+    cluster: Deployed, tmp_path: Path
+) -> None:
+    cluster.user(USER)
+    # enough in the jail that a kill lands while members stream, not only while it waits
+    cluster.ok("login", "head -c 64M /dev/urandom > ~/big.bin", user=USER)
+    start = time.monotonic()
+    _backup(cluster, tmp_path / "whole")
+    whole = time.monotonic() - start
+    rng = random.Random(36)
+    kills = [whole * (i + rng.random()) / 7 for i in range(7)]  # spread over the whole run
+    leftovers = []
+    for i, after in enumerate(kills):
+        out = tmp_path / f"killed-{i}"
+        argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "backup",
+                "--cluster", str(cluster.cluster_file), "--out", str(out)]  # fmt: skip
+        proc = subprocess.Popen(argv, cwd=ROOT, env=cluster.env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(after)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        found = sorted(out.iterdir()) if out.is_dir() else []
+        # nothing under an archive's name; what is there is refused whole
+        assert all(p.name.startswith(".") and p.name.endswith(".partial") for p in found), found
+        for path in found:
+            with pytest.raises(ConfigError, match="not a complete slurmforge backup"):
+                archive.verify(path)
+            leftovers.append(path)
+    assert leftovers, f"no kill in {kills} caught the backup while it wrote"
+    proc = cluster.invoke("restore", str(leftovers[-1]))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"error: {leftovers[-1]}: "), proc.stderr
+    # the next backup into that directory clears what the killed one left
+    _backup(cluster, leftovers[-1].parent)
+    assert not leftovers[-1].exists()
+    cluster.ok("login", "rm ~/big.bin", user=USER)
+
+
+def test_a_changed_archive_and_a_cluster_with_state_are_refused(
+    cluster: Deployed, tmp_path: Path
+) -> None:
+    path = _backup(cluster, tmp_path)
+    manifest = archive.verify(path)
+    assert {"database.sql", "state.tar", "jail.tar", "secrets/munge.key"} <= set(manifest.members)
+    assert manifest.slurm == cluster.ok("slurmctld", "scontrol version").split()[-1]
+    assert oct(path.stat().st_mode & 0o777) == "0o600"  # it holds the secrets
+    data = path.read_bytes()
+    with tarfile.open(path) as tar:
+        members = tar.getmembers()
+    for info in members:  # one byte flipped in each member, the manifest's included
+        for offset in {info.offset_data, info.offset_data + max(info.size - 1, 0)}:
+            changed = bytearray(data)
+            changed[offset] ^= 0x01
+            bad = tmp_path / "changed.tar"
+            bad.write_bytes(bytes(changed))
+            with pytest.raises(ConfigError, match="not a complete slurmforge backup"):
+                archive.verify(bad)
+    proc = cluster.invoke("restore", str(bad))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[0].startswith(f"error: {bad}: ")
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(data[: len(data) // 2])
+    proc = cluster.invoke("restore", str(cut))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines()[0].startswith(f"error: {cut}: "), proc.stderr
+    # a Slurm series the archive's cannot move to, by the upgrade rule: refused before anything
+    data = yaml.safe_load(cluster.cluster_file.read_text())
+    data["images"] = {"set": "current", "cell": "26.05.3-cuda12.2.2-debian12"}
+    far = cluster.root / "cluster-26.05.yaml"
+    far.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = invoke(cluster.env, "restore", str(path), "--cluster", str(far))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: {far}: images: cluster {cluster.name} runs Slurm "), (
+        proc.stderr
+    )
+    # a good archive, onto a cluster that runs: refused, nothing touched
+    before = cluster.ok("slurmctld", "squeue -h -o %i; sacct -X -n -P -o JobID")
+    proc = cluster.invoke("restore", str(path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stderr.splitlines()[0]
+    assert line.startswith(f"error: cluster {cluster.name} already has state on this host ("), line
+    assert cluster.ok("slurmctld", "squeue -h -o %i; sacct -X -n -P -o JobID") == before
+
+
+def test_a_deleted_cluster_comes_back_from_its_backup(cluster: Deployed, tmp_path: Path) -> None:
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    cluster.user(USER)
+    pub = key.with_suffix(".pub").read_text().strip()
+    add = f"install -d -m 0700 ~/.ssh && echo '{pub}' >> ~/.ssh/authorized_keys"
+    cluster.ok("login", f"{add} && chmod 0600 ~/.ssh/authorized_keys", user=USER)
+    cluster.ok("login", "mkdir -p ~/data && head -c 1M /dev/urandom > ~/data/raw", user=USER)
+    digest = cluster.ok("login", "sha256sum < ~/data/raw", user=USER)
+    finished = [_submit(cluster, "--wrap", "true"), _submit(cluster, "-N2", "--wrap", "hostname")]
+    failed = _submit(cluster, "--wrap", "false")
+    running = _submit(cluster, "--wrap", "'sleep 600'")
+    later = _submit(cluster, "--begin=now+2hours", "--wrap", "true")
+    after = _submit(cluster, f"-d afterok:{running}", "--wrap", "true")
+    held = _submit(cluster, "-H", "--wrap", "true")
+    cluster.ok(
+        "slurmctld", "sacctmgr -i add qos gold MaxWall=10 && sacctmgr -i add account physics"
+    )
+    done = [*finished, failed]
+    _until("jobs done", lambda: _sacct(cluster, done).count("|COMPLETED|") == 2
+           and "|FAILED|" in _sacct(cluster, done))  # fmt: skip
+    _until("job running", lambda: _queue(cluster).get(running, ("",))[0] == "RUNNING")
+    records = _sacct(cluster, done)
+
+    path = _backup(cluster, tmp_path / "backups")
+    # the host is lost: containers, volumes and the cluster's secrets are gone
+    proc = cluster.invoke("down", "--volumes")
+    assert proc.returncode == 0, proc.stderr
+    assert not cluster.client.volumes.list(
+        filters={"label": f"com.docker.compose.project={cluster.name}"}
+    )
+    assert not (Path(cluster.env["SLURMFORGE_STATE_DIR"]) / cluster.name / "munge.key").exists()
+
+    proc = cluster.invoke("restore", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"restored cluster {cluster.name} from {path}" in proc.stdout
+
+    assert _sacct(cluster, done) == records
+    queue = _queue(cluster)
+    assert queue.get(later, ("",))[0] == "PENDING", queue
+    assert queue.get(after, ("",))[0] == "PENDING", queue
+    assert queue.get(held) == ("PENDING", "JobHeldUser"), queue
+    # the job that ran has no node any more: NODE_FAIL, requeued as the batch job allows
+    states = _until(
+        "the running job's end",
+        lambda: cluster.ok("slurmctld", f"sacct -n -P -X -D -j {running} -o State").split(),
+    )
+    assert "COMPLETED" not in states and {"NODE_FAIL", "REQUEUED", "PENDING"} & set(states), states
+    # job IDs go on from StateSave
+    assert int(_submit(cluster, "--wrap", "true")) > int(held)
+    # users log in with their keys and find their files
+    assert _ssh(cluster, key, "sha256sum < ~/data/raw") == digest
+    assert cluster.ok("slurmctld", "sacctmgr -n -P show qos gold format=name,maxwall") == (
+        "gold|00:10:00"
+    )
+    assert cluster.ok("slurmctld", "sacctmgr -n -P show account physics format=account") == (
+        "physics"
+    )
