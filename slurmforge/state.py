@@ -7,6 +7,7 @@
 | tested.json | build/ | the image tier | `invoke push` (only tested images) |
 | build stamps | .cache/state/build-<key>.json | `invoke build` | the no-op fast path |
 | replicas.json, munge.key | $SLURMFORGE_STATE_DIR/<cluster>/ | scale, deploy | deploy, scale |
+| backups/*.tar | $SLURMFORGE_STATE_DIR/<cluster>/ | backup, deploy (upgrade) | restore |
 
 Every write replaces the file whole (a temporary file beside it, then a rename): a reader sees
 the old content or the new, never a part. A new state file gets its path, reader and writer here.

@@ -51,6 +51,9 @@ class Manifest:
     images: dict[str, str]  # component → image ref of the cluster at backup time
     members: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → size, sha256
     notes: list[str] = field(default_factory=list)  # what the archive does not hold, and why
+    # the live database's next job record index once StateSave was copied (restore starts the
+    # restored table there, so no new job takes an index a job in StateSave already holds)
+    job_index: int | None = None
     schema: int = SCHEMA
 
     def dump(self) -> bytes:

@@ -5,12 +5,15 @@ Consistency. The accounting database is dumped first, in one transaction (mariad
 --single-transaction: InnoDB's snapshot, no lock on slurmdbd's writes). slurmctld writes each
 state file whole (to ``<file>.new``, then renamed), from a thread that saves every change within
 SAVE_MAX_WAIT = 5 s (src/slurmctld/state_save.c). So once job_state has been written after the
-dump began, or 6 s have passed without a write (then no change was waiting), StateSave holds
+dump ended, or 6 s have passed without a write (then no change was waiting), StateSave holds
 everything the dump holds; it is then copied without the ``.new`` files. Scheduling never stops
-and no RPC waits: the copy reads files slurmctld only ever replaces. What changed in the seconds
-between the dump and the copy is in StateSave but not in the dump; slurmctld sends a restored
-pending job's record again when it starts (send_jobs_to_accounting). A job that runs at backup
-time has no node after a restore: Slurm ends it as it ends a job whose node was lost.
+and no RPC waits: the copy reads files slurmctld only ever replaces. A job that changed in the
+seconds between the dump and the copy is in StateSave as it was then, and its record in the dump
+as it was before (a job submitted then has no record: slurmctld sends again only the jobs it
+holds without a record index, send_jobs_to_accounting in job_mgr.c). So that such a job's
+index is never handed to a new job, the archive records the live job table's next index after
+the copy and the restored table starts there. A job that runs at backup time has no node after
+a restore: Slurm ends it as it ends a job whose node was lost.
 """
 
 from __future__ import annotations
@@ -94,14 +97,28 @@ class _Exec:
             raise DeployError(f"{self.what} failed (exit {self.code}): {self.stderr}")
 
 
-def _feed(argv: list[str], source: IO[bytes], what: str) -> None:
+def _bar(what: str, total: int | None, log: IO[str]) -> tqdm:
+    return tqdm(total=total, desc=what, unit="B", unit_scale=True, file=log, leave=False,
+                disable=None)  # fmt: skip
+
+
+def _job_table(cluster: str) -> str:
+    return f"slurm_acct_db.`{cluster}_job_table`"
+
+
+def _next_index(cluster: str) -> str:
+    return shlex.quote(f"select coalesce(max(job_db_inx), 0) + 1 from {_job_table(cluster)}")
+
+
+def _feed(argv: list[str], source: IO[bytes], what: str, bar: tqdm) -> None:
     """Run ``argv`` with ``source`` on its standard input."""
-    with tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as err, bar:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=err, stderr=err)
         assert proc.stdin is not None
         try:
             for chunk in archive.chunks(source):
                 proc.stdin.write(chunk)
+                bar.update(len(chunk))
             proc.stdin.close()
         except BrokenPipeError:
             pass
@@ -154,8 +171,9 @@ class Backup:
             writer.add_bytes("cluster/model.json", model.encode(), 0o644)
             self.secrets(writer)
             began = self.database(writer)
+            self.jail(writer)  # while slurmctld saves what the dump holds (the wait below)
             self.state(writer, began)
-            self.jail(writer)
+            manifest.job_index = self.next_job_index()
             path = writer.commit()
         took = time.monotonic() - start
         lines = [f"backup of cluster {cluster.name} (Slurm {slurm}) in {took:.1f} s: {path}"]
@@ -176,25 +194,35 @@ class Backup:
             writer.add_bytes(f"secrets/{secret.file}", path.read_bytes(), 0o600)
 
     def database(self, writer: archive.Writer) -> float:
-        """Dump the cluster's own accounting database; when the dump's snapshot was taken."""
+        """Dump the cluster's own accounting database; returns when the dump had ended (its
+        snapshot holds nothing newer)."""
         spec = self.cluster.spec
-        began = time.time()
-        if not spec.accounting.enabled:
-            return began
-        if spec.accounting.database is not None:
+        if spec.accounting.enabled and spec.accounting.database is not None:
             writer.manifest.notes.append(
                 f"the accounting database is the site's ({spec.accounting.database.host}): back "
                 "it up there"
             )
-            return began
-        dump = _Exec(
-            self.container(DATABASE),
-            f"mariadb-dump --socket={DB_SOCKET} --single-transaction --routines --triggers "
-            "--databases slurm_acct_db",
+        elif spec.accounting.enabled:
+            dump = _Exec(
+                self.container(DATABASE),
+                f"mariadb-dump --socket={DB_SOCKET} --single-transaction --routines --triggers "
+                "--databases slurm_acct_db",
+            )
+            with self.bar("database") as bar:
+                writer.add("database.sql", dump.chunks(bar))
+        return time.time()
+
+    def next_job_index(self) -> int | None:
+        """The job table's next index in the live database, read after StateSave was copied."""
+        spec = self.cluster.spec
+        if not spec.accounting.enabled or spec.accounting.database is not None:
+            return None
+        code, out = self.local.sh(
+            DATABASE, f"mariadb --socket={DB_SOCKET} -N -e {_next_index(self.cluster.name)}"
         )
-        with self.bar("database") as bar:
-            writer.add("database.sql", dump.chunks(bar))
-        return began
+        if code:
+            raise DeployError(f"{DATABASE}: reading the job table's next index failed: {out}")
+        return int(out.split()[-1])
 
     def wait_for_save(self, after: float) -> None:
         """Until slurmctld has saved its jobs since ``after``, or long enough has passed that it
@@ -244,10 +272,7 @@ class Backup:
             )
 
     def bar(self, what: str, total: int | None = None) -> tqdm:
-        return tqdm(
-            total=total, desc=what, unit="B", unit_scale=True, file=self.log, leave=False,
-            disable=None,
-        )  # fmt: skip
+        return _bar(what, total, self.log)
 
 
 def backup(local: Local, out: Path) -> tuple[Path, list[str]]:
@@ -281,6 +306,7 @@ class Restore:
         upgrading = upgrade.check(
             f"{cluster.path}: images", cluster.name, manifest.slurm, cluster.cell.slurm
         )
+        self.local.image_ids()  # images that are not built: refused before anything is deleted
         found = self.existing()
         if found and not force:
             raise ConfigError(
@@ -294,6 +320,9 @@ class Restore:
             if left:
                 raise DeployError(f"cluster {cluster.name}: could not remove {', '.join(left)}")
         return upgrading
+
+    def bar(self, member: str) -> tqdm:
+        return _bar(member, self.manifest.members[member]["size"], self.local.log)
 
     def existing(self) -> list[str]:
         local = self.local
@@ -318,7 +347,8 @@ class Restore:
             "--entrypoint", "tar", image, "--numeric-owner", "-xpf", "-", "-C", "/dst",
         ]  # fmt: skip
         with archive.member(self.path, member) as source:
-            _feed(argv, source, f"{member} into volume {volume}")
+            bar = self.bar(member)
+            _feed(argv, source, f"{member} into volume {volume}", bar)
 
     def volumes(self) -> None:
         """Into the volumes Compose has just made, before anything runs on them."""
@@ -341,7 +371,15 @@ class Restore:
         assert container is not None
         argv = ["docker", "exec", "-i", container.name, "mariadb", f"--socket={DB_SOCKET}"]
         with archive.member(self.path, "database.sql") as source:
-            _feed(argv, source, "the accounting database")
+            _feed(argv, source, "the accounting database", self.bar("database.sql"))
+        if self.manifest.job_index:
+            # a job StateSave holds may have an index the dump lacks (it was submitted between
+            # the dump and the copy): new jobs start above it, never on its row
+            table = _job_table(local.cluster.name)
+            sql = f"alter table {table} auto_increment = {int(self.manifest.job_index)}"
+            code, out = local.sh(DATABASE, f"mariadb --socket={DB_SOCKET} -e {shlex.quote(sql)}")
+            if code:
+                raise DeployError(f"{DATABASE}: {sql} failed: {out}")
 
 
 def restore(local: Local, path: Path, force: bool, timeout: float) -> list[str]:
@@ -349,6 +387,7 @@ def restore(local: Local, path: Path, force: bool, timeout: float) -> list[str]:
     manifest = archive.verify(path)
     job = Restore(local, path, manifest)
     upgrading = job.check(force)
+    local.check_ports()
     job.secrets()
     local.restoring = job
     try:

@@ -8,13 +8,16 @@ changes.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import docker
 import pytest
 import yaml
 
+from slurmforge.deploy import archive
 from tests.cluster.conftest import Deployed, deploy
 from tests.cluster.promql import until as until_prometheus
 from tests.conftest import build, select
@@ -103,6 +106,11 @@ def test_a_running_cluster_moves_to_the_next_series_and_loses_nothing(old: Deplo
     proc = cluster.invoke("deploy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _version(cluster) == "25.11.7"
+    # it backed the cluster up first, as Slurm's upgrade guide asks
+    match = re.search(r"^backup before the upgrade: (\S+) ", proc.stderr, re.M)
+    assert match, proc.stderr
+    backup = Path(match.group(1))
+    assert archive.verify(backup).slurm == "24.05.8"
     # every job of before: the finished one's record converted, the running one ended on its
     # own, the pending one ran on the upgraded nodes with the user's file
     _until(cluster, [done, running, pending], "COMPLETED")
@@ -122,3 +130,14 @@ def test_a_running_cluster_moves_to_the_next_series_and_loses_nothing(old: Deplo
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Slurm cannot go back to 24.05.8" in proc.stderr
     assert _version(cluster) == "25.11.7"
+
+    # the backup taken before the upgrade brings back the cluster of before, on 24.05.8
+    proc = cluster.invoke("restore", str(backup), "--force")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _version(cluster) == "24.05.8"
+    assert _states(cluster, [done]) == {done: "COMPLETED"}
+    assert cluster.ok("login", "cat ~/data.txt", user=USER) == "kept"
+    # what happened after the backup is not there: the job submitted on 25.11 is unknown
+    assert not cluster.ok("slurmctld", f"sacct -n -X -j {after} -o JobID")
+    for node in cluster.states():
+        assert cluster.ok(node, "slurmd -V") == "slurm 24.05.8"
