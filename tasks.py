@@ -262,7 +262,7 @@ def deploy(c, where, timeout, no_backup):
     """Generate the manifests, populate the jail, start the cluster and wait for its nodes."""
     from slurmforge.deploy import deploy as deploy_cluster
 
-    for line in deploy_cluster(where, timeout, backup=not no_backup):
+    for line in deploy_cluster(where, timeout, back_up=not no_backup):
         print(line)
 
 

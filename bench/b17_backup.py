@@ -23,7 +23,7 @@ from bench.common import invoke
 
 JOBS = "slurm_acct_db"
 DOUBLINGS = 10  # 10 jobs → 10,240 records
-# the same StateSave and jail paths the backup reads (local_backup.JAIL_STATE)
+# the same StateSave and jail paths the backup reads (backup.JAIL_STATE)
 JAIL = (
     "home opt/user etc/passwd etc/group etc/shadow etc/gshadow etc/ssh/ssh_host_* .slurmforge/jail"
 )

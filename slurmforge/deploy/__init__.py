@@ -15,13 +15,14 @@ import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import IO, TYPE_CHECKING, ClassVar
 
 from slurmforge import options
 from slurmforge.errors import ConfigError
 
 if TYPE_CHECKING:
     from slurmforge.deploy.model import Cluster
+    from slurmforge.deploy.roles import Secret
 
 # name → "module:class" of its Target (imported when chosen: each brings its own dependencies)
 TARGETS = {
@@ -70,6 +71,7 @@ class Target:
     DEFAULT_WAIT: ClassVar[float]  # seconds
     OPTIONS: ClassVar[frozenset[str]] = frozenset()  # target-only options it takes
     cluster: Cluster
+    log: IO[str]
 
     @classmethod
     def open(cls, where: Where) -> Target:
@@ -79,15 +81,26 @@ class Target:
     def _unsupported(self, command: str, hint: str | None = None) -> ConfigError:
         return ConfigError(f"invoke {command}: not supported by --target {self.NAME}", hint=hint)
 
-    def deploy(self, timeout: float, backup: bool = True) -> list[str]:
+    def deploy(self, timeout: float, back_up: bool = True) -> list[str]:
         """Render, apply, wait until every node is in service; the lines to show the user.
-        ``backup``: take one before a Slurm series change."""
+        ``back_up``: take a backup before a Slurm series change."""
         raise self._unsupported("deploy")
 
     def backup(self, out: Path | None) -> list[str]:
         """Write one archive of the running cluster into ``out`` (or its default directory);
         the summary to show."""
-        raise self._unsupported("backup", "back up from a host that runs it with --target local")
+        from slurmforge.deploy import backup
+
+        return backup.backup(self, out)[1]
+
+    def exec_argv(self, role: str, command: str) -> list[str]:
+        """The command line that runs ``command`` with bash in the role's (first) container,
+        this process' standard input and output connected to it."""
+        raise self._unsupported("backup")
+
+    def secret(self, secret: Secret) -> bytes | None:
+        """What the cluster's secret holds (one slurmforge made), or None when it has none."""
+        raise self._unsupported("backup")
 
     def restore(self, archive: Path, force: bool, timeout: float) -> list[str]:
         """Bring the cluster of ``archive`` back here; the summary to show."""
@@ -128,10 +141,10 @@ def open_target(where: Where) -> Target:
     return where.target_class().open(where)
 
 
-def deploy(where: Where, timeout: str | None, backup: bool = True) -> list[str]:
+def deploy(where: Where, timeout: str | None, back_up: bool = True) -> list[str]:
     """`invoke deploy` on the chosen target; the lines to show the user."""
     seconds = where.wait(timeout)
-    return open_target(where).deploy(seconds, backup)
+    return open_target(where).deploy(seconds, back_up)
 
 
 def check_namespace(namespace: str | None) -> None:

@@ -113,11 +113,11 @@ class Kube(Target):
         self.dry_run = False
         self.backup_first = False  # deploy's --no-backup not given
 
-    def deploy(self, timeout: float, backup: bool = True) -> list[str]:
+    def deploy(self, timeout: float, back_up: bool = True) -> list[str]:
         """Render and validate; unless a dry run, apply and wait (see the module's docstring).
-        ``backup`` is the local target's: this one takes none before a series change (a note
+        ``back_up`` is the local target's: this one takes none before a series change (a note
         says so)."""
-        self.backup_first = backup
+        self.backup_first = back_up
         # a certificate or bind the site's directory refuses stops it before anything is written
         notes = [] if self.dry_run else identity.probe(self.cluster.path, self.cluster.spec)
         directory = self.write_kustomization()
@@ -341,6 +341,24 @@ class Kube(Target):
 
     def controller_sh(self, command: str) -> tuple[int, str]:
         return self.sh(CONTROLLER, command)
+
+    def objects_of(self, kind: str, name: str) -> dict[str, Any]:
+        """The rendered object of that kind and name."""
+        return next(
+            o for o in self.objects.values() if o["kind"] == kind and o["metadata"]["name"] == name
+        )
+
+    def restore(self, archive: Path, force: bool, timeout: float) -> list[str]:
+        from slurmforge.deploy import k8s_restore
+
+        return k8s_restore.restore(self, archive, force, timeout)
+
+    def exec_argv(self, role: str, command: str) -> list[str]:
+        container = roles.role(role).container_name
+        return self.k.argv("exec", "-i", f"{role}-0", "-c", container, "--", "bash", "-c", command)
+
+    def secret(self, secret: roles.Secret) -> bytes | None:
+        return self.secrets.data(secret)
 
     def status(self) -> str:
         """The cluster's pods, then what Slurm says about its nodes and jobs."""

@@ -51,31 +51,33 @@ class Secrets:
             current = self.data(secret)
             if current is not None and (source is None or current == source.read_bytes()):
                 continue
-            with tempfile.TemporaryDirectory(prefix="slurmforge-secret-") as tmp:
-                path = Path(tmp) / secret.file
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(source.read_bytes() if source else secret.new())
-                if current is not None:
-                    self.kubectl.check(
-                        self.kubectl.argv("delete", "secret", secret.secret),
-                        f"replacing Secret {secret.secret}",
-                    )
-                    replaced = True
+            if current is not None:
                 self.kubectl.check(
-                    self.kubectl.argv(
-                        "create",
-                        "secret",
-                        "generic",
-                        secret.secret,
-                        f"--from-file={secret.file}={path}",
-                    ),
-                    f"creating Secret {secret.secret}",
+                    self.kubectl.argv("delete", "secret", secret.secret),
+                    f"replacing Secret {secret.secret}",
                 )
+                replaced = True
+            self.create(secret, source.read_bytes() if source else secret.new())
             done = "replaced" if current is not None else "created"
             how = f"from {source}" if source else "generated"
             print(f"{done} Secret {self.kubectl.namespace}/{secret.secret} ({how})", file=self.log)
         return replaced
+
+    def create(self, secret: Secret, data: bytes) -> None:
+        """The Secret ``secret`` holding ``data``, made from a private temporary file that is
+        removed right after."""
+        with tempfile.TemporaryDirectory(prefix="slurmforge-secret-") as tmp:
+            path = Path(tmp) / secret.file
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            self.kubectl.check(
+                self.kubectl.argv(
+                    "create", "secret", "generic", secret.secret,
+                    f"--from-file={secret.file}={path}",
+                ),
+                f"creating Secret {secret.secret}",
+            )  # fmt: skip
 
     def check_database(self) -> None:
         """Refuse, before anything is applied, a database slurmdbd could not use: an external

@@ -21,12 +21,13 @@ from slurmforge.deploy import (
     Target,
     Where,
     accounting_db,
+    backup,
     generated,
     gpu_assign,
     identity,
     load_cluster,
-    local_backup,
     local_render,
+    local_restore,
     monitoring,
     roles,
     siteconf,
@@ -102,7 +103,7 @@ class Local(Target):
         self.file = self.dir / "compose.yaml"
         self.log = log or sys.stderr
         self.dbd_changed = False  # by the last write_compose (slurmdbd reads it at start)
-        self.restoring: local_backup.Restore | None = None  # an archive being restored
+        self.restoring: local_restore.Restore | None = None  # an archive being restored
 
     # --- Compose and containers -------------------------------------------------------------
 
@@ -287,8 +288,8 @@ class Local(Target):
 
     # --- operations ---------------------------------------------------------------------------
 
-    def deploy(self, timeout: float, backup: bool = True) -> list[str]:
-        took = self.start(timeout, backup=backup)
+    def deploy(self, timeout: float, back_up: bool = True) -> list[str]:
+        took = self.start(timeout, back_up=back_up)
         spec = self.cluster.spec
         return [
             f"cluster {spec.name}: {len(self.cluster.nodes)} nodes up after {took:.1f} s "
@@ -299,9 +300,9 @@ class Local(Target):
             f"{'the directory' if identity.ldap_of(spec) else 'createuser'})",
         ]
 
-    def start(self, timeout: float, backup: bool = False, upgrading: bool = False) -> float:
+    def start(self, timeout: float, back_up: bool = False, upgrading: bool = False) -> float:
         """Render, populate the jail, start everything, wait for every node; seconds taken.
-        ``backup``: take one first when the deploy changes the Slurm series. ``upgrading``: a
+        ``back_up``: take one first when the deploy changes the Slurm series. ``upgrading``: a
         restore onto a newer series (the daemons start in Slurm's order)."""
         start = time.monotonic()
         # before anything, even before the images are looked up
@@ -315,9 +316,9 @@ class Local(Target):
             print(f"note: {note}", file=self.log)
         secrets = self.secrets()
         kept = self.drains()  # before the upgrade's hold: an operator's drains outlive both
-        if upgrading and backup and self.running(CONTROLLER) is not None:
+        if upgrading and back_up and self.running(CONTROLLER) is not None:
             # Slurm's upgrade guide: back up the database and StateSave before a series change
-            path, _ = local_backup.backup(self, local_backup.default_dir(self.cluster.name))
+            path, _ = backup.backup(self, None)
             print(f"backup before the upgrade: {path} (invoke restore {path})", file=self.log)
         if upgrading:
             self.hold(timeout)
@@ -473,12 +474,18 @@ class Local(Target):
             self.engine.remove_volume(volume)
         state.forget_cluster(self.cluster.name, roles.SECRETS)
 
-    def backup(self, out: Path | None) -> list[str]:
-        _, lines = local_backup.backup(self, out or local_backup.default_dir(self.cluster.name))
-        return lines
-
     def restore(self, archive: Path, force: bool, timeout: float) -> list[str]:
-        return local_backup.restore(self, archive, force, timeout)
+        return local_restore.restore(self, archive, force, timeout)
+
+    def exec_argv(self, role: str, command: str) -> list[str]:
+        container = self.running(role)
+        if container is None:
+            raise DeployError(f"{role} of cluster {self.cluster.name} is not running")
+        return ["docker", "exec", "-i", container.name, "bash", "-c", command]
+
+    def secret(self, secret: roles.Secret) -> bytes | None:
+        path = state.cluster_dir(self.cluster.name) / secret.file
+        return path.read_bytes() if path.is_file() else None
 
     def check_deployed(self) -> None:
         if not self.file.exists() or self.container(CONTROLLER) is None:

@@ -1,0 +1,189 @@
+"""`invoke restore --target k8s`: an archive (archive.py) back into a cluster in a namespace,
+the backup's own or another. Its Secrets are made from the archive before anything mounts them;
+the jail's claim and slurmctld's state claim are made and filled by a short-lived pod before the
+populate Job and slurmctld start (populate keeps the user state and merges the accounts); the
+database StatefulSet starts alone and the dump is loaded into it before slurmdbd starts; then
+the cluster is applied and waited for as `invoke deploy` does.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurmforge.deploy import archive, backup, roles
+from slurmforge.deploy.backup import DB_SOCKET
+from slurmforge.deploy.k8s_objects import JAIL_CLAIM
+from slurmforge.deploy.k8s_secrets import DATABASE_CLAIM
+from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE
+from slurmforge.errors import ConfigError, DeployError
+
+if TYPE_CHECKING:
+    from slurmforge.deploy.k8s_run import Kube
+
+HELPER = "slurmforge-restore"
+KINDS = "statefulsets,deployments,daemonsets,jobs,cronjobs,pods,services,configmaps"
+
+
+class Restore:
+    def __init__(self, kube: Kube, path: Path, manifest: archive.Manifest) -> None:
+        self.kube = kube
+        self.k = kube.k
+        self.path = path
+        self.manifest = manifest
+        self.log = kube.log
+        self.tmp = Path(tempfile.mkdtemp(prefix="slurmforge-restore-"))
+
+    def claims(self) -> dict[str, dict[str, Any]]:
+        """Claim name → the PersistentVolumeClaim the restore fills: the jail's, and the one
+        slurmctld's StatefulSet would make for pod slurmctld-0 (it takes one of that name)."""
+        out = {}
+        for obj in self.kube.objects.values():
+            if obj["kind"] == "PersistentVolumeClaim" and obj["metadata"]["name"] == JAIL_CLAIM:
+                out[JAIL_CLAIM] = obj
+            if obj["kind"] == "StatefulSet" and obj["metadata"]["name"] == CONTROLLER:
+                for template in obj["spec"].get("volumeClaimTemplates", []):
+                    if template["metadata"]["name"] == CONTROLLER_STATE.claim:
+                        claim = copy.deepcopy(template)
+                        name = f"{CONTROLLER_STATE.claim}-{CONTROLLER}-0"
+                        claim["metadata"]["name"] = name
+                        claim["metadata"]["namespace"] = self.k.namespace
+                        out[name] = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                     **claim}  # fmt: skip
+        return out
+
+    def existing(self) -> list[str]:
+        """What of this cluster the namespace already holds."""
+        selector = f"app.kubernetes.io/instance={self.kube.cluster.name}"
+        proc = self.k.run(self.k.argv("get", KINDS, "-l", selector, "-o", "name"))
+        found = proc.stdout.split() if proc.returncode == 0 else []
+        for secret in roles.cluster_secrets(self.kube.cluster.spec):
+            if self.kube.secrets.data(secret) is not None:
+                found.append(f"secret/{secret.secret}")
+        proc = self.k.run(self.k.argv("get", "pvc", "-o", "name"))
+        names = {f"persistentvolumeclaim/{n}" for n in (*self.claims(), DATABASE_CLAIM)}
+        found += [n for n in (proc.stdout.split() if proc.returncode == 0 else []) if n in names]
+        return found
+
+    def remove(self, found: list[str]) -> None:
+        """Delete what ``found`` names (workloads first, so that the claims are let go)."""
+        ordered = sorted(found, key=lambda n: n.startswith("persistentvolumeclaim/"))
+        what = f"deleting {len(ordered)} objects of cluster {self.kube.cluster.name}"
+        self.k.check(self.k.argv("delete", "--wait=true", "--ignore-not-found", *ordered), what)
+
+    def apply(self, objects: list[dict[str, Any]], what: str) -> None:
+        files = []
+        for i, obj in enumerate(objects):
+            file = self.tmp / f"{i}.json"
+            file.write_text(json.dumps(obj))
+            files += ["-f", str(file)]
+        self.k.check(self.k.argv("apply", *files), what)
+
+    def secrets(self) -> None:
+        by_file = {s.file: s for s in roles.cluster_secrets(self.kube.cluster.spec)}
+        for name in self.manifest.members:
+            if name.startswith("secrets/") and name.removeprefix("secrets/") in by_file:
+                with archive.member(self.path, name) as source:
+                    self.kube.secrets.create(by_file[name.removeprefix("secrets/")], source.read())
+
+    def fill(self) -> None:
+        """A pod with the two claims mounted untars the archive's members into them."""
+        claims = self.claims()
+        self.apply(list(claims.values()), "creating the claims to restore into")
+        controller = self.kube.objects_of("StatefulSet", CONTROLLER)
+        image = controller["spec"]["template"]["spec"]["containers"][0]["image"]
+        mounts = {JAIL_CLAIM: "/restore/jail", f"{CONTROLLER_STATE.claim}-{CONTROLLER}-0":
+                  "/restore/state"}  # fmt: skip
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": HELPER, "namespace": self.k.namespace},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "restore", "image": image, "command": ["sleep", "3600"],
+                    "securityContext": {"runAsUser": 0},
+                    "volumeMounts": [{"name": f"v{i}", "mountPath": m}
+                                     for i, m in enumerate(mounts.values())],
+                }],
+                "volumes": [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}}
+                            for i, c in enumerate(mounts)],
+            },
+        }  # fmt: skip
+        self.apply([pod], "starting the restore pod")
+        try:
+            self.k.check(self.k.argv("wait", "--for=condition=Ready", f"pod/{HELPER}",
+                                     "--timeout=300s"), "waiting for the restore pod")  # fmt: skip
+            for member, where in (("jail.tar", "/restore/jail"), ("state.tar", "/restore/state")):
+                argv = self.k.argv("exec", "-i", HELPER, "--", "tar", "--numeric-owner",
+                                   "-xpf", "-", "-C", where)  # fmt: skip
+                with archive.member(self.path, member) as source:
+                    bar = backup.bar(member, self.manifest.members[member]["size"], self.log)
+                    backup.feed(argv, source, f"{member} into {where}", bar)
+        finally:
+            self.k.run(self.k.argv("delete", "pod", HELPER, "--wait=true", "--ignore-not-found"))
+
+    def database(self) -> None:
+        """The database StatefulSet alone, then the dump into it."""
+        if "database.sql" not in self.manifest.members:
+            return
+        objects = [
+            o
+            for o in self.kube.objects.values()
+            if o["metadata"]["name"] == DATABASE and o["kind"] in ("StatefulSet", "Service")
+        ]
+        self.apply(objects, "starting the accounting database")
+        self.k.check(self.k.argv("rollout", "status", f"statefulset/{DATABASE}", "--timeout=600s"),
+                     "waiting for the accounting database")  # fmt: skip
+        deadline = time.monotonic() + 300
+        while self.kube.sh(DATABASE, f"mariadb-admin --socket={DB_SOCKET} ping")[0]:
+            if time.monotonic() > deadline:
+                raise DeployError(f"{DATABASE}-0 does not answer")
+            time.sleep(1)
+        argv = self.kube.exec_argv(DATABASE, f"mariadb --socket={DB_SOCKET}")
+        with archive.member(self.path, "database.sql") as source:
+            bar = backup.bar("database.sql", self.manifest.members["database.sql"]["size"],
+                             self.log)  # fmt: skip
+            backup.feed(argv, source, "the accounting database", bar)
+        if self.manifest.job_index:
+            sql = backup.start_index_sql(self.kube.cluster.name, self.manifest.job_index)
+            code, out = self.kube.sh(
+                DATABASE, f"mariadb --socket={DB_SOCKET} -e {shlex.quote(sql)}"
+            )
+            if code:
+                raise DeployError(f"{DATABASE}: {sql} failed: {out}")
+
+
+def restore(kube: Kube, path: Path, force: bool, timeout: float) -> list[str]:
+    start = time.monotonic()
+    manifest = archive.verify(path)
+    backup.admit(kube.cluster, path, manifest)
+    kube.write_kustomization()  # images not found are refused here, before anything changes
+    kube.validate()
+    job = Restore(kube, path, manifest)
+    found = job.existing()
+    if found and not force:
+        raise ConfigError(
+            f"cluster {kube.cluster.name} already has state in namespace {kube.k.namespace} "
+            f"({', '.join(found[:4])}{' …' if len(found) > 4 else ''}): a restore would replace it",
+            hint="restore into another --namespace, or with --force to delete it first",
+        )
+    if found:
+        job.remove(found)
+    kube.apply_files([n for n, o in kube.objects.items() if o["kind"] == "Namespace"])
+    job.secrets()
+    job.fill()
+    job.database()
+    shown = kube.apply(timeout)
+    took = time.monotonic() - start
+    return [
+        f"restored cluster {manifest.cluster} into namespace {kube.k.namespace} from {path} "
+        f"(backup of {manifest.created}, Slurm {manifest.slurm}) in {took:.1f} s",
+        *(f"note: {n}" for n in manifest.notes),
+        shown,
+    ]

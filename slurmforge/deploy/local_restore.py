@@ -1,0 +1,133 @@
+"""`invoke restore` on the local target: an archive (archive.py) back into a cluster on this
+host. The secrets are written before anything starts; the jail's user state and StateSave go into
+the new volumes before the jail is populated (populate keeps them and merges the accounts); the
+database is loaded before slurmdbd starts; then the cluster starts as `invoke deploy` starts it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tqdm import tqdm
+
+from slurmforge import state
+from slurmforge.deploy import archive, backup, roles
+from slurmforge.deploy.backup import DB_SOCKET
+from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE, JAIL
+from slurmforge.errors import ConfigError, DeployError
+
+if TYPE_CHECKING:
+    from slurmforge.deploy.local_run import Local
+
+
+class Restore:
+    """An archive put back into ``local``'s cluster: the secrets before anything starts, the
+    jail's user state and StateSave into the new volumes before the jail is populated (populate
+    keeps them and merges the accounts), the database loaded before slurmdbd starts."""
+
+    def __init__(self, local: Local, path: Path, manifest: archive.Manifest) -> None:
+        self.local = local
+        self.path = path
+        self.manifest = manifest
+
+    def check(self, force: bool) -> bool:
+        """Refuse an archive of another cluster, a Slurm move Slurm cannot make, and a cluster
+        that has state here (unless ``force``, which removes it). True: a series change."""
+        cluster = self.local.cluster
+        upgrading = backup.admit(cluster, self.path, self.manifest)
+        self.local.image_ids()  # images that are not built: refused before anything is deleted
+        found = self.existing()
+        if found and not force:
+            raise ConfigError(
+                f"cluster {cluster.name} already has state on this host ({', '.join(found)}): a "
+                "restore would replace it",
+                hint="restore with --force to delete it first, or run: invoke down --volumes",
+            )
+        if found:
+            self.local.remove_everything()
+            left = self.existing()
+            if left:
+                raise DeployError(f"cluster {cluster.name}: could not remove {', '.join(left)}")
+        return upgrading
+
+    def bar(self, member: str) -> tqdm:
+        return backup.bar(member, self.manifest.members[member]["size"], self.local.log)
+
+    def existing(self) -> list[str]:
+        local = self.local
+        found = [f"container {c.name}" for c in local.containers().values()]
+        found += [f"volume {v}" for v in local.volumes()]
+        directory = state.cluster_dir(local.cluster.name)
+        found += [f"secret {p}" for p in sorted(directory.glob("*")) if p.name in roles.SECRETS]
+        return found
+
+    def secrets(self) -> None:
+        for name in self.manifest.members:
+            if name.startswith("secrets/"):
+                with archive.member(self.path, name) as source:
+                    data = source.read()
+                state.ensure_secret(self.local.cluster.name, name.removeprefix("secrets/"),
+                                    lambda data=data: data)  # fmt: skip
+
+    def _untar(self, volume: str, member: str) -> None:
+        image = self.local.cluster.images[CONTROLLER]
+        argv = [
+            "docker", "run", "--rm", "-i", "--network", "none", "-v", f"{volume}:/dst",
+            "--entrypoint", "tar", image, "--numeric-owner", "-xpf", "-", "-C", "/dst",
+        ]  # fmt: skip
+        with archive.member(self.path, member) as source:
+            bar = self.bar(member)
+            backup.feed(argv, source, f"{member} into volume {volume}", bar)
+
+    def volumes(self) -> None:
+        """Into the volumes Compose has just made, before anything runs on them."""
+        name = self.local.cluster.name
+        self._untar(f"{name}_{CONTROLLER_STATE.local}", "state.tar")
+        self._untar(f"{name}_{JAIL}", "jail.tar")
+
+    def database(self) -> None:
+        """Start the cluster's own database alone and load the dump into it."""
+        if "database.sql" not in self.manifest.members:
+            return
+        local = self.local
+        local.compose("up", "-d", DATABASE)
+        deadline = time.monotonic() + 300
+        while local.sh(DATABASE, f"mariadb-admin --socket={DB_SOCKET} ping")[0]:
+            if time.monotonic() > deadline:
+                raise DeployError(f"{DATABASE} did not start\n{local._tail(DATABASE)}")
+            time.sleep(1)
+        container = local.running(DATABASE)
+        assert container is not None
+        argv = ["docker", "exec", "-i", container.name, "mariadb", f"--socket={DB_SOCKET}"]
+        with archive.member(self.path, "database.sql") as source:
+            backup.feed(argv, source, "the accounting database", self.bar("database.sql"))
+        if self.manifest.job_index:
+            # a job StateSave holds may have an index the dump lacks (it was submitted between
+            # the dump and the copy): new jobs start above it, never on its row
+            sql = backup.start_index_sql(local.cluster.name, self.manifest.job_index)
+            code, out = local.sh(DATABASE, f"mariadb --socket={DB_SOCKET} -e {shlex.quote(sql)}")
+            if code:
+                raise DeployError(f"{DATABASE}: {sql} failed: {out}")
+
+
+def restore(local: Local, path: Path, force: bool, timeout: float) -> list[str]:
+    start = time.monotonic()
+    manifest = archive.verify(path)
+    job = Restore(local, path, manifest)
+    upgrading = job.check(force)
+    local.check_ports()
+    job.secrets()
+    local.restoring = job
+    try:
+        local.start(timeout, upgrading=upgrading)
+    finally:
+        local.restoring = None
+    took = time.monotonic() - start
+    return [
+        f"restored cluster {manifest.cluster} from {path} (backup of {manifest.created}, Slurm "
+        f"{manifest.slurm}) in {took:.1f} s",
+        *(f"note: {n}" for n in manifest.notes),
+    ]
