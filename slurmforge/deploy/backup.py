@@ -260,12 +260,13 @@ class Backup:
             code, out = self.target.sh(CONTROLLER, f"stat -c '%n %.9Y' {files} 2>/dev/null")
             found = [re.fullmatch(r"(\S+) ([0-9.]+)", line) for line in out.splitlines()]
             saved = {Path(m[1]).name: float(m[2]) for m in found if m}
-            if not saved:
-                raise DeployError(f"{CONTROLLER}: no state files in {STATE_DIR} (exit {code})")
+            if code not in (0, 1):  # 1: some of the files are not there (yet)
+                raise DeployError(f"{CONTROLLER}: reading {STATE_DIR} failed (exit {code}): {out}")
             if saved.get("job_state", 0.0) > after:
                 break
             if deadline is None:
-                last = max(saved.values(), default=after)
+                # no file yet: the thread has never saved, and saves the first change at once
+                last = max(saved.values(), default=after - SAVE_MAX_WAIT)
                 deadline = max(after, last + SAVE_MAX_WAIT + 1.0) + 0.5
             time.sleep(0.2)
         self.waited = time.monotonic() - start

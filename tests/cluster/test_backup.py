@@ -190,15 +190,16 @@ def test_a_deleted_cluster_comes_back_from_its_backup(cluster: Deployed, tmp_pat
     _until("job running", lambda: _queue(cluster).get(running, ("",))[0] == "RUNNING")
     records = _sacct(cluster, done)
 
-    # jobs keep coming while the backup runs: some between the dump and StateSave's copy
+    # jobs keep coming while the backup runs
     out = tmp_path / "backups"
     argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "backup",
             "--cluster", str(cluster.cluster_file), "--out", str(out)]  # fmt: skip
     backup = subprocess.Popen(argv, cwd=ROOT, env=cluster.env, stdout=subprocess.PIPE, text=True)
     during = []
     while backup.poll() is None:
-        during.append(_submit(cluster, "--begin=now+2hours", "--wrap", "true"))
-        time.sleep(0.3)
+        # pending for the node the running job holds, yet eligible: its record is made at once
+        during.append(_submit(cluster, "-N2", "--exclusive", "--wrap", "true"))
+        time.sleep(0.1)
     assert backup.wait() == 0
     (path,) = out.glob("*.tar")
     # the host is lost: containers, volumes and the cluster's secrets are gone
@@ -214,11 +215,9 @@ def test_a_deleted_cluster_comes_back_from_its_backup(cluster: Deployed, tmp_pat
     assert f"restored cluster {cluster.name} from {path}" in proc.stdout
 
     assert _sacct(cluster, done) == records
-    # (the name is left out above: 24.05.8 was seen to record a job that ends
-    # within a second of its start as "allocation", and slurmctld's restart rewrites it; the
-    # restored record has the name the user gave)
-    names = cluster.ok("slurmctld", f"sacct -X -P -n -j {','.join(done)} -o JobName").split()
-    assert names == ["wrap"] * len(done), names
+    # (JobName is left out: in some runs 24.05.8's record of these sub-second jobs reads
+    # "allocation", the name as_mysql_job.c writes for a job whose name is empty at its start,
+    # before or after the restore alike; why is not known)
     queue = _queue(cluster)
     assert queue.get(later, ("",))[0] == "PENDING", queue
     assert queue.get(after, ("",))[0] == "PENDING", queue
@@ -230,16 +229,15 @@ def test_a_deleted_cluster_comes_back_from_its_backup(cluster: Deployed, tmp_pat
     )
     assert "COMPLETED" not in states and {"NODE_FAIL", "REQUEUED", "PENDING"} & set(states), states
     # jobs submitted until StateSave was copied are queued (those after it never happened)
-    queued = [j for j in during if j in queue]
-    assert queued, f"none of {during} is queued after the restore"
+    known = cluster.ok("slurmctld", "squeue -h -t all -o %i").split()  # ended ones too
+    queued = [j for j in during if j in known]
+    assert queued, f"none of {during} is known after the restore"
     assert queued == during[: len(queued)], (queued, during)
     # job IDs go on from StateSave
     new = _submit(cluster, "--wrap", "true")
     assert int(new) > max(int(j) for j in [held, *queued])
-    # a job submitted between the dump and the copy is queued without its record; the new job's
-    # record never takes the index it had
-    recorded = cluster.ok("slurmctld", f"sacct -n -X -P -j {','.join(queued)} -o JobID").split()
-    assert set(queued) - set(recorded), f"no job of {during} landed between dump and copy"
+    # the restored job table hands out no record index the live one had handed out by the time
+    # StateSave was copied (a job StateSave holds may have one the dump lacks)
     table = f"slurm_acct_db.`{cluster.name}_job_table`"
     select = f"mariadb -N -e 'select job_db_inx from {table} where id_job = {new}'"
     index = _until("the new job's record", lambda: cluster.ok("mariadb", select))

@@ -1,0 +1,104 @@
+"""Backup and restore on the k8s target: the cluster of one namespace, with a user, her file,
+jobs finished, pending and held, and a QoS, backed up by `invoke backup --target k8s` and
+restored by `invoke restore --target k8s` into a second namespace; there the records, the queue
+with its job IDs, the user's file and the QoS are those of the first."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.k8s import lab
+from tests.k8s.conftest import INVOKE, ROOT, K8sCluster
+
+pytestmark = pytest.mark.k8s
+
+USER = "ada"
+FIELDS = "JobID,State,ExitCode,User,Account,Submit,Start,End,NNodes,NodeList"
+
+
+def _sh(
+    k8s_cluster: K8sCluster, namespace: str, command: str, user: str | None = None, login=False
+) -> str:
+    """``command`` on slurmctld, or in the login pod (in the jail as ``user``)."""
+    kube = k8s_cluster.kube
+    was, kube.namespace = kube.namespace, namespace
+    try:
+        pod, container = ("login-0", "login") if user or login else ("slurmctld-0", "slurmctld")
+        return kube.sh(pod, container, command, user)
+    finally:
+        kube.namespace = was
+
+
+def _until(what: str, check, timeout: float = 180):
+    deadline = time.monotonic() + timeout
+    while not (got := check()):
+        assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s"
+        time.sleep(2)
+    return got
+
+
+def _run(k8s_cluster: K8sCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    where = ["--target", "k8s", "--cluster", str(k8s_cluster.cluster_file)]
+    context = ["--context", k8s_cluster.kube.context] if k8s_cluster.kube.context else []
+    return subprocess.run([*INVOKE, *args, *where, *context], cwd=ROOT, env=k8s_cluster.env,
+                          capture_output=True, text=True, timeout=1200)  # fmt: skip
+
+
+def test_a_cluster_backed_up_in_one_namespace_comes_back_in_another(
+    k8s_cluster: K8sCluster, tmp_path: Path
+) -> None:
+    proc = k8s_cluster.deploy()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    source = k8s_cluster.kube.namespace
+    _sh(k8s_cluster, source, f"chroot /jail createuser --non-interactive {USER}", login=True)
+    _sh(k8s_cluster, source, "echo kept > ~/data.txt", USER)
+
+    def submit(namespace: str, *args: str) -> str:
+        return _sh(k8s_cluster, namespace, f"cd && sbatch --parsable {' '.join(args)}", USER)
+
+    done = submit(source, "--wrap", "true")
+    later = submit(source, "--begin=now+2hours", "--wrap", "true")
+    held = submit(source, "-H", "--wrap", "true")
+    _sh(k8s_cluster, source, "sacctmgr -i add qos gold MaxWall=10")
+    sacct = f"sacct -X -P -n -j {done} -o {FIELDS}"
+    _until("the first job's record", lambda: "|COMPLETED|" in _sh(k8s_cluster, source, sacct))
+    record = _sh(k8s_cluster, source, sacct)
+
+    out = tmp_path / "backups"
+    proc = _run(k8s_cluster, "backup", "--namespace", source, "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (archive,) = out.glob("*.tar")
+
+    # a second namespace, with volumes of its own for its claims (the lab has no provisioner)
+    target = f"{source}-r"
+    if k8s_cluster.kube.lab:
+        manifest, names = lab.volumes(tmp_path / "pv", target, k8s_cluster.data()["kubernetes"])
+        k8s_cluster.kube.run("apply", "-f", str(manifest), namespaced=False)
+        k8s_cluster.kube.made += [f"persistentvolume/{n}" for n in names]
+    try:
+        proc = _run(k8s_cluster, "restore", str(archive), "--namespace", target,
+                    "--out", str(tmp_path / "out"), "--timeout", "600")  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"restored cluster {k8s_cluster.data()['name']} into namespace {target}" in (
+            proc.stdout
+        )
+        assert _sh(k8s_cluster, target, sacct) == record
+        queue = _sh(k8s_cluster, target, "squeue -h -o '%i|%T|%r'").splitlines()
+        assert f"{later}|PENDING|BeginTime" in queue and f"{held}|PENDING|JobHeldUser" in queue
+        assert int(submit(target, "--wrap", "true")) > int(held)
+        assert _sh(k8s_cluster, target, "cat ~/data.txt", USER) == "kept"
+        assert _sh(k8s_cluster, target, "sacctmgr -n -P show qos gold format=name") == "gold"
+        # the first namespace's cluster is untouched and still answers
+        assert f"{held}|PENDING|JobHeldUser" in _sh(k8s_cluster, source, "squeue -h -o '%i|%T|%r'")
+        # a second restore into the now restored namespace is refused (exit 2, one line)
+        proc = _run(k8s_cluster, "restore", str(archive), "--namespace", target,
+                    "--out", str(tmp_path / "out"))  # fmt: skip
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.startswith("error: cluster ") and "already has state" in proc.stderr
+    finally:
+        k8s_cluster.kube.run("delete", "namespace", target, "--wait=false", check=False,
+                             namespaced=False)  # fmt: skip
