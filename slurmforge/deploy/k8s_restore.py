@@ -82,7 +82,10 @@ class Restore:
             file = self.tmp / f"{i}.json"
             file.write_text(json.dumps(obj))
             files += ["-f", str(file)]
-        self.k.check(self.k.argv("apply", *files), what)
+        # as `invoke deploy` applies (server-side, the same field manager): its apply later owns
+        # these objects without a conflict
+        self.k.check(self.k.argv("apply", "--server-side", "--field-manager=slurmforge", *files),
+                     what)  # fmt: skip
 
     def secrets(self) -> None:
         by_file = {s.file: s for s in roles.cluster_secrets(self.kube.cluster.spec)}

@@ -111,12 +111,11 @@ class Kube(Target):
         self.secrets = Secrets(cluster, self.k, self.log)
         self.objects: dict[str, dict[str, Any]] = {}
         self.dry_run = False
-        self.backup_first = False  # deploy's --no-backup not given
+        self.backup_first = False  # back up before a series change (deploy without --no-backup)
 
     def deploy(self, timeout: float, back_up: bool = True) -> list[str]:
         """Render and validate; unless a dry run, apply and wait (see the module's docstring).
-        ``back_up`` is the local target's: this one takes none before a series change (a note
-        says so)."""
+        ``back_up``: take a backup before a Slurm series change."""
         self.backup_first = back_up
         # a certificate or bind the site's directory refuses stops it before anything is written
         notes = [] if self.dry_run else identity.probe(self.cluster.path, self.cluster.spec)
@@ -326,11 +325,11 @@ class Kube(Target):
         code, out = self.controller_sh("scontrol version")
         running = out.split()[-1] if code == 0 and out.startswith("slurm ") else None
         if running and upgrade.check_cluster(self.cluster, running) and self.backup_first:
-            print(
-                "note: no backup taken before this Slurm series change: the k8s target cannot "
-                "back up yet; copy the state and database claims first",
-                file=self.log,
-            )
+            # Slurm's upgrade guide: back up the database and StateSave before a series change
+            from slurmforge.deploy import backup
+
+            path, _ = backup.backup(self, None)
+            print(f"backup before the upgrade: {path} (invoke restore {path})", file=self.log)
 
     def sh(self, role: str, command: str) -> tuple[int, str]:
         """``command`` in the role's first pod (``<role>-0`` of its StatefulSet)."""
