@@ -65,12 +65,14 @@ class Restore:
         return found
 
     def secrets(self) -> None:
+        """The archive's secrets into the cluster's state directory (only names slurmforge
+        gives its secrets: an archive names no other file there)."""
         for name in self.manifest.members:
-            if name.startswith("secrets/"):
+            file = name.removeprefix("secrets/")
+            if name.startswith("secrets/") and file in roles.SECRETS:
                 with archive.member(self.path, name) as source:
                     data = source.read()
-                state.ensure_secret(self.local.cluster.name, name.removeprefix("secrets/"),
-                                    lambda data=data: data)  # fmt: skip
+                state.ensure_secret(self.local.cluster.name, file, lambda data=data: data)
 
     def _untar(self, volume: str, member: str) -> None:
         image = self.local.cluster.images[CONTROLLER]
