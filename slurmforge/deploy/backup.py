@@ -82,7 +82,9 @@ class _Exec:
         self.what = f"{role}: {command}"
         self.ok = ok
         self.err = tempfile.TemporaryFile()  # noqa: SIM115 (read and closed by chunks())
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.err)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.err
+        )
         self.code: int | None = None
         self.stderr = ""  # its last lines, once it ended
 
