@@ -31,13 +31,13 @@ KINDS = "statefulsets,deployments,daemonsets,jobs,cronjobs,pods,services,configm
 
 
 class Restore:
-    def __init__(self, kube: Kube, path: Path, manifest: archive.Manifest) -> None:
+    def __init__(self, kube: Kube, path: Path, manifest: archive.Manifest, tmp: Path) -> None:
         self.kube = kube
         self.k = kube.k
         self.path = path
         self.manifest = manifest
         self.log = kube.log
-        self.tmp = Path(tempfile.mkdtemp(prefix="slurmforge-restore-"))
+        self.tmp = tmp  # where the objects it applies are written
 
     def claims(self) -> dict[str, dict[str, Any]]:
         """Claim name → the PersistentVolumeClaim the restore fills: the jail's, and the one
@@ -168,21 +168,23 @@ def restore(kube: Kube, path: Path, force: bool, timeout: float) -> list[str]:
     backup.admit(kube.cluster, path, manifest)
     kube.write_kustomization()  # images not found are refused here, before anything changes
     kube.validate()
-    job = Restore(kube, path, manifest)
-    found = job.existing()
-    if found and not force:
-        raise ConfigError(
-            f"cluster {kube.cluster.name} already has state in namespace {kube.k.namespace} "
-            f"({', '.join(found[:4])}{' …' if len(found) > 4 else ''}): a restore would replace it",
-            hint="restore into another --namespace, or with --force to delete it first",
-        )
-    if found:
-        job.remove(found)
-    kube.apply_files([n for n, o in kube.objects.items() if o["kind"] == "Namespace"])
-    job.secrets()
-    job.fill()
-    job.database()
-    shown = kube.apply(timeout)
+    with tempfile.TemporaryDirectory(prefix="slurmforge-restore-") as tmp:
+        job = Restore(kube, path, manifest, Path(tmp))
+        found = job.existing()
+        if found and not force:
+            shown = f"{', '.join(found[:4])}{' …' if len(found) > 4 else ''}"
+            raise ConfigError(
+                f"cluster {kube.cluster.name} already has state in namespace {kube.k.namespace} "
+                f"({shown}): a restore would replace it",
+                hint="restore into another --namespace, or with --force to delete it first",
+            )
+        if found:
+            job.remove(found)
+        kube.apply_files([n for n, o in kube.objects.items() if o["kind"] == "Namespace"])
+        job.secrets()
+        job.fill()
+        job.database()
+        shown = kube.apply(timeout)
     took = time.monotonic() - start
     return [
         f"restored cluster {manifest.cluster} into namespace {kube.k.namespace} from {path} "
