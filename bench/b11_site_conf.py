@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from bench.b8_k8s import INVOKE, cluster_file, k8s_deploy
-from bench.common import ROOT, invoke
+from bench.common import ROOT, container_sh, invoke
 from tests.k8s import lab
 
 ROUNDS = 3
@@ -67,9 +67,7 @@ def local(root: Path) -> tuple[float, float, int]:
     os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
     where = ["--cluster", str(path), "--out", str(root / "out")]
 
-    def sh(service: str, command: str) -> str:
-        argv = ["docker", "exec", f"{name}_{service}_1", "bash", "-c", command]
-        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    sh = container_sh(name)
 
     try:
         invoke("deploy", *where)

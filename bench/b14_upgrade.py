@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from bench.b8_k8s import cluster_file
-from bench.common import invoke
+from bench.common import container_sh, invoke
 from tests.cluster.test_upgrade import FROM, TO
 
 
@@ -80,9 +80,7 @@ def main() -> None:
         os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
         where = ["--cluster", str(path), "--out", str(root / "out")]
 
-        def sh(service: str, command: str) -> str:
-            argv = ["docker", "exec", f"{name}_{service}_1", "bash", "-c", command]
-            return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+        sh = container_sh(name)
 
         def submit(args: str) -> str:
             line = shlex.quote(f"cd /root && sbatch --parsable {args}")

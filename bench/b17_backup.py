@@ -19,14 +19,13 @@ import time
 from pathlib import Path
 
 from bench.b8_k8s import cluster_file
-from bench.common import invoke
+from bench.common import container_argv, container_sh, invoke
+from slurmforge.deploy.backup import JAIL_STATE
 
 JOBS = "slurm_acct_db"
 DOUBLINGS = 10  # 10 jobs → 10,240 records
-# the same StateSave and jail paths the backup reads (backup.JAIL_STATE)
-JAIL = (
-    "home opt/user etc/passwd etc/group etc/shadow etc/gshadow etc/ssh/ssh_host_* .slurmforge/jail"
-)
+# the same jail paths the backup reads
+JAIL = " ".join(JAIL_STATE)
 
 
 def main() -> None:
@@ -37,12 +36,10 @@ def main() -> None:
         os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
         where = ["--cluster", str(path), "--out", str(root / "out")]
 
-        def sh(service: str, command: str) -> str:
-            argv = ["docker", "exec", f"{name}_{service}_1", "bash", "-c", command]
-            return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+        sh = container_sh(name)
 
         def to_file(service: str, command: str, out: Path) -> None:
-            argv = ["docker", "exec", f"{name}_{service}_1", "bash", "-c", command]
+            argv = container_argv(name, service, command)
             with out.open("wb") as fh:
                 subprocess.run(argv, stdout=fh, check=True)
 

@@ -25,6 +25,21 @@ def invoke(*args: str, root: Path = ROOT, quiet: bool = True) -> float:
     return time.perf_counter() - start
 
 
+def container_argv(project: str, service: str, command: str) -> list[str]:
+    """``command`` with bash in a local cluster's service container (Compose v1's name)."""
+    return ["docker", "exec", f"{project}_{service}_1", "bash", "-c", command]
+
+
+def container_sh(project: str):
+    """sh(service, command) → its stdout, stripped; raises when it fails."""
+
+    def sh(service: str, command: str) -> str:
+        argv = container_argv(project, service, command)
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+    return sh
+
+
 def summary(root: Path = ROOT) -> list[dict[str, object]]:
     return json.loads((root / ".cache/logs/latest/summary.json").read_text())
 

@@ -24,7 +24,7 @@ import shlex
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -116,11 +116,6 @@ def _next_index(cluster: str) -> str:
     return shlex.quote(f"select coalesce(max(job_db_inx), 0) + 1 from {job_table(cluster)}")
 
 
-def start_index_sql(cluster: str, index: int) -> str:
-    """The SQL that starts a restored job table at ``index`` (Manifest.job_index)."""
-    return f"alter table {job_table(cluster)} auto_increment = {int(index)}"
-
-
 def admit(cluster: Cluster, path: Path, manifest: archive.Manifest) -> bool:
     """Refuse an archive of another cluster than ``cluster``, and a move from the archive's Slurm
     to the cluster file's that Slurm cannot make; True when the restore changes the series."""
@@ -152,6 +147,41 @@ def feed(argv: list[str], source: IO[bytes], what: str, bar: tqdm) -> None:
             err.seek(0)
             tail = " / ".join(err.read().decode(errors="replace").strip().splitlines()[-3:])
             raise DeployError(f"restoring {what} failed (exit {proc.returncode}): {tail}")
+
+
+def feed_member(
+    path: Path, manifest: archive.Manifest, member: str, argv: list[str], what: str, log: IO[str]
+) -> None:
+    """Run ``argv`` with the archive's ``member`` on its standard input (a progress bar)."""
+    with archive.member(path, member) as source:
+        feed(argv, source, what, bar(member, manifest.members[member]["size"], log))
+
+
+def load_dump(
+    target: Target, path: Path, manifest: archive.Manifest, tail: Callable[[], str] = str
+) -> None:
+    """Once the cluster's own database answers: the archive's dump into it, and its job table
+    started at the manifest's job_index (a job StateSave holds may have an index the dump lacks:
+    new jobs start above it, never on its row). ``tail``: what to show when it never answers."""
+    deadline = time.monotonic() + 300
+    while target.sh(DATABASE, f"mariadb-admin --socket={DB_SOCKET} ping")[0]:
+        if time.monotonic() > deadline:
+            raise DeployError(f"{DATABASE} does not answer after 300 s\n{tail()}".rstrip())
+        time.sleep(1)
+    argv = target.exec_argv(DATABASE, f"mariadb --socket={DB_SOCKET}")
+    feed_member(path, manifest, "database.sql", argv, "the accounting database", target.log)
+    if manifest.job_index:
+        table, start = job_table(target.cluster.name), int(manifest.job_index)
+        sql = f"alter table {table} auto_increment = {start}"
+        code, out = target.sh(DATABASE, f"mariadb --socket={DB_SOCKET} -e {shlex.quote(sql)}")
+        if code:
+            raise DeployError(f"{DATABASE}: {sql} failed: {out}")
+
+
+def before_upgrade(target: Target) -> None:
+    """Slurm's upgrade guide: back up the database and StateSave before a series change."""
+    path, _ = backup(target, None)
+    print(f"backup before the upgrade: {path} (invoke restore {path})", file=target.log)
 
 
 class Backup:

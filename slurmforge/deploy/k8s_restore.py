@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import copy
 import json
-import shlex
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurmforge.deploy import archive, backup, roles
-from slurmforge.deploy.backup import DB_SOCKET
 from slurmforge.deploy.k8s_objects import JAIL_CLAIM
 from slurmforge.deploy.k8s_secrets import DATABASE_CLAIM
 from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE
-from slurmforge.errors import ConfigError, DeployError
+from slurmforge.errors import ConfigError
 
 if TYPE_CHECKING:
     from slurmforge.deploy.k8s_run import Kube
@@ -125,9 +123,8 @@ class Restore:
             for member, where in (("jail.tar", "/restore/jail"), ("state.tar", "/restore/state")):
                 argv = self.k.argv("exec", "-i", HELPER, "--", "tar", "--numeric-owner",
                                    "-xpf", "-", "-C", where)  # fmt: skip
-                with archive.member(self.path, member) as source:
-                    bar = backup.bar(member, self.manifest.members[member]["size"], self.log)
-                    backup.feed(argv, source, f"{member} into {where}", bar)
+                what = f"{member} into {where}"
+                backup.feed_member(self.path, self.manifest, member, argv, what, self.log)
         finally:
             self.k.run(self.k.argv("delete", "pod", HELPER, "--wait=true", "--ignore-not-found"))
 
@@ -143,23 +140,7 @@ class Restore:
         self.apply(objects, "starting the accounting database")
         self.k.check(self.k.argv("rollout", "status", f"statefulset/{DATABASE}", "--timeout=600s"),
                      "waiting for the accounting database")  # fmt: skip
-        deadline = time.monotonic() + 300
-        while self.kube.sh(DATABASE, f"mariadb-admin --socket={DB_SOCKET} ping")[0]:
-            if time.monotonic() > deadline:
-                raise DeployError(f"{DATABASE}-0 does not answer")
-            time.sleep(1)
-        argv = self.kube.exec_argv(DATABASE, f"mariadb --socket={DB_SOCKET}")
-        with archive.member(self.path, "database.sql") as source:
-            bar = backup.bar("database.sql", self.manifest.members["database.sql"]["size"],
-                             self.log)  # fmt: skip
-            backup.feed(argv, source, "the accounting database", bar)
-        if self.manifest.job_index:
-            sql = backup.start_index_sql(self.kube.cluster.name, self.manifest.job_index)
-            code, out = self.kube.sh(
-                DATABASE, f"mariadb --socket={DB_SOCKET} -e {shlex.quote(sql)}"
-            )
-            if code:
-                raise DeployError(f"{DATABASE}: {sql} failed: {out}")
+        backup.load_dump(self.kube, self.path, self.manifest)
 
 
 def restore(kube: Kube, path: Path, force: bool, timeout: float) -> list[str]:

@@ -325,11 +325,9 @@ class Kube(Target):
         code, out = self.controller_sh("scontrol version")
         running = out.split()[-1] if code == 0 and out.startswith("slurm ") else None
         if running and upgrade.check_cluster(self.cluster, running) and self.backup_first:
-            # Slurm's upgrade guide: back up the database and StateSave before a series change
             from slurmforge.deploy import backup
 
-            path, _ = backup.backup(self, None)
-            print(f"backup before the upgrade: {path} (invoke restore {path})", file=self.log)
+            backup.before_upgrade(self)
 
     def sh(self, role: str, command: str) -> tuple[int, str]:
         """``command`` in the role's first pod (``<role>-0`` of its StatefulSet)."""

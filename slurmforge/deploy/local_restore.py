@@ -6,16 +6,12 @@ database is loaded before slurmdbd starts; then the cluster starts as `invoke de
 
 from __future__ import annotations
 
-import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tqdm import tqdm
-
 from slurmforge import state
 from slurmforge.deploy import archive, backup, roles
-from slurmforge.deploy.backup import DB_SOCKET
 from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE, JAIL
 from slurmforge.errors import ConfigError, DeployError
 
@@ -53,9 +49,6 @@ class Restore:
                 raise DeployError(f"cluster {cluster.name}: could not remove {', '.join(left)}")
         return upgrading
 
-    def bar(self, member: str) -> tqdm:
-        return backup.bar(member, self.manifest.members[member]["size"], self.local.log)
-
     def existing(self) -> list[str]:
         local = self.local
         found = [f"container {c.name}" for c in local.containers().values()]
@@ -80,9 +73,8 @@ class Restore:
             "docker", "run", "--rm", "-i", "--network", "none", "-v", f"{volume}:/dst",
             "--entrypoint", "tar", image, "--numeric-owner", "-xpf", "-", "-C", "/dst",
         ]  # fmt: skip
-        with archive.member(self.path, member) as source:
-            bar = self.bar(member)
-            backup.feed(argv, source, f"{member} into volume {volume}", bar)
+        what = f"{member} into volume {volume}"
+        backup.feed_member(self.path, self.manifest, member, argv, what, self.local.log)
 
     def volumes(self) -> None:
         """Into the volumes Compose has just made, before anything runs on them."""
@@ -92,27 +84,10 @@ class Restore:
 
     def database(self) -> None:
         """Start the cluster's own database alone and load the dump into it."""
-        if "database.sql" not in self.manifest.members:
-            return
-        local = self.local
-        local.compose("up", "-d", DATABASE)
-        deadline = time.monotonic() + 300
-        while local.sh(DATABASE, f"mariadb-admin --socket={DB_SOCKET} ping")[0]:
-            if time.monotonic() > deadline:
-                raise DeployError(f"{DATABASE} did not start\n{local._tail(DATABASE)}")
-            time.sleep(1)
-        container = local.running(DATABASE)
-        assert container is not None
-        argv = ["docker", "exec", "-i", container.name, "mariadb", f"--socket={DB_SOCKET}"]
-        with archive.member(self.path, "database.sql") as source:
-            backup.feed(argv, source, "the accounting database", self.bar("database.sql"))
-        if self.manifest.job_index:
-            # a job StateSave holds may have an index the dump lacks (it was submitted between
-            # the dump and the copy): new jobs start above it, never on its row
-            sql = backup.start_index_sql(local.cluster.name, self.manifest.job_index)
-            code, out = local.sh(DATABASE, f"mariadb --socket={DB_SOCKET} -e {shlex.quote(sql)}")
-            if code:
-                raise DeployError(f"{DATABASE}: {sql} failed: {out}")
+        if "database.sql" in self.manifest.members:
+            self.local.compose("up", "-d", DATABASE)
+            backup.load_dump(self.local, self.path, self.manifest,
+                             lambda: self.local._tail(DATABASE))  # fmt: skip
 
 
 def restore(local: Local, path: Path, force: bool, timeout: float) -> list[str]:

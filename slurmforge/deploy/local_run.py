@@ -317,9 +317,7 @@ class Local(Target):
         secrets = self.secrets()
         kept = self.drains()  # before the upgrade's hold: an operator's drains outlive both
         if upgrading and back_up and self.running(CONTROLLER) is not None:
-            # Slurm's upgrade guide: back up the database and StateSave before a series change
-            path, _ = backup.backup(self, None)
-            print(f"backup before the upgrade: {path} (invoke restore {path})", file=self.log)
+            backup.before_upgrade(self)
         if upgrading:
             self.hold(timeout)
         self._apply(ids[JAIL], secrets, populate=True, upgrading=upgrading)
