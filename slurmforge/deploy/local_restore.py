@@ -37,9 +37,13 @@ class Restore:
         self.local.image_ids()  # images that are not built: refused before anything is deleted
         found = self.existing()
         if found and not force:
+            kinds = [f.split()[0] for f in found]
+            counts = ", ".join(
+                f"{kinds.count(k)} {k}{'s' * (kinds.count(k) > 1)}" for k in dict.fromkeys(kinds)
+            )
             raise ConfigError(
-                f"cluster {cluster.name} already has state on this host ({', '.join(found)}): a "
-                "restore would replace it",
+                f"cluster {cluster.name} already has state on this host ({counts}): a restore "
+                "would replace it",
                 hint="restore with --force to delete it first, or run: invoke down --volumes",
             )
         if found:
