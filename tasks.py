@@ -269,11 +269,15 @@ def deploy(c, where, timeout, no_backup):
 @task(
     TARGET.only("target", "cluster", "config", "context", "namespace"),
     out=Option("directory the archive is written to (default: beside the cluster's secrets)"),
+    from_schedule=Option(
+        "k8s: copy the newest archive kubernetes.backup.schedule kept, instead of taking one",
+        False,
+    ),
 )
-def backup(c, where, out):
+def backup(c, where, out, from_schedule):
     """Write one verifiable archive of the running cluster: database, StateSave, secrets, jail."""
     directory = out_dir("--out", out, Path.cwd()) if out else None
-    for line in _open(where).backup(directory):
+    for line in _open(where).backup(directory, from_schedule):
         print(line)
 
 

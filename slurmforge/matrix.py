@@ -36,7 +36,7 @@ class Component:
     help: str
     # upstream artifacts its build context needs besides its features' (features.py)
     sources: tuple[str, ...] = ()
-    # project directories (besides images/<name>/) whose files join its build context
+    # project directories and files (besides images/<name>/) that join its build context
     context: tuple[str, ...] = ()
 
 
@@ -126,6 +126,12 @@ COMPONENTS: dict[str, Component] = {
             ("base",),
             True,
             "the accounting database: MariaDB from the distro's archive",
+            # the scheduled backup (k8s) runs in this image: snapshot.py and what it imports
+            context=(
+                "slurmforge/errors.py",
+                "slurmforge/deploy/archive.py",
+                "slurmforge/deploy/snapshot.py",
+            ),
         ),
         Component(
             "worker",

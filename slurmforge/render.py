@@ -135,10 +135,15 @@ class DockerfileRenderer:
         )
 
     def component_files(self, component: str) -> list[ContextFile]:
-        """images/<component>/ at the context root, plus its extra project directories by path."""
+        """images/<component>/ at the context root, plus its extra project directories and
+        files by path."""
         files = _tree(self.images_dir / component, "")
         for extra in COMPONENTS[component].context:
-            files += _tree(self.config.root / extra, extra + "/")
+            path = self.config.root / extra
+            if path.is_file():
+                files.append(_context_file(extra, path))
+            else:
+                files += _tree(path, extra + "/")
         return files
 
     def render(

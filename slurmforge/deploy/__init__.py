@@ -86,11 +86,15 @@ class Target:
         ``back_up``: take a backup before a Slurm series change."""
         raise self._unsupported("deploy")
 
-    def backup(self, out: Path | None) -> list[str]:
+    def backup(self, out: Path | None, scheduled: bool = False) -> list[str]:
         """Write one archive of the running cluster into ``out`` (or its default directory);
-        the summary to show."""
+        the summary to show. ``scheduled``: copy the newest the cluster's schedule took."""
         from slurmforge.deploy import backup
 
+        if scheduled:
+            raise self._unsupported(
+                "backup --from-schedule", hint="scheduled backups are the k8s target's"
+            )
         return backup.backup(self, out)[1]
 
     def exec_argv(self, role: str, command: str) -> list[str]:

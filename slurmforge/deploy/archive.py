@@ -165,6 +165,16 @@ def clean_partials(directory: Path) -> list[Path]:
     return removed
 
 
+def prune(directory: Path, cluster: str, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` archives of ``cluster`` in ``directory`` (by the time
+    in their names; only names a backup gives); the removed ones."""
+    stamp = "[0-9]" * 8 + "T" + "[0-9]" * 6 + "Z"
+    found = sorted(directory.glob(archive_name(cluster, stamp)), reverse=True)
+    for path in found[keep:]:
+        path.unlink(missing_ok=True)
+    return found[keep:]
+
+
 def _refuse(path: Path, why: str) -> ConfigError:
     return ConfigError(f"{path}: {why}; not a complete slurmforge backup, nothing was restored")
 

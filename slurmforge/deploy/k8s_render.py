@@ -29,7 +29,7 @@ import json
 from typing import Any
 
 from slurmforge import jail_contract
-from slurmforge.deploy import identity, monitoring, roles, slurmconf
+from slurmforge.deploy import backup, identity, monitoring, roles, slurmconf
 from slurmforge.deploy.k8s_objects import (
     ObjectBuilder,
     claim,
@@ -43,8 +43,12 @@ from slurmforge.deploy.k8s_objects import (
 )
 from slurmforge.deploy.model import Cluster, NodeSet
 from slurmforge.deploy.roles import (
+    BACKUP,
+    BACKUP_CONF,
     CONTROLLER,
+    CONTROLLER_STATE,
     DATABASE,
+    DB_PASSWORD,
     DBD,
     DBD_CONF,
     HEALTH_CHECK,
@@ -56,6 +60,8 @@ from slurmforge.deploy.roles import (
 )
 
 NODES_SERVICE = "slurm-nodes"
+# the scheduled backups' claim, and where the backup pod mounts it
+BACKUPS_CLAIM, BACKUPS_DIR = "backups", "/var/backups/slurmforge"
 # a node pod's preStop (drain, wait for the jobs, then DOWN); the seconds of the grace period it
 # leaves slurmd and the kubelet after it
 NODE_STATE, STOP_MARGIN = "/usr/lib/slurmforge/node-state", 5
@@ -111,6 +117,9 @@ class ManifestRenderer(ObjectBuilder):
             IDENTITY_CONF.name: identity.files(cluster.spec, cluster.path),
         }
         used = {c for r in running for c in r.mounted_configs(cluster.spec)}
+        if BACKUP_CONF in used:
+            plan = backup.plan(cluster, cluster.cell.slurm)
+            content[BACKUP_CONF.name] = {"plan.json": plan.dump()}
         return {c.name: content[c.name] for c in roles.CONFIGS if c in used}
 
     # -- a role's objects --------------------------------------------------------------------
@@ -124,6 +133,8 @@ class ManifestRenderer(ObjectBuilder):
         if role.workload == "job":
             job = self.job(role)
             return {f"job-{job['metadata']['name']}.yaml": job}
+        if role.workload == "schedule" and role.name == BACKUP:
+            return self.scheduled_backup(role, config_hash)
         if role.workload == "schedule":
             return {f"cronjob-{role.name}.yaml": self.scheduled(role, config_hash)}
         out = {}
@@ -328,6 +339,57 @@ class ManifestRenderer(ObjectBuilder):
         pod = self.pod_spec([container], volumes, restartPolicy="Never")
         schedule = self.k8s.health_check.schedule
         return self.cron_job(role.name, schedule, pod, config_hash)
+
+    def scheduled_backup(self, role: Role, config_hash: str) -> dict[str, dict[str, Any]]:
+        """`invoke backup` on kubernetes.backup.schedule, from inside: a pod beside slurmctld
+        (on its node: StateSave's claim is ReadWriteOnce) that mounts StateSave and the jail
+        read-only and the secrets, dumps the database over the network as slurmdbd's user, and
+        writes the archive to a claim of its own, keeping the newest kubernetes.backup.keep."""
+        settings = self.k8s.backup
+        assert role.name == BACKUP and settings.schedule is not None
+        volumes, mounts = self.volumes(role)
+        state = CONTROLLER_STATE
+        volumes += [
+            {
+                "name": state.claim,
+                "persistentVolumeClaim": {
+                    "claimName": f"{state.claim}-{CONTROLLER}-0",
+                    "readOnly": True,
+                },
+            },
+            {"name": BACKUPS_CLAIM, "persistentVolumeClaim": {"claimName": BACKUPS_CLAIM}},
+        ]
+        mounts += [
+            {"name": state.claim, "mountPath": state.path, "readOnly": True},
+            {"name": BACKUPS_CLAIM, "mountPath": BACKUPS_DIR},
+        ]
+        command = [
+            "slurmforge-backup",
+            f"{BACKUP_CONF.path}/plan.json",
+            *("--out", BACKUPS_DIR, "--keep", str(settings.keep)),
+        ]
+        if roles.own_database(self.spec):
+            command += ["--db-host", DATABASE, "--db-user", roles.OWN_DB_USER,
+                        "--db-password-file", DB_PASSWORD.path]  # fmt: skip
+        container = self.container(role, self.images.refs[role.image], mounts, args=[])
+        container["command"] = command
+        beside = {
+            "labelSelector": {"matchLabels": self.selector(CONTROLLER)},
+            "topologyKey": "kubernetes.io/hostname",
+        }
+        affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [beside]}}
+        pod = self.pod_spec([container], volumes, restartPolicy="Never", affinity=affinity)
+        claim_ = claim(self.meta(BACKUPS_CLAIM, BACKUP), "ReadWriteOnce", settings)
+        return {
+            f"pvc-{BACKUPS_CLAIM}.yaml": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                **claim_,
+            },
+            f"cronjob-{role.name}.yaml": self.cron_job(
+                role.name, settings.schedule, pod, config_hash
+            ),
+        }
 
     # -- the compute nodes -------------------------------------------------------------------
 

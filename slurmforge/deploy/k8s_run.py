@@ -345,6 +345,13 @@ class Kube(Target):
             o for o in self.objects.values() if o["kind"] == kind and o["metadata"]["name"] == name
         )
 
+    def backup(self, out: Path | None, scheduled: bool = False) -> list[str]:
+        if not scheduled:
+            return super().backup(out)
+        from slurmforge.deploy import backup, k8s_scheduled
+
+        return k8s_scheduled.fetch(self, out or backup.default_dir(self.cluster.name))
+
     def restore(self, archive: Path, force: bool, timeout: float) -> list[str]:
         from slurmforge.deploy import k8s_restore
 

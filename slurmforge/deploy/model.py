@@ -179,6 +179,15 @@ class HealthCheckSpec(Model):
     enabled: StrictBool = True
 
 
+class BackupSpec(VolumeSpec):
+    """Scheduled backups (k8s): a CronJob writes an archive of the cluster to a claim of its
+    own, as `invoke backup` would, and keeps the newest ``keep``. No schedule: none."""
+
+    schedule: Cron | None = None
+    keep: Annotated[StrictInt, Field(ge=1, le=1000)] = 7
+    size: Quantity = "20Gi"
+
+
 class KubernetesSpec(Model):
     """How the `k8s` target renders this cluster (ignored by `local`)."""
 
@@ -199,6 +208,7 @@ class KubernetesSpec(Model):
     ) = None
     image_pull_secrets: tuple[DNSName, ...] = ()
     health_check: HealthCheckSpec = HealthCheckSpec()
+    backup: BackupSpec = BackupSpec()
     # a node pod being deleted (drain, rollout, eviction) drains its Slurm node and gives its
     # running jobs this long to finish (its terminationGracePeriodSeconds); those still running
     # then end as on a lost node (NODE_FAIL, or requeued where the job allows it)

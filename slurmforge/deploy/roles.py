@@ -38,6 +38,7 @@ CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
 DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
 DIRECTORY = "slapd"
 NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
+BACKUP = "backup"
 EXPORTER, PROMETHEUS = "exporter", "prometheus"
 
 
@@ -74,6 +75,10 @@ def _accounting(spec: ClusterSpec) -> bool:
 
 def _ldap(spec: ClusterSpec) -> bool:
     return identity.ldap_of(spec) is not None
+
+
+def _scheduled(spec: ClusterSpec) -> bool:
+    return spec.kubernetes.backup.schedule is not None
 
 
 def _ldap_bind(spec: ClusterSpec) -> bool:
@@ -135,7 +140,11 @@ IDENTITY_CONF = ConfigDir("identity-config", "etc/identity", "/etc/slurmforge/id
 DIRECTORY_CONF = ConfigDir(
     "directory-config", "etc/slapd", "/etc/slurmforge/slapd", when=identity.embedded
 )
-CONFIGS = (SLURM_CONF, JAIL_CONF, DBD_CONF, PROMETHEUS_CONF, IDENTITY_CONF, DIRECTORY_CONF)
+# what the scheduled backup copies (snapshot.Plan, as plan.json)
+BACKUP_CONF = ConfigDir("backup-config", "etc/backup", "/etc/slurmforge/backup", when=_scheduled)
+CONFIGS = (
+    SLURM_CONF, JAIL_CONF, DBD_CONF, PROMETHEUS_CONF, IDENTITY_CONF, DIRECTORY_CONF, BACKUP_CONF
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -268,7 +277,11 @@ def _login_env(spec: ClusterSpec) -> dict[str, str]:
     return {jail_contract.SCRATCH_ENV: " ".join(scratch)} if scratch else {}
 
 
-def _own_database(spec: ClusterSpec) -> bool:
+# the cluster's own database and slurmdbd's user there (images/mariadb/mariadb-init's defaults)
+OWN_DB_NAME, OWN_DB_USER = "slurm_acct_db", "slurm"
+
+
+def own_database(spec: ClusterSpec) -> bool:
     return spec.accounting.enabled and spec.accounting.database is None
 
 
@@ -388,7 +401,7 @@ ROLES: tuple[Role, ...] = (
         # the buffer pool (images/mariadb/slurmforge.cnf) grows to 2 GiB
         resources=Resources(("250m", "512Mi"), ("2", "3Gi")),
         grace_seconds=60,  # InnoDB shuts down cleanly
-        when=_own_database,
+        when=own_database,
     ),
     Role(
         DBD,
@@ -473,6 +486,20 @@ ROLES: tuple[Role, ...] = (
         capabilities=(*DAEMON, "SYS_ADMIN", "SYS_CHROOT"),  # the login's jail mounts, chroot
         targets=("k8s",),  # local: `invoke gpu-check`
         when=_health_check,
+    ),
+    Role(
+        BACKUP,
+        # the database image: mariadb-dump of the server's own release, and python3 with
+        # snapshot.py (the renderer gives the command, the claims it reads and where it writes)
+        image=DATABASE,
+        workload="schedule",
+        secrets=(MUNGE, JWT, DB_PASSWORD, LDAP_BIND),
+        configs=(BACKUP_CONF,),
+        jail="ro",
+        capabilities=("DAC_READ_SEARCH",),  # reads every user's files and slurm's state, as root
+        resources=Resources(("100m", "128Mi"), ("1", "512Mi")),
+        targets=("k8s",),  # local: `invoke backup`
+        when=_scheduled,
     ),
 )
 BY_NAME = {r.name: r for r in ROLES}

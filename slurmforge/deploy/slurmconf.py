@@ -89,8 +89,8 @@ def slurmdbd_conf(cluster: Cluster, dbd_host: str = DBD) -> str:
         jwt_key=JWT_KEY,
         storage_host=db.host if db else DATABASE,
         storage_port=db.port if db else 3306,
-        storage_user=db.user if db else "slurm",
-        storage_loc=db.name if db else "slurm_acct_db",
+        storage_user=db.user if db else roles.OWN_DB_USER,
+        storage_loc=db.name if db else roles.OWN_DB_NAME,
     )
     return siteconf.merge(text, cluster.spec.slurm.slurmdbd_conf, "slurm.slurmdbd_conf")
 

@@ -21,6 +21,7 @@ CLAIMS = (
     ("state", "ReadWriteOnce", "1Gi"),
     ("database", "ReadWriteOnce", "10Gi"),
 )
+BACKUP_CLAIM = ("backup", "ReadWriteOnce", "20Gi")  # kubernetes.backup, when it has a schedule
 
 
 def recipe(*steps: str) -> None:
@@ -46,11 +47,13 @@ def start() -> dict[str, str]:
     return {**os.environ, "KUBECONFIG": str(LAB / "run" / "admin.kubeconfig")}
 
 
-def volumes(root: Path, name: str, kubernetes: dict) -> tuple[Path, list[str]]:
+def volumes(
+    root: Path, name: str, kubernetes: dict, claims: tuple = CLAIMS
+) -> tuple[Path, list[str]]:
     """hostPath PVs (under ``root``) for cluster ``name``'s claims, as a manifest to apply, and
     their names."""
     items, names = [], []
-    for claim, mode, default in CLAIMS:
+    for claim, mode, default in claims:
         spec = kubernetes.get(claim, {})
         kind = {"storageClassName": spec["storage_class"]} if spec.get("storage_class") else {}
         path = root / "pv" / claim

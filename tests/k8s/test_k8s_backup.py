@@ -1,16 +1,21 @@
 """Backup and restore on the k8s target: the cluster of one namespace, with a user, her file,
-jobs finished, pending and held, and a QoS, backed up by `invoke backup --target k8s`; the
-namespace deleted; `invoke restore --target k8s` into a second namespace; there the records, the
-queue with its job IDs, the user's file and the QoS are those of the first."""
+jobs finished, pending and held, and a QoS, backed up by `invoke backup --target k8s` and by its
+scheduled backup (the CronJob's job, run three times: two kept); the newest scheduled archive
+copied out by `invoke backup --from-schedule`; the namespace deleted; `invoke restore --target
+k8s` of that archive into a second namespace; there the records, the queue with its job IDs, the
+user's file and the QoS are those of the first."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
+from slurmforge.deploy import archive as archives
 from tests.k8s import lab
 from tests.k8s.conftest import INVOKE, ROOT, K8sCluster
 
@@ -57,9 +62,35 @@ def _run(k8s_cluster: K8sCluster, *args: str) -> subprocess.CompletedProcess[str
                           capture_output=True, text=True, timeout=1200)  # fmt: skip
 
 
+def _scheduled(k8s_cluster: K8sCluster, namespace: str, name: str) -> str:
+    """The CronJob's job, as its schedule would start it (a 1.20 server serves no batch/v1
+    CronJob, so deploy leaves the CronJob out there: the job is made from its template); its
+    log."""
+    kube = k8s_cluster.kube
+    (path,) = (k8s_cluster.root / "out").rglob("cronjob-backup.yaml")
+    cron = yaml.safe_load(path.read_text())
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": name, "namespace": namespace},
+           "spec": cron["spec"]["jobTemplate"]["spec"]}  # fmt: skip
+    kube.run("apply", "-f", "-", namespaced=False, stdin=json.dumps(job))
+    done = kube.run("wait", "--namespace", namespace, "--for=condition=complete", f"job/{name}",
+                    "--timeout=300s", check=False, namespaced=False)  # fmt: skip
+    log = kube.run("logs", "--namespace", namespace, f"job/{name}", check=False, namespaced=False)
+    assert "condition met" in done, f"{done}\n{log}"
+    return log
+
+
 def test_a_cluster_backed_up_in_one_namespace_comes_back_in_another(
     k8s_cluster: K8sCluster, tmp_path: Path
 ) -> None:
+    data = k8s_cluster.data()
+    data["kubernetes"]["backup"] = {"schedule": "15 3 * * *", "keep": 2}
+    k8s_cluster.write(data)
+    if k8s_cluster.kube.lab:
+        manifest, names = lab.volumes(tmp_path / "backup-pv", data["name"], data["kubernetes"],
+                                      claims=(lab.BACKUP_CLAIM,))  # fmt: skip
+        k8s_cluster.kube.run("apply", "-f", str(manifest), namespaced=False)
+        k8s_cluster.kube.made += [f"persistentvolume/{n}" for n in names]
     proc = k8s_cluster.deploy()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     source = k8s_cluster.kube.namespace
@@ -80,7 +111,28 @@ def test_a_cluster_backed_up_in_one_namespace_comes_back_in_another(
     out = tmp_path / "backups"
     proc = _run(k8s_cluster, "backup", "--namespace", source, "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (archive,) = out.glob("*.tar")
+    (taken,) = out.glob("*.tar")
+
+    # the schedule's job, three times (a second apart at least: archives are named by the
+    # second); the third removes the oldest
+    logs = [_scheduled(k8s_cluster, source, f"backup-now-{i}") for i in range(3)]
+    assert all("backup of cluster" in log for log in logs), logs
+    assert "removed slurmforge-" in logs[2] and "keeping the newest 2" in logs[2], logs[2]
+    fetched = tmp_path / "fetched"
+    proc = _run(k8s_cluster, "backup", "--namespace", source, "--from-schedule",
+                "--out", str(fetched))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "keeps 2 backups" in proc.stdout, proc.stdout
+    (archive,) = fetched.glob("*.tar")
+    assert archive.name in logs[2]
+    # what the schedule took is what `invoke backup` takes: the same members, and the same
+    # cluster files and secrets byte for byte
+    ours, theirs = archives.verify(taken), archives.verify(archive)
+    assert sorted(ours.members) == sorted(theirs.members)
+    for member, info in ours.members.items():
+        if member.startswith(("cluster/", "secrets/")):
+            assert theirs.members[member]["sha256"] == info["sha256"], member
+    assert (ours.slurm, ours.images) == (theirs.slurm, theirs.images)
 
     # the namespace is lost (the lab's one node holds one cluster at a time)
     k8s_cluster.kube.run("delete", "namespace", source, "--wait=true", "--timeout=300s",

@@ -1,0 +1,164 @@
+"""Scheduled backups (kubernetes.backup): what the k8s target renders for them, the settings it
+refuses, and the backup pod's own program (snapshot.py) run here on a cluster's files laid out as
+the pod mounts them: its archive is one `invoke restore` accepts, and it keeps the newest N."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmforge.deploy import archive, backup, roles, snapshot
+from slurmforge.deploy.model import as_dict
+from tests.unit.test_cli import _assert_clean_failure, _invoke
+from tests.unit.test_k8s import _cluster_data, _kube, _pod, checkout  # noqa: F401 (a fixture)
+
+SCHEDULE = {"schedule": "15 3 * * *", "keep": 3, "storage_class": "retained", "size": "50Gi"}
+
+
+def _scheduled(checkout, write_cluster, **settings):  # noqa: F811 (the fixture)
+    cluster_file, root = checkout
+    data = yaml.safe_load(cluster_file.read_text())
+    data["kubernetes"]["backup"] = settings
+    return _kube(write_cluster(data), root)
+
+
+def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_what_it_must(
+    checkout,  # noqa: F811
+    write_cluster,
+) -> None:
+    kube = _scheduled(checkout, write_cluster, **SCHEDULE)
+    assert kube.validate() == ["1.29", "1.30", "1.31", "1.32"]  # strict schemas
+    claim = kube.objects["pvc-backups.yaml"]["spec"]
+    assert claim["accessModes"] == ["ReadWriteOnce"]
+    assert claim["storageClassName"] == "retained"
+    assert claim["resources"]["requests"]["storage"] == "50Gi"
+    cron = kube.objects["cronjob-backup.yaml"]
+    assert cron["spec"]["schedule"] == "15 3 * * *"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = _pod(cron)
+    (container,) = pod["containers"]
+    command = container["command"]
+    assert command[:2] == ["slurmforge-backup", "/etc/slurmforge/backup/plan.json"]
+    assert command[command.index("--keep") + 1] == "3"
+    assert command[command.index("--db-host") + 1] == roles.DATABASE
+    # on slurmctld's node (StateSave's claim is ReadWriteOnce), which it only reads
+    (term,) = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    selector = _pod(kube.objects["statefulset-slurmctld.yaml"])
+    labels = kube.objects["statefulset-slurmctld.yaml"]["spec"]["selector"]["matchLabels"]
+    assert selector and term["labelSelector"]["matchLabels"] == labels
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    state = mounts[roles.CONTROLLER_STATE.path]
+    assert state["readOnly"] and volumes[state["name"]]["persistentVolumeClaim"] == {
+        "claimName": "state-slurmctld-0",
+        "readOnly": True,
+    }
+    assert mounts["/jail"]["readOnly"]
+    out = command[command.index("--out") + 1]
+    assert not mounts[out].get("readOnly")
+    assert volumes[mounts[out]["name"]]["persistentVolumeClaim"]["claimName"] == "backups"
+    # it reads every file as root, and may do nothing else
+    assert container["securityContext"]["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["DAC_READ_SEARCH"],
+    }
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    # the plan it follows is the one `invoke backup` follows, and each secret it names is where
+    # the pod mounts it
+    plan = json.loads(kube.objects["configmap-backup-config.yaml"]["data"]["plan.json"])
+    want = backup.plan(kube.cluster, kube.cluster.cell.slurm)
+    assert plan == json.loads(want.dump())
+    assert set(plan["secrets"]) == {"munge.key", "jwt_hs256.key", "db-password"}
+    for file, at in plan["secrets"].items():
+        assert os.path.dirname(at) in mounts, file
+    assert plan["files"]["model.json"] == json.dumps(as_dict(kube.cluster), indent=2) + "\n"
+
+
+def test_no_schedule_renders_nothing_of_it(checkout) -> None:  # noqa: F811
+    cluster_file, root = checkout
+    objects = _kube(cluster_file, root).objects
+    assert not [n for n in objects if "backup" in n]
+
+
+@pytest.mark.parametrize(
+    ("settings", "key", "expected"),
+    [
+        ({"schedule": "0 3 * * 7"}, "kubernetes.backup.schedule", "its day of week '7'"),
+        ({"schedule": "@daily", "keep": 0}, "kubernetes.backup.keep", "greater than or equal"),
+        ({"schedule": "@daily", "size": "lots"}, "kubernetes.backup.size", "quantity"),
+        ({"every": "day"}, "kubernetes.backup.every", "unknown key"),
+    ],
+)
+def test_bad_backup_settings_are_refused_in_one_line(write_cluster, settings, key, expected):
+    path = write_cluster(_cluster_data(backup=settings))
+    proc = _invoke("deploy", "--target", "k8s", "--dry-run", "--cluster", str(path))
+    _assert_clean_failure(proc, f"{path}: {key}: ")
+    assert expected in proc.stderr
+
+
+def test_the_pod_program_writes_an_archive_restore_accepts_and_keeps_the_newest(
+    tmp_path: Path,
+) -> None:
+    state, jail, out = tmp_path / "state", tmp_path / "jail", tmp_path / "out"
+    (jail / "home" / "ada").mkdir(parents=True)
+    (jail / "home" / "ada" / "data.txt").write_text("kept\n")
+    (jail / "etc").mkdir()
+    (jail / "etc" / "passwd").write_text("ada:x:2000:2000::/home/ada:/bin/bash\n")
+    state.mkdir()
+    (state / "job_state").write_bytes(b"jobs")
+    (state / "job_state.new").write_bytes(b"half")  # being written: not copied
+    # saved "after" the (absent) dump: no wait for slurmctld's next save
+    later = time.time() + 60
+    os.utime(state / "job_state", (later, later))
+    (tmp_path / "munge.key").write_bytes(b"k" * 1024)
+    plan = snapshot.Plan(
+        cluster="train", slurm="25.11.7", slurmforge="0", images={"slurmctld": "x:1"},
+        files={"cluster.yaml": "name: train\n"}, secrets={"munge.key": str(tmp_path / "munge.key")},
+        state_dir=str(state), jail_root=str(jail), jail=["home", "etc/passwd", "opt/user"],
+        database=None, notes=["the accounting database is the site's"],
+    )  # fmt: skip
+    (tmp_path / "plan.json").write_text(plan.dump())
+    # archives of earlier runs, of another cluster, and a file that only looks like one
+    out.mkdir()
+    older = [archive.archive_name("train", f"2026010{d}T030000Z") for d in (1, 2, 3)]
+    for name in [*older, archive.archive_name("other", "20260101T030000Z"), "slurmforge-x.tar"]:
+        (out / name).write_bytes(b"")
+    assert snapshot.main([str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2"]) == 0
+    kept = sorted(p.name for p in out.iterdir())
+    (new,) = [n for n in kept if n.startswith("slurmforge-train-") and n not in older]
+    assert kept == sorted([older[2], new, "slurmforge-other-20260101T030000Z.tar",
+                           "slurmforge-x.tar"])  # fmt: skip
+    manifest = archive.verify(out / new)
+    assert manifest.cluster == "train" and manifest.slurm == "25.11.7"
+    assert manifest.notes == ["the accounting database is the site's"]
+    assert "database.sql" not in manifest.members
+    with archive.member(out / new, "state.tar") as source:
+        listing = subprocess.run(["tar", "-t"], input=source.read(), capture_output=True).stdout
+    assert listing.decode().split() == ["./", "./job_state"]
+    with archive.member(out / new, "jail.tar") as source:
+        listing = subprocess.run(["tar", "-t"], input=source.read(), capture_output=True).stdout
+    assert sorted(listing.decode().split()) == [
+        "etc/passwd", "home/", "home/ada/", "home/ada/data.txt"
+    ]  # fmt: skip
+    with archive.member(out / new, "secrets/munge.key") as source:
+        assert source.read() == b"k" * 1024
+
+
+def test_a_pod_without_a_secret_fails_and_leaves_no_archive(tmp_path: Path, capsys) -> None:
+    plan = snapshot.Plan(
+        cluster="train", slurm="25.11.7", slurmforge="0", images={}, files={},
+        secrets={"munge.key": str(tmp_path / "absent")}, state_dir=str(tmp_path),
+        jail_root=str(tmp_path), jail=[], database=None,
+    )  # fmt: skip
+    (tmp_path / "plan.json").write_text(plan.dump())
+    out = tmp_path / "out"
+    assert snapshot.main([str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2"]) == 1
+    assert "has no munge.key to back up" in capsys.readouterr().err
+    assert list(out.iterdir()) == []
