@@ -17,8 +17,9 @@ from functools import cached_property
 from pathlib import Path
 
 from slurmforge import buildlog, fastpath, matrix, options, state, versions
+from slurmforge.bootstrap import Base
 from slurmforge.build import BuildOptions, BuildRunner, Result
-from slurmforge.config import UNPINNED, Bootstrap, Config
+from slurmforge.config import UNPINNED, Config
 from slurmforge.context import ContextSources, Need, bootstrap_of, needs, parent_refs
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, SourceError
@@ -72,7 +73,7 @@ class Project:
             self._contexts[target.id] = sources(target)
         return self._contexts[target.id]
 
-    def rendered(self, target: Target) -> Rendered | Bootstrap:
+    def rendered(self, target: Target) -> Rendered | Base:
         """What ``target`` is built from: its Dockerfile and context, or a base's bootstrap spec.
 
         The one entry to rendering: parents, sources and the features a parent went without
@@ -310,7 +311,8 @@ def matrix_rows(project: Project) -> list[dict[str, str]]:
     mset = project.config.versions.sets[project.selection.set_name]
     rows = []
     for cell in project.cells:
-        row = {"cell": cell.name, "distro": cell.distro, "slurm": cell.slurm, "cuda": cell.cuda}
+        row = {"cell": cell.name, "distro": cell.distro, "slurm": cell.slurm, "cuda": cell.cuda,
+               "arch": cell.arch}  # fmt: skip
         for component, comp in matrix.COMPONENTS.items():
             if comp.public:
                 row[component] = matrix.tags_for(mset, component, cell)[0]

@@ -2,6 +2,11 @@
 
 With SOURCE_DATE_EPOCH set and the same package versions on the mirror, mmdebstrap writes the same
 tarball bit for bit; the image is re-imported only when the inputs below change.
+
+Another arch than the host's (arm64 on an amd64 host) is bootstrapped the same way: mmdebstrap
+runs the foreign packages' maintainer scripts through qemu-user (binfmt_misc, which
+`scripts/setup` registers) and checks that it can with arch-test. Its rootfs becomes an image of
+that platform through a `FROM scratch` build (an import cannot set the image's architecture).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -29,17 +35,33 @@ _DPKG_OPTS = (
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def manifest(spec: Bootstrap) -> dict[str, object]:
-    return {"bootstrap": spec.model_dump(mode="json"), "dpkg": list(_DPKG_OPTS)}
+@dataclass(frozen=True)
+class Base:
+    """One distro's base for one arch."""
+
+    spec: Bootstrap
+    arch: str
+
+    @property
+    def platform(self) -> str:
+        return f"linux/{self.arch}"
 
 
-def command(spec: Bootstrap, out: Path) -> list[str]:
+def manifest(base: Base) -> dict[str, object]:
+    return {
+        "bootstrap": {**base.spec.model_dump(mode="json"), "arch": base.arch},
+        "dpkg": list(_DPKG_OPTS),
+    }
+
+
+def command(base: Base, out: Path) -> list[str]:
+    spec = base.spec
     cmd = [
         "mmdebstrap",
         "--variant=minbase",
         "--mode=root",
         "--format=tar",
-        f"--architectures={spec.arch}",
+        f"--architectures={base.arch}",
         f"--components={','.join(spec.components)}",
         "--skip=output/dev",
         '--aptopt=Acquire::Retries "3"',
@@ -51,9 +73,10 @@ def command(spec: Bootstrap, out: Path) -> list[str]:
 
 
 def build_base(
-    engine: Engine, spec: Bootstrap, ref: str, labels: dict[str, str], log: IO[str], tmp_root: Path
+    engine: Engine, base: Base, ref: str, labels: dict[str, str], log: IO[str], tmp_root: Path
 ) -> str:
-    """Bootstrap ``spec`` and import it as ``ref``; returns the image ID."""
+    """Bootstrap ``base`` and import it as ``ref``; returns the image ID."""
+    spec = base.spec
     if shutil.which("mmdebstrap") is None:
         raise BuildError(
             "mmdebstrap is not installed",
@@ -62,8 +85,13 @@ def build_base(
     tmp_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=tmp_root) as tmp:
         tarball = Path(tmp) / "rootfs.tar"
-        run(command(spec, tarball), log=log, env={"SOURCE_DATE_EPOCH": str(spec.source_date_epoch)})
+        epoch = str(spec.source_date_epoch)
+        run(command(base, tarball), log=log, env={"SOURCE_DATE_EPOCH": epoch})
         changes = [f"ENV PATH={_PATH}", 'CMD ["bash"]']
         changes += [f"LABEL {k}={json.dumps(v)}" for k, v in sorted(labels.items())]
-        print(f"+ docker import {tarball} {ref}", file=log, flush=True)
-        return engine.import_tarball(str(tarball), ref, changes)
+        if base.platform == engine.platform():
+            print(f"+ docker import {tarball} {ref}", file=log, flush=True)
+            return engine.import_tarball(str(tarball), ref, changes)
+        step = f"+ FROM scratch, ADD {tarball.name} / ({base.platform}) as {ref}"
+        print(step, file=log, flush=True)
+        return engine.build_rootfs(tarball, ref, changes, base.platform)

@@ -20,7 +20,6 @@ from typing import IO, Any
 from tqdm import tqdm
 
 from slurmforge import bootstrap, buildlog
-from slurmforge.config import Bootstrap
 from slurmforge.engine import APIError, Engine, EngineError, ImageInfo
 from slurmforge.errors import SlurmforgeError
 from slurmforge.matrix import Target
@@ -209,7 +208,7 @@ class BuildRunner:
     def _build(self, decision: Decision, log: IO[str], slot: int) -> ImageInfo:
         target = decision.target
         labels = self._labels(decision)
-        if isinstance(spec := decision.recipe, Bootstrap):
+        if isinstance(spec := decision.recipe, bootstrap.Base):
             with _bar(target, slot, bar_format="{desc}: bootstrapping {elapsed}"):
                 bootstrap.build_base(
                     self.engine, spec, target.ref, labels, log, self.options.tmp_root
@@ -234,7 +233,7 @@ class BuildRunner:
             rendered.write_context(context)
             context.seek(0)
             print(rendered.dockerfile, file=log, flush=True)
-            stream = self.engine.build(context, target.ref, labels)
+            stream = self.engine.build(context, target.ref, labels, target.platform)
             try:
                 for event in stream:
                     if self.stop.is_set():

@@ -17,6 +17,7 @@ from pydantic import (
     StringConstraints,
     Tag,
     create_model,
+    field_validator,
     model_validator,
 )
 
@@ -30,7 +31,7 @@ _VERSION3 = r"^\d+\.\d+\.\d+$"
 _COMMIT = r"^[0-9a-f]{40}$"
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
 _DEB_NAME = r"^[a-z0-9][a-z0-9+.-]+$"  # a Debian package name (Debian policy 5.6.1)
-TAG_FIELDS = frozenset({"slurm", "slurm_series", "cuda", "distro", "component"})
+TAG_FIELDS = frozenset({"slurm", "slurm_series", "cuda", "distro", "component", "arch"})
 
 
 def _version3(value: str) -> str:
@@ -161,13 +162,20 @@ AnySource = Annotated[
 ]
 
 
+# CPU architectures, as Debian and OCI platforms name them; amd64 is the native one: its images
+# keep the tags they had before the axis existed, another arch's local tags end in -<arch>
+ARCHES = ("amd64", "arm64")
+NATIVE_ARCH = "amd64"
+Arch = Literal["amd64", "arm64"]
+
+
 class Bootstrap(Model):
-    """A distro built from a Debian-style mirror with mmdebstrap (no registry needed)."""
+    """A distro built from a Debian-style mirror with mmdebstrap (no registry needed), for each
+    arch a cell asks for (the matrix's ``arch`` axis)."""
 
     suite: Name
     mirror: Url
     components: tuple[Name, ...] = Field(min_length=1)
-    arch: Literal["amd64", "arm64"]
     source_date_epoch: Int = Field(ge=0)
     include: tuple[Name, ...] = ()
 
@@ -383,12 +391,21 @@ class CellSpec(Model):
     distro: Str
     slurm: Str
     cuda: Str
+    arch: Arch = NATIVE_ARCH
 
 
 class Axes(Model):
     distro: tuple[Str, ...] = Field(min_length=1)
     slurm: tuple[Str, ...] = Field(min_length=1)
     cuda: tuple[Str, ...] = Field(min_length=1)
+    arch: tuple[Arch, ...] = Field((NATIVE_ARCH,), min_length=1)
+
+    @field_validator("arch")
+    @classmethod
+    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"duplicate entries in {list(value)}")
+        return value
 
 
 class MatrixSet(Model):

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmforge import features
+from slurmforge.bootstrap import Base
 from slurmforge.config import (
+    NATIVE_ARCH,
     UNPINNED,
-    Bootstrap,
     Config,
     GitSource,
     Source,
@@ -22,7 +23,8 @@ from slurmforge.config import (
     UserspaceTool,
     Wheel,
 )
-from slurmforge.matrix import COMPONENTS, Target
+from slurmforge.errors import ConfigError
+from slurmforge.matrix import COMPONENTS, Axis, Target
 from slurmforge.render import ContextFile, ContextFiles
 from slurmforge.sources import Cache
 
@@ -66,11 +68,27 @@ def _source(config: Config, target: Target, name: str, **kw: Any) -> list[Need]:
         return [Need(name, v.slurm[target.slurm or ""].sources, **kw)]
     if name in ("cuda", "cuda-build"):
         assert cuda is not None, f"{target.id} has no CUDA axis"
+        _native_only(config, target, f"cuda.{target.cuda}")
         return _userspace(name, cuda.runtime if name == "cuda" else cuda.build, **kw)
     _, made_of = v.release(name, target.slurm, target.cuda)
     if isinstance(v.tools[name], UserspaceTool):
+        _native_only(config, target, f"tools.{name}")
         return _userspace(name, made_of, **kw)
     return [Need(name, made_of, **kw)]
+
+
+def _native_only(config: Config, target: Target, key: str) -> None:
+    """GPU user space is fetched as NVIDIA's x86_64 wheels and amd64 packages: refuse a target
+    of another arch that would unpack it, rather than build an image that cannot load it."""
+    if target.arch != NATIVE_ARCH:
+        raise ConfigError(
+            f"{config.path}: {key}: pins GPU user space for amd64 only, which {target.id} "
+            f"({target.arch}) cannot load",
+            hint="build that cell's images without GPU user space: --component "
+            + " --component ".join(
+                n for n, c in COMPONENTS.items() if c.public and Axis.CUDA not in c.axes
+            ),
+        )
 
 
 def needs(config: Config, target: Target) -> list[Need]:
@@ -122,11 +140,13 @@ class ContextSources:
         return ContextFiles(files, tuple(skipped))
 
 
-def bootstrap_of(config: Config, target: Target) -> Bootstrap | None:
-    """The mmdebstrap spec of a bootstrapped base (None: built from a Dockerfile)."""
+def bootstrap_of(config: Config, target: Target) -> Base | None:
+    """The mmdebstrap spec of a bootstrapped base, for its arch (None: built from a
+    Dockerfile)."""
     if target.component != "base":
         return None
-    return config.versions.distros[target.distro].bootstrap
+    spec = config.versions.distros[target.distro].bootstrap
+    return None if spec is None else Base(spec, target.arch)
 
 
 def parent_refs(target: Target, targets: dict[str, Target]) -> dict[str, str]:

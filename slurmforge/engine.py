@@ -20,6 +20,7 @@ import socket
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from slurmforge.errors import EngineUnavailable
@@ -119,6 +120,7 @@ class Engine:
     def __init__(self, client: docker.DockerClient) -> None:
         self.client = client
         self.api = client.api
+        self._platform: str | None = None
 
     @classmethod
     def connect(cls) -> Engine:
@@ -188,9 +190,12 @@ class Engine:
             self.api.tag(image_id, repo, tag, force=True)
 
     def build(
-        self, context: IO[bytes], ref: str, labels: dict[str, str]
+        self, context: IO[bytes], ref: str, labels: dict[str, str], platform: str | None = None
     ) -> Iterator[dict[str, Any]]:
-        """Stream the classic builder's JSON events; the image is tagged ``ref`` only on success."""
+        """Stream the classic builder's JSON events; the image is tagged ``ref`` only on success.
+        ``platform`` (linux/arm64): the image's, when not the daemon's own (its RUN steps then
+        run through qemu-user, registered with binfmt_misc)."""
+        extra = {"platform": platform} if platform and platform != self.platform() else {}
         with _translated():
             yield from self.api.build(
                 fileobj=context,
@@ -201,7 +206,40 @@ class Engine:
                 forcerm=True,
                 decode=True,
                 pull=False,
+                **extra,
             )
+
+    def platform(self) -> str:
+        """The daemon's own platform (linux/amd64)."""
+        if self._platform is None:
+            with _translated():
+                version = self.api.version()
+            self._platform = f"{version.get('Os', 'linux')}/{version['Arch']}"
+        return self._platform
+
+    def build_rootfs(self, tarball: Path, ref: str, changes: list[str], platform: str) -> str:
+        """A root filesystem tarball as image ``ref`` of ``platform`` (FROM scratch, ADD);
+        ``changes``: Dockerfile instructions after it. Returns the image ID."""
+        import io
+        import tarfile
+        import tempfile
+
+        dockerfile = "\n".join(["FROM scratch", "ADD rootfs.tar /", *changes, ""]).encode()
+        with tempfile.TemporaryFile(dir=tarball.parent) as context:
+            with tarfile.open(fileobj=context, mode="w") as tar:
+                info = tarfile.TarInfo("Dockerfile")
+                info.size = len(dockerfile)
+                tar.addfile(info, io.BytesIO(dockerfile))
+                tar.add(str(tarball), arcname="rootfs.tar")
+            context.seek(0)
+            for event in self.build(context, ref, {}, platform):
+                if "error" in event:
+                    detail = event.get("errorDetail", {}).get("message") or event["error"]
+                    raise APIError(f"building {ref} from {tarball.name}: {detail.strip()}")
+        info = self.inspect(ref)
+        if info is None:
+            raise APIError(f"the build of {ref} from {tarball.name} left no image")
+        return info.id
 
     def import_tarball(self, path: str, ref: str, changes: list[str]) -> str:
         repo, _, tag = ref.rpartition(":")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from slurmforge import refs
-from slurmforge.config import Config, MatrixSet
+from slurmforge.config import NATIVE_ARCH, Config, MatrixSet
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import format_path
 
@@ -25,6 +25,9 @@ class Axis(StrEnum):
     DISTRO = "distro"
     SLURM = "slurm"
     CUDA = "cuda"
+    # every component has it; a target's coordinates name it only when it is not the native
+    # arch, so that amd64 targets keep the IDs and tags they had before the axis
+    ARCH = "arch"
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,8 @@ class Component:
     help: str
     # upstream artifacts its build context needs besides its features' (features.py)
     sources: tuple[str, ...] = ()
-    # project directories and files (besides images/<name>/) that join its build context
+    # project directories (besides images/<name>/) and files of slurmforge itself
+    # (slurmforge/…, read from the installed package) that join its build context
     context: tuple[str, ...] = ()
 
 
@@ -153,6 +157,11 @@ COMPONENTS: dict[str, Component] = {
 }
 
 
+def arch_suffix(arch: str) -> str:
+    """What another arch than the native one adds to a cell's name and an image's local tag."""
+    return "" if arch == NATIVE_ARCH else f"-{arch}"
+
+
 def slurm_at_least(slurm: str, series: tuple[int, int]) -> bool:
     """Whether Slurm ``slurm`` (e.g. 24.05.8) is of ``series`` (e.g. (24, 5)) or later."""
     major, minor = (int(x) for x in slurm.split(".")[:2])
@@ -164,10 +173,15 @@ class Cell:
     distro: str
     slurm: str
     cuda: str
+    arch: str = NATIVE_ARCH
 
     @property
     def name(self) -> str:
-        return f"{self.slurm}-cuda{self.cuda}-{self.distro}"
+        return f"{self.slurm}-cuda{self.cuda}-{self.distro}{arch_suffix(self.arch)}"
+
+    @property
+    def platform(self) -> str:
+        return f"linux/{self.arch}"
 
     @property
     def slurm_series(self) -> str:
@@ -208,6 +222,14 @@ class Target:
     def cuda(self) -> str | None:
         return self.coord(Axis.CUDA)
 
+    @property
+    def arch(self) -> str:
+        return self.coord(Axis.ARCH) or NATIVE_ARCH
+
+    @property
+    def platform(self) -> str:
+        return f"linux/{self.arch}"
+
 
 @dataclass
 class _Draft:
@@ -229,9 +251,10 @@ def cells_of(config: Config, set_name: str) -> list[Cell]:
     cells: list[Cell] = []
     if mset.matrix is not None:
         m = mset.matrix
-        cells = [Cell(d, s, c) for d, s, c in itertools.product(m.distro, m.slurm, m.cuda)]
+        axes = itertools.product(m.distro, m.slurm, m.cuda, m.arch)
+        cells = [Cell(d, s, c, a) for d, s, c, a in axes]
     for i, spec in enumerate(mset.include):
-        cell = Cell(spec.distro, spec.slurm, spec.cuda)
+        cell = Cell(spec.distro, spec.slurm, spec.cuda, spec.arch)
         if cell in cells:
             loc = format_path(("sets", set_name, "include", i))
             raise ConfigError(f"{config.path}: {loc}: duplicate cell {cell.name}")
@@ -260,12 +283,22 @@ def _values(component: str, cell: Cell) -> dict[str, str]:
         "slurm_series": cell.slurm_series,
         "cuda": cell.cuda,
         "distro": cell.distro,
+        "arch": cell.arch,
     }
 
 
-def tags_for(mset: MatrixSet, component: str, cell: Cell) -> list[str]:
+def published_tags(mset: MatrixSet, component: str, cell: Cell) -> list[str]:
+    """The tags a push publishes for ``cell``'s ``component``: one manifest list each, shared
+    by the cell's siblings of every arch."""
     values = _values(component, cell)
     return [f"{mset.registry}/{component}:{t.format(**values)}" for t in mset.tags]
+
+
+def tags_for(mset: MatrixSet, component: str, cell: Cell) -> list[str]:
+    """The image's local tags: the published ones, with -<arch> unless the arch is native (one
+    local tag holds one arch's image; the list that joins them exists only in a registry)."""
+    suffix = arch_suffix(cell.arch)
+    return [f"{tag}{suffix}" for tag in published_tags(mset, component, cell)]
 
 
 def check_tags(config: Config) -> None:
@@ -277,7 +310,7 @@ def check_tags(config: Config) -> None:
         for component in (n for n, c in COMPONENTS.items() if c.public):
             for cell in cells:
                 for i, template in enumerate(mset.tags):
-                    tag = template.format(**_values(component, cell))
+                    tag = template.format(**_values(component, cell)) + arch_suffix(cell.arch)
                     try:
                         refs.tagged(mset.registry, component, tag)
                     except ValueError as exc:
@@ -306,6 +339,8 @@ def expand(
     def visit(component: str, cell: Cell) -> str:
         comp = COMPONENTS[component]
         coords = tuple((a, cell.value(a)) for a in comp.axes)
+        if cell.arch != NATIVE_ARCH:
+            coords += ((Axis.ARCH, cell.arch),)
         target_id = f"{component}/{'-'.join(v for _, v in coords)}"
         draft = drafts.setdefault(target_id, _Draft(component, coords))
         draft.parents = tuple(visit(p, cell) for p in comp.parents)

@@ -14,7 +14,8 @@ from enum import StrEnum
 from typing import Any
 
 from slurmforge import bootstrap
-from slurmforge.config import UNPINNED, Bootstrap
+from slurmforge.bootstrap import Base
+from slurmforge.config import UNPINNED
 from slurmforge.engine import HASH_LABEL, MANIFEST_LABEL, Engine, ImageInfo
 from slurmforge.matrix import Target
 from slurmforge.render import Rendered, inputs_hash
@@ -32,7 +33,7 @@ class Decision:
     reason: str
     inputs_hash: str | None  # None while a parent is still to be built
     manifest: dict[str, Any] | None
-    recipe: Rendered | Bootstrap  # a Dockerfile and its context, or a bootstrapped base's spec
+    recipe: Rendered | Base  # a Dockerfile and its context, or a bootstrapped base's spec
     existing: ImageInfo | None
 
     @property
@@ -70,7 +71,7 @@ class Planner:
     def __init__(
         self,
         engine: Engine,
-        recipe: Callable[[Target], Rendered | Bootstrap],
+        recipe: Callable[[Target], Rendered | Base],
     ) -> None:
         self.engine = engine
         self.recipe = recipe  # Project.rendered

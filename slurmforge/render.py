@@ -13,11 +13,12 @@ from typing import IO
 import jinja2
 
 from slurmforge import features, site_layer
-from slurmforge.config import Config, Cuda
+from slurmforge.config import NATIVE_ARCH, Config, Cuda
 from slurmforge.errors import ConfigError
 from slurmforge.matrix import COMPONENTS, Target
 
 TEMPLATE = "Dockerfile.j2"
+_TOOL = Path(__file__).resolve().parent.parent  # where the slurmforge package lies
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class Rendered:
         }
         if self.site is not None:
             manifest["site"] = dict(sorted(self.site.inputs.items()))
+        if self.target.arch != NATIVE_ARCH:  # (absent for amd64: its hashes stay as they were)
+            manifest["platform"] = self.target.platform
         return manifest
 
     def write_context(self, out: IO[bytes]) -> None:
@@ -139,11 +142,14 @@ class DockerfileRenderer:
         files by path."""
         files = _tree(self.images_dir / component, "")
         for extra in COMPONENTS[component].context:
-            path = self.config.root / extra
+            # the project's files beside images/; slurmforge's own code from this slurmforge
+            path = (_TOOL if extra.startswith("slurmforge/") else self.images_dir.parent) / extra
             if path.is_file():
                 files.append(_context_file(extra, path))
-            else:
+            elif path.is_dir():
                 files += _tree(path, extra + "/")
+            else:  # a checkout without it would build an image that lacks it
+                raise ConfigError(f"{path}: missing: {component}'s build context needs it")
         return files
 
     def render(

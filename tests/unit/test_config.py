@@ -127,8 +127,23 @@ MALFORMED = {
         'distros."ubuntu22.04".image: expected an image reference',
     ),
     "unknown arch": (
-        _set("distros/debian12/bootstrap/arch", "riscv"),
-        "distros.debian12.bootstrap.arch: ",
+        _set("sets/default/matrix/arch", ["amd64", "riscv64"]),
+        "sets.default.matrix.arch[1]: Input should be 'amd64' or 'arm64', got 'riscv64'",
+    ),
+    "duplicate arch": (
+        _set("sets/default/matrix/arch", ["arm64", "arm64"]),
+        "sets.default.matrix.arch: duplicate entries in ['arm64', 'arm64']",
+    ),
+    "unknown arch of an included cell": (
+        _set(
+            "sets/ci/include",
+            [{"distro": "debian12", "slurm": "24.05.8", "cuda": "12.2.2", "arch": "x86_64"}],
+        ),
+        "sets.ci.include[0].arch: Input should be 'amd64' or 'arm64', got 'x86_64'",
+    ),
+    "bootstrap arch moved to the matrix": (
+        _set("distros/debian12/bootstrap/arch", "amd64"),
+        "distros.debian12.bootstrap.arch: unknown key",
     ),
     "unknown tag placeholder": (
         _set("sets/default/tags", ["{version}-{distro}"]),

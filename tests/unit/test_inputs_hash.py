@@ -24,6 +24,10 @@ PARENTS = {
 def project(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "images", tmp_path / "images")
     shutil.copy(ROOT / "versions.yaml", tmp_path / "versions.yaml")
+    for extra in ("jail", "rootfs"):  # what build contexts take besides images/
+        shutil.copytree(
+            ROOT / extra, tmp_path / extra, ignore=shutil.ignore_patterns("__pycache__")
+        )
     return tmp_path
 
 
@@ -122,3 +126,30 @@ def test_template_errors_name_the_template(project: Path) -> None:
     template.write_text("FROM x\n{% if %}\n")
     with pytest.raises(ConfigError, match=r"images/login/Dockerfile\.j2:2: "):
         _login_hash(project)
+
+
+def test_the_arch_is_an_input_and_amd64_hashes_stay_as_they_were(project: Path) -> None:
+    from slurmforge import bootstrap
+
+    text = (project / "versions.yaml").read_text()
+    text = text.replace('cuda: ["12.2.2"]\n', 'cuda: ["12.2.2"]\n      arch: [amd64, arm64]\n', 1)
+    (project / "versions.yaml").write_text(text)
+    cfg = versions.load(project / "versions.yaml")
+    targets = {t.id: t for t in matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))}
+    renderer = DockerfileRenderer(cfg)
+
+    def manifest(target_id: str) -> dict:
+        target = targets[target_id]
+        refs = {p.split("/")[0]: targets[p].ref for p in target.parents}
+        return renderer.render(target, refs).manifest({})
+
+    amd, arm = manifest("mariadb/debian12"), manifest("mariadb/debian12-arm64")
+    assert "platform" not in amd and arm["platform"] == "linux/arm64"
+    assert changes(amd, arm) == ["dockerfile", "platform"]  # FROM the arm64 base
+    # the base: the bootstrap spec as it was (with its arch) for amd64, arm64 for the other
+    spec = cfg.versions.distros["debian12"].bootstrap
+    native = bootstrap.manifest(bootstrap.Base(spec, "amd64"))
+    assert native["bootstrap"] == {**spec.model_dump(mode="json"), "arch": "amd64"}
+    foreign = bootstrap.manifest(bootstrap.Base(spec, "arm64"))
+    assert inputs_hash(foreign) != inputs_hash(native)
+    assert "--architectures=arm64" in bootstrap.command(bootstrap.Base(spec, "arm64"), Path("x"))

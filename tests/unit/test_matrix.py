@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from slurmforge import config, matrix, versions
@@ -122,3 +124,57 @@ def test_cycle_is_reported() -> None:
     b = matrix.Target("b", (), ("a/",), ("x/b",), ())
     with pytest.raises(ConfigError, match="cycle"):
         matrix.order([a, b])
+
+
+def test_an_arm64_cell_is_a_second_graph_whose_published_tags_are_the_amd64_ones(
+    cfg: config.Config, shipped, write_config
+) -> None:
+    shipped["sets"]["grace"] = {**shipped["sets"]["default"]}
+    shipped["sets"]["grace"]["matrix"] = {**shipped["sets"]["default"]["matrix"],
+                                          "arch": ["amd64", "arm64"]}  # fmt: skip
+    grace = versions.load(write_config(shipped))
+    cells = matrix.cells_of(grace, "grace")
+    assert [(c.name, c.arch) for c in cells] == [
+        ("24.05.8-cuda12.2.2-debian12", "amd64"),
+        ("24.05.8-cuda12.2.2-debian12-arm64", "arm64"),
+    ]
+    targets = matrix.expand(grace, "grace", cells)
+    by_id = {t.id: t for t in targets}
+    # the amd64 half is the default set's graph, with its IDs and tags
+    default = matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))
+    assert {t.id: t.tags for t in default}.items() <= {i: t.tags for i, t in by_id.items()}.items()
+    # the arm64 half: every target once more, built only from arm64 targets
+    arm = [t for t in targets if t.arch == "arm64"]
+    assert len(arm) == len(default) and all(t.id.endswith("-arm64") for t in arm)
+    assert all(by_id[p].arch == "arm64" for t in arm for p in t.parents)
+    assert by_id["base/debian12-arm64"].platform == "linux/arm64"
+    login = by_id["login/debian12-24.05.8-arm64"]
+    assert login.tags == (
+        "127.0.0.1:5000/slurmforge/login:24.05.8-cuda12.2.2-debian12-arm64",
+        "127.0.0.1:5000/slurmforge/login:24.05-cuda12.2.2-debian12-arm64",
+    )
+    mset = grace.versions.sets["grace"]
+    assert matrix.published_tags(mset, "login", cells[1]) == matrix.published_tags(
+        mset, "login", cells[0]
+    )
+
+
+def test_arch_as_a_tag_placeholder_and_a_cell_of_its_own(shipped, write_config) -> None:
+    shipped["sets"]["default"]["tags"] = ["{slurm}-{arch}"]
+    shipped["sets"]["default"]["include"] = [
+        {"distro": "debian12", "slurm": "24.05.8", "cuda": "12.2.2", "arch": "arm64"}
+    ]
+    cfg = versions.load(write_config(shipped))
+    amd, arm = matrix.cells_of(cfg, "default")
+    mset = cfg.versions.sets["default"]
+    assert matrix.published_tags(mset, "slurmd", amd) == [
+        "127.0.0.1:5000/slurmforge/slurmd:24.05.8-amd64"
+    ]
+    assert matrix.tags_for(mset, "slurmd", arm) == [
+        "127.0.0.1:5000/slurmforge/slurmd:24.05.8-arm64-arm64"
+    ]
+    # the same cell twice is refused, the other arch is not the same cell
+    shipped["sets"]["default"]["include"].append(shipped["sets"]["default"]["include"][0])
+    duplicate = "include[1]: duplicate cell 24.05.8-cuda12.2.2-debian12-arm64"
+    with pytest.raises(ConfigError, match=re.escape(duplicate)):
+        matrix.cells_of(versions.load(write_config(shipped)), "default")
