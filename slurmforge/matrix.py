@@ -7,6 +7,7 @@ built from, and whether it is published. Later components (worker) slot in here.
 
 from __future__ import annotations
 
+import dataclasses
 import graphlib
 import itertools
 from collections.abc import Iterable, Sequence
@@ -42,6 +43,9 @@ class Component:
     # project directories (besides images/<name>/) and files of slurmforge itself
     # (slurmforge/…, read from the installed package) that join its build context
     context: tuple[str, ...] = ()
+    # runs on the native arch whatever its cell's: it makes packages for the cell's arch there
+    # (a cross-compile), from the native parents
+    builder: bool = False
 
 
 COMPONENTS: dict[str, Component] = {
@@ -56,6 +60,7 @@ COMPONENTS: dict[str, Component] = {
             "Slurm, the jail SPANK plugin, pyxis and enroot compiled into .debs (internal builder)",
             sources=("slurm",),
             context=("jail/spank",),
+            builder=True,
         ),
         Component(
             "runtime",
@@ -228,7 +233,8 @@ class Target:
 
     @property
     def platform(self) -> str:
-        return f"linux/{self.arch}"
+        """Where it is built and runs: a builder on the native arch, else its own arch's."""
+        return f"linux/{NATIVE_ARCH if COMPONENTS[self.component].builder else self.arch}"
 
 
 @dataclass
@@ -343,7 +349,8 @@ def expand(
             coords += ((Axis.ARCH, cell.arch),)
         target_id = f"{component}/{'-'.join(v for _, v in coords)}"
         draft = drafts.setdefault(target_id, _Draft(component, coords))
-        draft.parents = tuple(visit(p, cell) for p in comp.parents)
+        native = dataclasses.replace(cell, arch=NATIVE_ARCH)
+        draft.parents = tuple(visit(p, native if comp.builder else cell) for p in comp.parents)
         if cell not in draft.cells:
             draft.cells.append(cell)
         if comp.public:

@@ -5,7 +5,9 @@ unchanged images only checks blobs and re-puts manifests); credentials are the d
 standard ones (docker config, credential helpers, `docker login`) and are never printed.
 Transient failures (connection reset, EOF, timeouts, 5xx) are retried with exponential backoff a
 bounded number of times. Every pushed tag lands in the lock file (image ref → digest), which the
-Kubernetes target uses to pin images by digest.
+Kubernetes target uses to pin images by digest. A tag whose cells were built for several arches
+is a manifest list of them (manifest_list.py): the lock holds the list's digest under the tag and
+each arch's image digest under <tag>-<arch>.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from typing import IO, TYPE_CHECKING, Any
 from docker_image import reference
 from tqdm import tqdm
 
-from slurmforge import refs, state
+from slurmforge import manifest_list, refs, state
+from slurmforge.config import NATIVE_ARCH
 from slurmforge.engine import APIError, ConnectionFailed, Engine
 from slurmforge.errors import ConfigError, SlurmforgeError
-from slurmforge.matrix import Target
+from slurmforge.matrix import Target, arch_suffix
 
 if TYPE_CHECKING:
     from slurmforge.app import Project
@@ -248,12 +251,37 @@ def push(
     root = project.root
     pusher = Pusher(project.engine, retries=retries, out=out)
     done: list[Pushed] = []
-    for target in targets:
-        refs = [retarget(t, old, new) for t in target.tags]
-        pushed = pusher.push(ids[target.id], refs, keep=target.tags)
-        state.write_images_lock(root, {p.ref: p.digest for p in pushed})
-        done += pushed
+    for published, members in by_published_tags(targets).items():
+        tags = [retarget(t, old, new) for t in published]
+        if len(members) == 1 and members[0].arch == NATIVE_ARCH:  # one arch: the image itself
+            (target,) = members
+            pushed = pusher.push(ids[target.id], tags, keep=target.tags)
+            state.write_images_lock(root, {p.ref: p.digest for p in pushed})
+            done += pushed
+            continue
+        digests = {}  # arch → its image's digest (every tag of one image has the same)
+        for target in members:
+            refs = [manifest_list.arch_tag(t, target.arch) for t in tags]
+            pushed = pusher.push(ids[target.id], refs, keep=target.tags)
+            state.write_images_lock(root, {p.ref: p.digest for p in pushed})
+            done += pushed
+            digests[target.arch] = pushed[0].digest
+        for tag in tags:
+            start = time.monotonic()
+            digest = manifest_list.publish(tag, digests)
+            state.write_images_lock(root, {tag: digest})
+            done.append(Pushed(tag, digest, 0, len(digests), 1, time.monotonic() - start))
     return done, root / state.IMAGES_LOCK
+
+
+def by_published_tags(targets: list[Target]) -> dict[tuple[str, ...], list[Target]]:
+    """The tags a push publishes → the images (one per arch) that share them."""
+    groups: dict[tuple[str, ...], list[Target]] = {}
+    for target in targets:
+        suffix = arch_suffix(target.arch)
+        published = tuple(t.removesuffix(suffix) if suffix else t for t in target.tags)
+        groups.setdefault(published, []).append(target)
+    return groups
 
 
 def summary(pushed: list[Pushed]) -> list[list[Any]]:

@@ -65,7 +65,7 @@ class Rendered:
         if self.site is not None:
             manifest["site"] = dict(sorted(self.site.inputs.items()))
         if self.target.arch != NATIVE_ARCH:  # (absent for amd64: its hashes stay as they were)
-            manifest["platform"] = self.target.platform
+            manifest["arch"] = self.target.arch
         return manifest
 
     def write_context(self, out: IO[bytes]) -> None:
@@ -177,6 +177,9 @@ class DockerfileRenderer:
                 singles[group] = f.arcname
         values = {
             "distro": target.distro,
+            # the arch the image is for, and the one a builder (slurm-debs) runs on
+            "arch": target.arch,
+            "build_arch": NATIVE_ARCH,
             "slurm": target.slurm,
             "cuda": target.cuda,
             "distro_image": distro.image,

@@ -1,0 +1,79 @@
+"""Multi-arch tags: a published tag whose cells were built for several arches names one manifest
+list (an OCI image index) that holds each arch's image, so that `docker pull` and the kubelet
+take their node's arch.
+
+Each arch's image is pushed first under the tag with -<arch> appended; the list is then made from
+those pushes by digest (never by tag: what it names is exactly what was pushed), with the Docker
+CLI's `docker manifest` (the standard client for lists, with the daemon client's credentials), and
+read back from the registry: a list whose entries are not those digests, each with its own
+platform, is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+
+from slurmforge.errors import SlurmforgeError
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+class ManifestListError(SlurmforgeError):
+    """The registry did not take the list, or holds another one than was pushed."""
+
+
+def arch_tag(tag: str, arch: str) -> str:
+    """Where one arch's image of a multi-arch ``tag`` is pushed."""
+    return f"{tag}-{arch}"
+
+
+def _insecure(ref: str) -> list[str]:
+    """A registry on this host speaks plain HTTP (as the daemon allows for loopback)."""
+    host = ref.split("/", 1)[0]
+    return ["--insecure"] if host.rsplit(":", 1)[0] in LOOPBACK or host in LOOPBACK else []
+
+
+def _docker(run: Run, *args: str) -> str:
+    proc = run(["docker", *args], capture_output=True, text=True, check=False)
+    if proc.returncode:
+        said = " / ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        raise ManifestListError(f"docker {' '.join(args[:2])} {args[-1]} failed: {said}")
+    return proc.stdout
+
+
+def publish(tag: str, members: dict[str, str], run: Run = subprocess.run) -> str:
+    """Make ``tag`` the list of ``members`` (arch → digest of that arch's image in the same
+    repository); its digest."""
+    repo = tag.rsplit(":", 1)[0]
+    refs = [f"{repo}@{digest}" for digest in members.values()]
+    insecure = _insecure(tag)
+    run(["docker", "manifest", "rm", tag], capture_output=True, text=True, check=False)
+    _docker(run, "manifest", "create", *insecure, tag, *refs)
+    pushed = _docker(run, "manifest", "push", "--purge", *insecure, tag).strip().splitlines()
+    digest = pushed[-1].strip() if pushed else ""
+    if not digest.startswith("sha256:"):
+        raise ManifestListError(f"docker manifest push {tag} printed no digest: {pushed}")
+    check(tag, members, run)
+    return digest
+
+
+def check(tag: str, members: dict[str, str], run: Run = subprocess.run) -> None:
+    """The registry's list at ``tag`` names exactly ``members`` (arch → digest), each with its
+    arch as platform."""
+    raw = json.loads(_docker(run, "manifest", "inspect", *_insecure(tag), tag))
+    found = {
+        (m.get("platform") or {}).get("architecture", "?"): m["digest"]
+        for m in raw.get("manifests", [])
+    }
+    if found != members:
+        wrong = sorted(
+            f"{arch}: {found.get(arch, 'missing')} (pushed {digest})"
+            for arch, digest in members.items()
+            if found.get(arch) != digest
+        ) + sorted(f"{arch}: not pushed" for arch in found if arch not in members)
+        raise ManifestListError(
+            f"the registry's list {tag} is not the one pushed: {'; '.join(wrong)}"
+        )

@@ -1,0 +1,101 @@
+"""Push tier, two arches: the default cell built for amd64 and arm64 (the arm64 half under
+emulation, as the build tier builds it), pushed to a real registry: each published tag is one
+manifest list of both images, each arch pulled through it is that arch, the lock holds the list's
+and each arch's digest, and a list that names another image than the one pushed is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.common import copy_project
+from slurmforge import manifest_list, state
+from slurmforge.app import Project, Selection
+from tests.build.test_arm64 import CELL, _with_arm64
+from tests.build.test_build_behaviour import _build
+from tests.local_registry import registry
+from tests.registry.test_push import invoke, manifest, record_tested
+
+COMPONENT = "mariadb"  # public, and built for arm64 without a Slurm compile
+LIST_TYPE = "application/vnd.docker.distribution.manifest.list.v2+json"
+
+
+def test_a_tag_of_two_arches_is_one_manifest_list_of_both(tmp_path: Path, images, client) -> None:
+    root = copy_project(tmp_path / "project")
+    _with_arm64(root)
+    built = _build(root, "--set", "default", "--cell", f"{CELL}-arm64", "--component", COMPONENT)
+    assert built.returncode == 0, built.stdout + built.stderr
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(root / "versions.yaml", work / "versions.yaml")
+    project = Project(Selection(work / "versions.yaml", "default", (), (COMPONENT,)))
+    targets = {t.arch: t for t in project.publishable()}
+    assert sorted(targets) == ["amd64", "arm64"]
+    record_tested(work, client, [t.ref for t in targets.values()])
+    with registry(tmp_path / "registry") as host:
+        proc = invoke(work, "--component", COMPONENT, "--registry", f"{host}/sf")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        lock = json.loads((work / state.IMAGES_LOCK).read_text())
+        tag = f"{host}/sf/{COMPONENT}:{CELL}"
+        per_arch = {arch: lock[f"{tag}-{arch}"] for arch in targets}
+        # the registry serves one list at the tag, naming each arch's image by its digest
+        req_types = f"{LIST_TYPE}, application/vnd.oci.image.index.v1+json"
+        served, body = _manifest(host, f"sf/{COMPONENT}", CELL, req_types)
+        assert served == lock[tag] and body["mediaType"] == LIST_TYPE
+        assert {m["platform"]["architecture"]: m["digest"] for m in body["manifests"]} == per_arch
+        # each arch's digest is that arch's image, as built here
+        for arch, target in targets.items():
+            _, image = manifest(host, f"sf/{COMPONENT}", per_arch[arch])
+            assert image["config"]["digest"] == client.images.get(target.ref).id, arch
+        # pulled through the list, each platform gets its own arch
+        ref = f"{tag.rsplit(':', 1)[0]}@{lock[tag]}"
+        for arch in targets:
+            argv = ["docker", "pull", "--platform", f"linux/{arch}", ref]
+            pulled = subprocess.run(argv, capture_output=True, text=True)
+            assert pulled.returncode == 0, pulled.stderr
+            assert client.images.get(ref).attrs["Architecture"] == arch
+            client.images.remove(ref, force=True)
+        # a list that names another image for an arch than the one pushed is refused
+        manifest_list.check(tag, per_arch)
+        tampered = {**per_arch, "arm64": per_arch["amd64"]}
+        other = r"arm64: sha256:\w+ \(pushed sha256:"
+        with pytest.raises(manifest_list.ManifestListError, match=other):
+            manifest_list.check(tag, tampered)
+        # the registry's list replaced by one of amd64 alone: the arm64 image is missing
+        manifest_list.publish(tag, {"amd64": per_arch["amd64"]})
+        with pytest.raises(manifest_list.ManifestListError, match="arm64: missing"):
+            manifest_list.check(tag, per_arch)
+
+
+def test_a_missing_arch_is_refused_before_anything_is_pushed(tmp_path: Path, images) -> None:
+    work = tmp_path / "work"
+    root = copy_project(tmp_path / "project")
+    _with_arm64(root)
+    work.mkdir()
+    shutil.copy(root / "versions.yaml", work / "versions.yaml")
+    with registry(tmp_path / "registry") as host:
+        proc = invoke(work, "--component", "slurmctld", "--registry", f"{host}/sf", "--force")
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        first = proc.stderr.splitlines()[0]
+        assert first.startswith("error: not built: ") and f"slurmctld:{CELL}-arm64" in first
+        assert "nothing was pushed" in first
+        assert _catalog(host) == []
+
+
+def _manifest(host: str, repo: str, reference: str, accept: str) -> tuple[str, dict]:
+    import urllib.request
+
+    req = urllib.request.Request(f"http://{host}/v2/{repo}/manifests/{reference}")
+    req.add_header("Accept", accept)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.headers["Docker-Content-Digest"], json.loads(resp.read())
+
+
+def _catalog(host: str) -> list[str]:
+    from tests.registry.test_push import catalog
+
+    return catalog(host)
