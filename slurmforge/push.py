@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 from docker_image import reference
 from tqdm import tqdm
 
-from slurmforge import manifest_list, refs, state
+from slurmforge import manifest_list, matrix, refs, state
 from slurmforge.config import NATIVE_ARCH
 from slurmforge.engine import APIError, ConnectionFailed, Engine
 from slurmforge.errors import ConfigError, SlurmforgeError
@@ -251,9 +251,13 @@ def push(
     root = project.root
     pusher = Pusher(project.engine, retries=retries, out=out)
     done: list[Pushed] = []
+    # the arches each published tag has in the whole set, whatever this push selected
+    whole = matrix.expand(project.config, project.selection.set_name,
+                          matrix.cells_of(project.config, project.selection.set_name))  # fmt: skip
+    arches = {p: {t.arch for t in ts} for p, ts in by_published_tags(whole).items()}
     for published, members in by_published_tags(targets).items():
         tags = [retarget(t, old, new) for t in published]
-        if len(members) == 1 and members[0].arch == NATIVE_ARCH:  # one arch: the image itself
+        if arches.get(published, set()) <= {NATIVE_ARCH}:  # one arch: the image itself
             (target,) = members
             pushed = pusher.push(ids[target.id], tags, keep=target.tags)
             state.write_images_lock(root, {p.ref: p.digest for p in pushed})
@@ -266,6 +270,11 @@ def push(
             state.write_images_lock(root, {p.ref: p.digest for p in pushed})
             done += pushed
             digests[target.arch] = pushed[0].digest
+        if set(digests) != arches[published]:  # a push of one cell: its arch's tags alone
+            lacking = ", ".join(sorted(arches[published] - set(digests)))
+            note = f"push: {tags[0]}: no manifest list made: this push has no {lacking} image"
+            print(f"{note} of it; a push of the whole set makes it", file=out or sys.stderr)
+            continue
         for tag in tags:
             start = time.monotonic()
             digest = manifest_list.publish(tag, digests)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -37,10 +39,22 @@ def test_a_tag_of_two_arches_is_one_manifest_list_of_both(tmp_path: Path, images
     assert sorted(targets) == ["amd64", "arm64"]
     record_tested(work, client, [t.ref for t in targets.values()])
     with registry(tmp_path / "registry") as host:
+        tag = f"{host}/sf/{COMPONENT}:{CELL}"
+        # one arch's cell alone (as a CI job per cell pushes): its own tags, no list that would
+        # leave the other arch out
+        one = ("--component", COMPONENT, "--registry", f"{host}/sf", "--cell", f"{CELL}-arm64")
+        proc = invoke(work, *one)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"{tag}: no manifest list made: this push has no amd64 image" in proc.stderr
+        assert sorted(json.loads((work / state.IMAGES_LOCK).read_text())) == sorted(
+            [f"{tag}-arm64", f"{tag.replace(CELL, '24.05-cuda12.2.2-debian12')}-arm64"]
+        )
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            _manifest(host, f"sf/{COMPONENT}", CELL, LIST_TYPE)
+        # the whole set: each tag one list of both
         proc = invoke(work, "--component", COMPONENT, "--registry", f"{host}/sf")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         lock = json.loads((work / state.IMAGES_LOCK).read_text())
-        tag = f"{host}/sf/{COMPONENT}:{CELL}"
         per_arch = {arch: lock[f"{tag}-{arch}"] for arch in targets}
         # the registry serves one list at the tag, naming each arch's image by its digest
         req_types = f"{LIST_TYPE}, application/vnd.oci.image.index.v1+json"
@@ -87,8 +101,6 @@ def test_a_missing_arch_is_refused_before_anything_is_pushed(tmp_path: Path, ima
 
 
 def _manifest(host: str, repo: str, reference: str, accept: str) -> tuple[str, dict]:
-    import urllib.request
-
     req = urllib.request.Request(f"http://{host}/v2/{repo}/manifests/{reference}")
     req.add_header("Accept", accept)
     with urllib.request.urlopen(req, timeout=10) as resp:
