@@ -324,12 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db-user", default="slurm")
     parser.add_argument("--db-password-file")
     args = parser.parse_args(argv)
-    plan = Plan.load(args.plan)
-    source = PodSource(args.db_host, args.db_user, args.db_password_file)
     try:
+        plan = Plan.load(args.plan)
+        source = PodSource(args.db_host, args.db_user, args.db_password_file)
         _, lines = Snapshot(plan, source, args.out).run()
-    except (ConfigError, DeployError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ConfigError, DeployError, OSError, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)  # one line in the job's log, no traceback
         return 1
     print("\n".join(lines))
     for old in archive.prune(args.out, plan.cluster, args.keep):

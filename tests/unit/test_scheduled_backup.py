@@ -162,3 +162,10 @@ def test_a_pod_without_a_secret_fails_and_leaves_no_archive(tmp_path: Path, caps
     assert snapshot.main([str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2"]) == 1
     assert "has no munge.key to back up" in capsys.readouterr().err
     assert list(out.iterdir()) == []
+    # no password file where the schedule's pod expects its Secret: one line, no archive
+    argv = [str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2",
+            "--db-host", "mariadb", "--db-password-file", str(tmp_path / "absent")]  # fmt: skip
+    assert snapshot.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "absent" in err and len(err.splitlines()) == 1
+    assert list(out.iterdir()) == []
