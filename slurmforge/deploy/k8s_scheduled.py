@@ -84,7 +84,10 @@ def fetch(kube: Kube, out: Path) -> list[str]:
         newest = kept[-1][0]
         path = copy(kube, f"{BACKUPS_DIR}/{newest}", out / newest)
     finally:
-        k.run(k.argv("delete", "pod", HELPER, "--wait=false", "--ignore-not-found"))
+        # gone before the next copy starts one of the same name (sleep, as PID 1, would sit out
+        # the default grace period)
+        k.run(k.argv("delete", "pod", HELPER, "--grace-period=1", "--wait=true",
+                     "--ignore-not-found"))  # fmt: skip
     lines = [f"claim {BACKUPS_CLAIM} in namespace {k.namespace} keeps {len(kept)} backups:"]
     lines += [f"  {n} {size_text(int(s)):>10}" for n, s in kept]
     lines.append(f"copied the newest, checked whole: {path}")
