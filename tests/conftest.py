@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import docker
@@ -105,3 +106,12 @@ def client() -> docker.DockerClient:
 def docker_images(client: docker.DockerClient) -> set[str]:
     """IDs of every image the daemon holds, to prove that an operation tagged nothing."""
     return {i.id for i in client.images.list(all=True)}
+
+
+def until(what: str, check, timeout: float = 120):
+    """``check()``'s first truthy answer, asked every 2 s; fails the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not (got := check()):
+        assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s"
+        time.sleep(2)
+    return got

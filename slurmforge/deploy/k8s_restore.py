@@ -9,8 +9,6 @@ the cluster is applied and waited for as `invoke deploy` does.
 from __future__ import annotations
 
 import copy
-import json
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,13 +27,12 @@ KINDS = "statefulsets,deployments,daemonsets,jobs,cronjobs,pods,services,configm
 
 
 class Restore:
-    def __init__(self, kube: Kube, path: Path, manifest: archive.Manifest, tmp: Path) -> None:
+    def __init__(self, kube: Kube, path: Path, manifest: archive.Manifest) -> None:
         self.kube = kube
         self.k = kube.k
         self.path = path
         self.manifest = manifest
         self.log = kube.log
-        self.tmp = tmp  # where the objects it applies are written
 
     def claims(self) -> dict[str, dict[str, Any]]:
         """Claim name → the PersistentVolumeClaim the restore fills: the jail's, and the one
@@ -74,17 +71,6 @@ class Restore:
         what = f"deleting {len(ordered)} objects of cluster {self.kube.cluster.name}"
         self.k.check(self.k.argv("delete", "--wait=true", "--ignore-not-found", *ordered), what)
 
-    def apply(self, objects: list[dict[str, Any]], what: str) -> None:
-        files = []
-        for i, obj in enumerate(objects):
-            file = self.tmp / f"{i}.json"
-            file.write_text(json.dumps(obj))
-            files += ["-f", str(file)]
-        # as `invoke deploy` applies (server-side, the same field manager): its apply later owns
-        # these objects without a conflict
-        self.k.check(self.k.argv("apply", "--server-side", "--field-manager=slurmforge", *files),
-                     what)  # fmt: skip
-
     def secrets(self) -> None:
         by_file = {s.file: s for s in roles.cluster_secrets(self.kube.cluster.spec)}
         for name in self.manifest.members:
@@ -95,7 +81,7 @@ class Restore:
     def fill(self) -> None:
         """A pod with the two claims mounted untars the archive's members into them."""
         claims = self.claims()
-        self.apply(list(claims.values()), "creating the claims to restore into")
+        self.k.apply_objects(list(claims.values()), "creating the claims to restore into")
         controller = self.kube.objects_of("StatefulSet", CONTROLLER)
         image = controller["spec"]["template"]["spec"]["containers"][0]["image"]
         mounts = {JAIL_CLAIM: "/restore/jail", f"{CONTROLLER_STATE.claim}-{CONTROLLER}-0":
@@ -116,7 +102,7 @@ class Restore:
                             for i, c in enumerate(mounts)],
             },
         }  # fmt: skip
-        self.apply([pod], "starting the restore pod")
+        self.k.apply_objects([pod], "starting the restore pod")
         try:
             self.k.check(self.k.argv("wait", "--for=condition=Ready", f"pod/{HELPER}",
                                      "--timeout=300s"), "waiting for the restore pod")  # fmt: skip
@@ -137,7 +123,7 @@ class Restore:
             for o in self.kube.objects.values()
             if o["metadata"]["name"] == DATABASE and o["kind"] in ("StatefulSet", "Service")
         ]
-        self.apply(objects, "starting the accounting database")
+        self.k.apply_objects(objects, "starting the accounting database")
         self.k.check(self.k.argv("rollout", "status", f"statefulset/{DATABASE}", "--timeout=600s"),
                      "waiting for the accounting database")  # fmt: skip
         backup.load_dump(self.kube, self.path, self.manifest)
@@ -149,23 +135,22 @@ def restore(kube: Kube, path: Path, force: bool, timeout: float) -> list[str]:
     backup.admit(kube.cluster, path, manifest)
     kube.write_kustomization()  # images not found are refused here, before anything changes
     kube.validate()
-    with tempfile.TemporaryDirectory(prefix="slurmforge-restore-") as tmp:
-        job = Restore(kube, path, manifest, Path(tmp))
-        found = job.existing()
-        if found and not force:
-            shown = f"{', '.join(found[:4])}{' …' if len(found) > 4 else ''}"
-            raise ConfigError(
-                f"cluster {kube.cluster.name} already has state in namespace {kube.k.namespace} "
-                f"({shown}): a restore would replace it",
-                hint="restore into another --namespace, or with --force to delete it first",
-            )
-        if found:
-            job.remove(found)
-        kube.apply_files([n for n, o in kube.objects.items() if o["kind"] == "Namespace"])
-        job.secrets()
-        job.fill()
-        job.database()
-        shown = kube.apply(timeout)
+    job = Restore(kube, path, manifest)
+    found = job.existing()
+    if found and not force:
+        shown = f"{', '.join(found[:4])}{' …' if len(found) > 4 else ''}"
+        raise ConfigError(
+            f"cluster {kube.cluster.name} already has state in namespace {kube.k.namespace} "
+            f"({shown}): a restore would replace it",
+            hint="restore into another --namespace, or with --force to delete it first",
+        )
+    if found:
+        job.remove(found)
+    kube.apply_files([n for n, o in kube.objects.items() if o["kind"] == "Namespace"])
+    job.secrets()
+    job.fill()
+    job.database()
+    shown = kube.apply(timeout)
     took = time.monotonic() - start
     return [
         f"restored cluster {manifest.cluster} into namespace {kube.k.namespace} from {path} "

@@ -6,10 +6,8 @@ the newest, through a short-lived pod that mounts the claim read-only, and check
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,10 +59,7 @@ def fetch(kube: Kube, out: Path) -> list[str]:
                 "claimName": BACKUPS_CLAIM, "readOnly": True}}],
         },
     }  # fmt: skip
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
-        file.write(json.dumps(pod))
-        file.flush()
-        k.check(k.argv("apply", "-f", file.name), "starting a pod that reads the backups")
+    k.apply_objects([pod], "starting a pod that reads the backups")
     try:
         k.check(k.argv("wait", "--for=condition=Ready", f"pod/{HELPER}", "--timeout=300s"),
                 "waiting for the pod that reads the backups")  # fmt: skip

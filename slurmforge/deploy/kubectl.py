@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,18 @@ class Kubectl:
 
     def check(self, argv: list[str], what: str) -> str:
         return checked(self.run(argv), what)
+
+    def apply_objects(self, objects: list[dict[str, Any]], what: str) -> None:
+        """Server-side apply of ``objects`` as `invoke deploy` applies (the same field manager:
+        its apply later owns them without a conflict), from files in a directory it removes."""
+        with tempfile.TemporaryDirectory(prefix="slurmforge-apply-") as tmp:
+            files = []
+            for i, obj in enumerate(objects):
+                file = Path(tmp) / f"{i}.json"
+                file.write_text(json.dumps(obj))
+                files += ["-f", str(file)]
+            self.check(self.argv("apply", "--server-side", "--field-manager=slurmforge", *files),
+                       what)  # fmt: skip
 
     def served_kinds(self, api_version: str) -> set[str]:
         """The kinds the server serves in ``api_version`` (v1, apps/v1, batch/v1…)."""

@@ -26,6 +26,7 @@ import yaml
 from slurmforge.deploy import archive
 from slurmforge.errors import ConfigError
 from tests.cluster.conftest import ROOT, Deployed, deploy, invoke
+from tests.conftest import until
 
 pytestmark = pytest.mark.cluster
 
@@ -72,14 +73,6 @@ def _sacct(cluster: Deployed, jobs: list[str]) -> str:
 def _queue(cluster: Deployed) -> dict[str, tuple[str, str]]:
     out = cluster.ok("slurmctld", "squeue -h -o '%i|%T|%r'")
     return {i: (s, r) for i, s, r in (line.split("|") for line in out.splitlines())}
-
-
-def _until(what: str, check, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s"
-        time.sleep(2)
-    return got
 
 
 def test_a_backup_stopped_at_any_point_leaves_nothing_a_restore_accepts(
@@ -192,9 +185,9 @@ def test_a_deleted_cluster_comes_back_from_its_backup(cluster: Deployed, tmp_pat
         "slurmctld", "sacctmgr -i add qos gold MaxWall=10 && sacctmgr -i add account physics"
     )
     done = [*finished, failed]
-    _until("jobs done", lambda: _sacct(cluster, done).count("|COMPLETED|") == 2
+    until("jobs done", lambda: _sacct(cluster, done).count("|COMPLETED|") == 2
            and "|FAILED|" in _sacct(cluster, done))  # fmt: skip
-    _until("job running", lambda: _queue(cluster).get(running, ("",))[0] == "RUNNING")
+    until("job running", lambda: _queue(cluster).get(running, ("",))[0] == "RUNNING")
     records = _sacct(cluster, done)
 
     # jobs keep coming while the backup runs
@@ -230,7 +223,7 @@ def test_a_deleted_cluster_comes_back_from_its_backup(cluster: Deployed, tmp_pat
     assert queue.get(after, ("",))[0] == "PENDING", queue
     assert queue.get(held) == ("PENDING", "JobHeldUser"), queue
     # the job that ran has no node any more: NODE_FAIL, requeued as the batch job allows
-    states = _until(
+    states = until(
         "the running job's end",
         lambda: cluster.ok("slurmctld", f"sacct -n -P -X -D -j {running} -o State").split(),
     )
@@ -247,7 +240,7 @@ def test_a_deleted_cluster_comes_back_from_its_backup(cluster: Deployed, tmp_pat
     # StateSave was copied (a job StateSave holds may have one the dump lacks)
     table = f"slurm_acct_db.`{cluster.name}_job_table`"
     select = f"mariadb -N -e 'select job_db_inx from {table} where id_job = {new}'"
-    index = _until("the new job's record", lambda: cluster.ok("mariadb", select))
+    index = until("the new job's record", lambda: cluster.ok("mariadb", select))
     assert int(index) >= archive.verify(path).job_index
     # users log in with their keys and find their files
     assert _ssh(cluster, key, "sha256sum < ~/data/raw") == digest

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from slurmforge.deploy import archive as archives
+from tests.conftest import until
 from tests.k8s import lab
 from tests.k8s.conftest import INVOKE, ROOT, K8sCluster
 
@@ -45,14 +45,6 @@ def _describe(k8s_cluster: K8sCluster, namespace: str) -> str:
     pods = run("get", "pods,pvc", "-o", "wide")
     logs = run("logs", "-l", "app.kubernetes.io/component=jail-populate", "--tail=30")
     return f"\n--- {namespace}:\n{pods}\n--- populate:\n{logs}"
-
-
-def _until(what: str, check, timeout: float = 180):
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s"
-        time.sleep(2)
-    return got
 
 
 def _run(k8s_cluster: K8sCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -105,7 +97,7 @@ def test_a_cluster_backed_up_in_one_namespace_comes_back_in_another(
     held = submit(source, "-H", "--wrap", "true")
     _sh(k8s_cluster, source, "sacctmgr -i add qos gold MaxWall=10")
     sacct = f"sacct -X -P -n -j {done} -o {FIELDS}"
-    _until("the first job's record", lambda: "|COMPLETED|" in _sh(k8s_cluster, source, sacct))
+    until("the first job's record", lambda: "|COMPLETED|" in _sh(k8s_cluster, source, sacct), 180)
     record = _sh(k8s_cluster, source, sacct)
 
     out = tmp_path / "backups"
