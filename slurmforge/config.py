@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import string
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -202,11 +204,31 @@ class Slurm(Model):
 _REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!-]*$"
 
 
-class Wheel(Model):
-    """A binary wheel fetched on the host with pip (by name, from the index pip is set up for)."""
+class WheelPin(Model):
+    """A binary wheel fetched on the host with pip (by name, from the index pip is set up for),
+    pinned per arch: ``sha256`` is the amd64 wheel's, or ``{amd64: …, arm64: …}`` (NVIDIA
+    publishes a wheel per platform, so each arch's file has its own checksum)."""
 
     requirement: Annotated[str, Strict(), StringConstraints(pattern=_REQUIREMENT)]
-    sha256: Sha256
+    sha256: Annotated[
+        dict[Arch, Sha256],
+        BeforeValidator(lambda v: {NATIVE_ARCH: v} if isinstance(v, str) else v),
+        Field(min_length=1),
+    ]
+
+    def for_arch(self, arch: str) -> Wheel | None:
+        """The wheel for ``arch``, or None when none is pinned for it."""
+        sha = self.sha256.get(arch)  # type: ignore[call-overload]
+        return None if sha is None else Wheel(self.requirement, sha, arch)
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """One arch's file of a pinned wheel: what is fetched, cached and put in a build context."""
+
+    requirement: str
+    sha256: str
+    arch: str = NATIVE_ARCH
 
     @property
     def pinned(self) -> bool:
@@ -214,7 +236,8 @@ class Wheel(Model):
 
     @property
     def url(self) -> str:  # the key under which fetches and locks record it
-        return f"pip:{self.requirement}"
+        tail = "" if self.arch == NATIVE_ARCH else f"?arch={self.arch}"
+        return f"pip:{self.requirement}{tail}"
 
     @property
     def key(self) -> str:
@@ -223,7 +246,8 @@ class Wheel(Model):
     @property
     def filename(self) -> str:
         name, version = self.requirement.split("==")
-        return f"{re.sub(r'[-.]+', '_', name).lower()}-{version}.whl"
+        tail = "" if self.arch == NATIVE_ARCH else f"-{self.arch}"
+        return f"{re.sub(r'[-.]+', '_', name).lower()}-{version}{tail}.whl"
 
 
 AptPin = Annotated[str, Strict(), StringConstraints(pattern=r"^[a-z0-9][a-z0-9.+-]*=\S+$")]
@@ -248,7 +272,7 @@ class Userspace(Model):
     (both fetched on the host, verified by sha256 and unpacked into one CUDA prefix, never
     installed with dpkg), or a vendor apt repository on its own."""
 
-    wheels: tuple[Wheel, ...] = ()
+    wheels: tuple[WheelPin, ...] = ()
     debs: tuple[Annotated[Source, AfterValidator(_deb)], ...] = ()
     apt: AptRepo | None = None
 

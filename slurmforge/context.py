@@ -9,7 +9,7 @@ goes without. Whether to build or reuse is decided elsewhere (plan.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from slurmforge import features
 from slurmforge.bootstrap import Base
@@ -52,43 +52,69 @@ class Need:
         return f"sources/{self.group}/{artifact.filename}"
 
 
-def _userspace(group: str, space: Userspace, **kw: Any) -> list[Need]:
-    artifacts: tuple[Artifact, ...] = (
-        (space.apt.keyring,) if space.apt is not None else (*space.wheels, *space.debs)
-    )
-    # one need per wheel or package (or the apt keyring), named '<group>/<index>'
+def _userspace(
+    config: Config, target: Target, key: str, space: Userspace, arch: str, **kw: Any
+) -> list[Need]:
+    """One need per file of a user space (a wheel, a package, the apt keyring), named
+    '<group>/<index>', for ``arch``: refused in one line when the space has none pinned for it."""
+    group = kw.pop("group")
+    if space.apt is not None:
+        if arch != NATIVE_ARCH:  # one repository URL, NVIDIA's x86_64 one (sbsa has its own)
+            _refuse(config, target, f"{key}.apt", "names one repository, for amd64")
+        artifacts: tuple[Artifact, ...] = (space.apt.keyring,)
+    else:
+        wheels: list[Artifact] = []
+        for i, pin in enumerate(space.wheels):
+            wheel = pin.for_arch(arch)
+            if wheel is None:
+                pinned = ", ".join(pin.sha256)
+                _refuse(config, target, f"{key}.wheels[{i}].sha256",
+                        f"{pin.requirement} is pinned for {pinned} only",
+                        f"; expected sha256: {{{pinned}: …, {arch}: …}}")  # fmt: skip
+            wheels.append(wheel)
+        for i, deb in enumerate(space.debs):
+            deb_arch = deb.filename.rsplit("_", 1)[-1].removesuffix(".deb")
+            if deb_arch not in (arch, "all"):
+                _refuse(config, target, f"{key}.debs[{i}]", f"{deb.filename} is for {deb_arch}")
+        artifacts = (*wheels, *space.debs)
     return [Need(f"{group}/{i}", (a,), **kw) for i, a in enumerate(artifacts)]
 
 
 def _source(config: Config, target: Target, name: str, **kw: Any) -> list[Need]:
-    """The needs of one upstream source: 'slurm', 'cuda', 'cuda-build' or a tool's name."""
+    """The needs of one upstream source: 'slurm', 'cuda', 'cuda-build' or a tool's name. GPU
+    user space is for the target's arch, but the compiler nccl-tests is built with is for the
+    arch builds run on ('cuda-build'): another arch's nccl-tests is cross-compiled, linked
+    against that arch's runtime and NCCL."""
     v = config.versions
     cuda = v.cuda.get(target.cuda or "")
     if name == "slurm":
         return [Need(name, v.slurm[target.slurm or ""].sources, **kw)]
     if name in ("cuda", "cuda-build"):
         assert cuda is not None, f"{target.id} has no CUDA axis"
-        _native_only(config, target, f"cuda.{target.cuda}")
-        return _userspace(name, cuda.runtime if name == "cuda" else cuda.build, **kw)
+        space, arch = (cuda.runtime, target.arch) if name == "cuda" else (cuda.build, NATIVE_ARCH)
+        part = "runtime" if name == "cuda" else "build"
+        key = f'cuda."{target.cuda}".{part}'
+        return _userspace(config, target, key, space, arch, group=name, **kw)
     _, made_of = v.release(name, target.slurm, target.cuda)
     if isinstance(v.tools[name], UserspaceTool):
-        _native_only(config, target, f"tools.{name}")
-        return _userspace(name, made_of, **kw)
+        key = f"tools.{name}"
+        return _userspace(config, target, key, made_of, target.arch, group=name, **kw)
     return [Need(name, made_of, **kw)]
 
 
-def _native_only(config: Config, target: Target, key: str) -> None:
-    """GPU user space is fetched as NVIDIA's x86_64 wheels and amd64 packages: refuse a target
-    of another arch that would unpack it, rather than build an image that cannot load it."""
-    if target.arch != NATIVE_ARCH:
-        raise ConfigError(
-            f"{config.path}: {key}: pins GPU user space for amd64 only, which {target.id} "
-            f"({target.arch}) cannot load",
-            hint="build that cell's images without GPU user space: --component "
-            + " --component ".join(
-                n for n, c in COMPONENTS.items() if c.public and Axis.CUDA not in c.axes
-            ),
-        )
+def _refuse(config: Config, target: Target, key: str, why: str, expected: str = "") -> NoReturn:
+    """GPU user space that ``target``'s arch cannot load: refused before anything is fetched
+    or built, rather than an image whose libraries the node cannot load."""
+    cells = ", ".join(c.name for c in target.cells)
+    raise ConfigError(
+        f"{config.path}: {key}: {why}, and cell {cells} is {target.arch}{expected}",
+        hint="pin it for that arch, or build that cell's images without GPU user space: "
+        + " ".join(
+            f"--component {n}"
+            for n, c in COMPONENTS.items()
+            if c.public and Axis.CUDA not in c.axes
+        ),
+    )
 
 
 def needs(config: Config, target: Target) -> list[Need]:

@@ -46,6 +46,11 @@ class Component:
     # runs on the native arch whatever its cell's: it makes packages for the cell's arch there
     # (a cross-compile), from the native parents
     builder: bool = False
+    # builders it takes its compiled parts from in a cell of another arch than the native one
+    # (where native cells compile them in a stage of their own build)
+    cross_parents: tuple[str, ...] = ()
+    # a builder only cells of another arch have (through cross_parents)
+    cross_only: bool = False
 
 
 COMPONENTS: dict[str, Component] = {
@@ -143,12 +148,24 @@ COMPONENTS: dict[str, Component] = {
             ),
         ),
         Component(
+            "nccl-tests",
+            (Axis.DISTRO, Axis.CUDA),
+            ("base",),
+            False,
+            "nccl-tests cross-compiled for a cell of another arch (internal builder)",
+            sources=("cuda", "cuda-build", "nccl", "nccl-tests"),
+            context=("images/gpu",),
+            builder=True,
+            cross_only=True,
+        ),
+        Component(
             "worker",
             (Axis.DISTRO, Axis.SLURM, Axis.CUDA),
             ("slurmd", "slurm-debs", "base"),
             True,
             "GPU compute node: slurmd (with enroot, pyxis) + CUDA user space, NCCL, nccl-tests",
             context=("images/gpu", "jail/gpu"),
+            cross_parents=("nccl-tests",),
         ),
         Component(
             "jail",
@@ -157,6 +174,7 @@ COMPONENTS: dict[str, Component] = {
             True,
             "the users' shared root filesystem (with CUDA user space); populates a volume",
             context=("rootfs", "jail/populate", "images/gpu"),
+            cross_parents=("nccl-tests",),
         ),
     )
 }
@@ -351,6 +369,8 @@ def expand(
         draft = drafts.setdefault(target_id, _Draft(component, coords))
         native = dataclasses.replace(cell, arch=NATIVE_ARCH)
         draft.parents = tuple(visit(p, native if comp.builder else cell) for p in comp.parents)
+        if cell.arch != NATIVE_ARCH:
+            draft.parents += tuple(visit(p, cell) for p in comp.cross_parents)
         if cell not in draft.cells:
             draft.cells.append(cell)
         if comp.public:
@@ -362,7 +382,8 @@ def expand(
 
     for cell in cells:
         for component in wanted:
-            visit(component, cell)
+            if not COMPONENTS[component].cross_only:
+                visit(component, cell)
     targets = {
         i: Target(d.component, d.coords, d.parents, tuple(d.tags), tuple(d.cells))
         for i, d in drafts.items()

@@ -30,7 +30,11 @@ from slurmforge.errors import ChecksumError, ConfigError, PinError, SourceError
 
 MIRROR_ENV = "SLURMFORGE_MIRROR"
 _CHUNK = 1 << 20
-_PLATFORMS = ("manylinux2014_x86_64", "manylinux1_x86_64")  # the amd64 wheels NVIDIA publishes
+# The platform tags of the wheels NVIDIA publishes, per arch (aarch64 is its 'sbsa')
+_PLATFORMS = {
+    "amd64": ("manylinux2014_x86_64", "manylinux1_x86_64"),
+    "arm64": ("manylinux2014_aarch64", "manylinux_2_17_aarch64"),
+}
 
 
 def _file_sha256(path: Path) -> str:
@@ -179,7 +183,8 @@ class Cache:
         return Fetched(source, final, source.commit)
 
     def _pip_download(self, wheel: Wheel, expected: str) -> Fetched:
-        """``pip download`` one wheel (no dependencies, Linux x86_64), then verify it like a file.
+        """``pip download`` one wheel (no dependencies, Linux on the wheel's arch), then verify it
+        like a file.
 
         pip is the ordinary client for the index (PIP_INDEX_URL and pip.conf apply); it checks the
         pinned hash itself, and the file is checked again before it enters the cache.
@@ -190,9 +195,10 @@ class Cache:
             pin = f" --hash=sha256:{expected}" if expected != UNPINNED else ""
             req.write_text(f"{wheel.requirement}{pin}\n")
             out = Path(tmp, "out")
+            platforms = [f"--platform={p}" for p in _PLATFORMS[wheel.arch]]
             cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                    "--disable-pip-version-check", "--only-binary=:all:", "--implementation=py",
-                   "--python-version=3", "--abi=none", *(f"--platform={p}" for p in _PLATFORMS),
+                   "--python-version=3", "--abi=none", *platforms,
                    "--dest", str(out), "-r", str(req)]  # fmt: skip
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             got = sorted(out.glob("*.whl")) if out.is_dir() else []

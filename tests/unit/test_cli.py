@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmforge import context, matrix, versions
 from tests.conftest import ROOT
 from tests.gitrepos import make_repo
 from tests.unit.inproc import run_cli
@@ -187,3 +188,48 @@ print(sorted(m for m in ("docker", "pydantic", "jinja2", "slurmforge.app") if m 
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
+
+
+def _arm64_cell(shipped: dict, tmp_path: Path, cuda: str) -> Path:
+    shipped["sets"]["default"]["include"] = [
+        {"distro": "debian12", "slurm": "24.05.8", "cuda": cuda, "arch": "arm64"}
+    ]
+    path = tmp_path / "versions.yaml"
+    path.write_text(yaml.safe_dump(shipped))
+    return path
+
+
+def test_gpu_user_space_pinned_for_amd64_only_is_refused_for_an_arm64_cell(
+    tmp_path: Path, shipped: dict
+) -> None:
+    """NVIDIA publishes no aarch64 wheel of CUDA 12.2's runtime: the shipped 12.2.2 pins amd64's
+    alone, and an arm64 cell of it is refused before anything is fetched; its images without
+    GPU user space are not."""
+    path = _arm64_cell(shipped, tmp_path, "12.2.2")
+    cell = ("--config", str(path), "--cell", "24.05.8-cuda12.2.2-debian12-arm64")
+    proc = _invoke("fetch", *cell, "--component", "jail", env=NO_DAEMON)
+    _assert_clean_failure(
+        proc,
+        f'{path}: cuda."12.2.2".runtime.wheels[0].sha256: nvidia-cuda-runtime-cu12==12.2.140 is '
+        "pinned for amd64 only, and cell 24.05.8-cuda12.2.2-debian12-arm64 is arm64; expected "
+        "sha256: {amd64: …, arm64: …}",
+    )
+    assert "--component slurmd" in proc.stderr and "--component worker" not in proc.stderr
+    assert not (tmp_path / ".cache").exists()
+    cfg = versions.load(path)
+    arm = [c for c in matrix.cells_of(cfg, "default") if c.arch == "arm64"]
+    for target in matrix.expand(cfg, "default", arm, ["slurmd"]):
+        context.needs(cfg, target)  # no GPU user space, nothing refused
+
+
+def test_an_amd64_package_in_arm64_gpu_user_space_is_refused(tmp_path: Path, shipped: dict) -> None:
+    toolkit = shipped["cuda"]["12.2.2"]["build"]["debs"][0]
+    shipped["cuda"]["12.9.1"]["runtime"]["debs"] = [toolkit]
+    path = _arm64_cell(shipped, tmp_path, "12.9.1")
+    proc = _invoke("fetch", "--config", str(path), "--cell", "24.05.8-cuda12.9.1-debian12-arm64",
+                   "--component", "worker", env=NO_DAEMON)  # fmt: skip
+    _assert_clean_failure(
+        proc,
+        f'{path}: cuda."12.9.1".runtime.debs[0]: nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb '
+        "is for amd64, and cell 24.05.8-cuda12.9.1-debian12-arm64 is arm64",
+    )

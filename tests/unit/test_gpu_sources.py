@@ -29,12 +29,13 @@ from tests.unit.test_dockerfiles import HADOLINT
 
 NAME, VERSION = "nvidia-fake-cu12", "1.2.3"
 FILENAME = f"nvidia_fake_cu12-{VERSION}-py3-none-manylinux1_x86_64.whl"
+FILENAME_ARM = f"nvidia_fake_cu12-{VERSION}-py3-none-manylinux2014_aarch64.whl"
 
 
-def _wheel() -> bytes:
+def _wheel(machine: str = "x86_64") -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("nvidia/fake/lib/libfake.so.1", b"\x7fELF not really")
+        z.writestr("nvidia/fake/lib/libfake.so.1", f"\x7fELF not really, {machine}")
         z.writestr(f"nvidia_fake_cu12-{VERSION}.dist-info/METADATA",
                    f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {VERSION}\n")  # fmt: skip
         z.writestr(f"nvidia_fake_cu12-{VERSION}.dist-info/WHEEL", "Wheel-Version: 1.0\n")
@@ -42,24 +43,27 @@ def _wheel() -> bytes:
     return buf.getvalue()
 
 
-WHEEL = _wheel()
+WHEEL, WHEEL_ARM = _wheel(), _wheel("aarch64")
 APT = {
     "repository": "https://example.org/compute/cuda/repos/debian12/x86_64/",
     "keyring": {"url": "https://example.org/3bf863cc.pub", "sha256": "e" * 64},
     "packages": ["cuda-cudart-12-2=12.2.140-1"],
 }
-SHA = hashlib.sha256(WHEEL).hexdigest()
+SHA, SHA_ARM = hashlib.sha256(WHEEL).hexdigest(), hashlib.sha256(WHEEL_ARM).hexdigest()
 
 
 @pytest.fixture
 def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A PEP 503 'simple' index holding one wheel; pip is pointed at it and at nothing else."""
+    """A PEP 503 'simple' index holding one wheel for each arch, as NVIDIA publishes them; pip is
+    pointed at it and at nothing else."""
     root = tmp_path / "index"
     (root / "simple" / NAME).mkdir(parents=True)
     (root / "files").mkdir()
     (root / "files" / FILENAME).write_bytes(WHEEL)
+    (root / "files" / FILENAME_ARM).write_bytes(WHEEL_ARM)
     (root / "simple" / NAME / "index.html").write_text(
         f'<a href="../../files/{FILENAME}#sha256={SHA}">{FILENAME}</a>\n'
+        f'<a href="../../files/{FILENAME_ARM}#sha256={SHA_ARM}">{FILENAME_ARM}</a>\n'
     )
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *a: None  # type: ignore[attr-defined]
@@ -89,6 +93,21 @@ def test_wheel_is_fetched_by_pip_and_verified(index: str, tmp_path: Path, cfg) -
     assert cache.lookup(SHA, got.path.name) == got.path
 
 
+def test_each_arch_gets_its_own_wheel_and_checksum(index: str, tmp_path: Path, cfg) -> None:
+    """A wheel pinned for both arches is two files: pip picks each by its platform tag, and the
+    arm64 one is checked against arm64's pin (the amd64 checksum does not pass for it)."""
+    cache = Cache(tmp_path / "cache")
+    pin = config.WheelPin(requirement=f"{NAME}=={VERSION}", sha256={"amd64": SHA, "arm64": SHA_ARM})
+    amd, arm = pin.for_arch("amd64"), pin.for_arch("arm64")
+    assert amd is not None and arm is not None and amd.key != arm.key
+    got = cache.fetch(cfg, [arm])
+    assert got.path == tmp_path / "cache" / SHA_ARM / f"nvidia_fake_cu12-{VERSION}-arm64.whl"
+    assert got.path.read_bytes() == WHEEL_ARM
+    assert cache.fetch(cfg, [amd]).path.read_bytes() == WHEEL
+    with pytest.raises(ChecksumError, match="checksum mismatch"):
+        cache.fetch(cfg, [Wheel(f"{NAME}=={VERSION}", SHA, "arm64")])
+
+
 def test_wheel_with_the_wrong_hash_is_refused(index: str, tmp_path: Path, cfg) -> None:
     cache = Cache(tmp_path / "cache")
     with pytest.raises(ChecksumError, match="checksum mismatch"):
@@ -112,7 +131,7 @@ def test_unpacked_wheel_layout(tmp_path: Path) -> None:
     whl.write_bytes(WHEEL)
     prefix = tmp_path / "cuda"
     _install(prefix, whl)
-    assert (prefix / "lib64/libfake.so.1").read_bytes() == b"\x7fELF not really"
+    assert (prefix / "lib64/libfake.so.1").read_bytes() == b"\x7fELF not really, x86_64"
     assert (prefix / "lib64/libfake.so").readlink() == Path("libfake.so.1")
     assert (prefix / "slurmforge-versions.txt").read_text() == f"{NAME} {VERSION}\n"
     assert not (prefix / "bin/nvcc.profile").exists()  # no compiler, no profile
@@ -238,8 +257,9 @@ def _cache_all(cfg: config.Config, cache: Cache) -> None:
     """Put stand-ins for every source in the cache under its key (the rendered Dockerfile only
     needs them to exist; no build happens here)."""
     v = cfg.versions
-    wanted = [*v.cuda["12.2.2"].runtime.wheels, *v.release("nccl", None, "12.2.2")[1].wheels]
-    wanted += [*v.cuda["12.2.2"].build.wheels, *v.cuda["12.2.2"].build.debs]
+    pins = [*v.cuda["12.2.2"].runtime.wheels, *v.release("nccl", None, "12.2.2")[1].wheels]
+    wanted = [pin.for_arch("amd64") for pin in (*pins, *v.cuda["12.2.2"].build.wheels)]
+    wanted += v.cuda["12.2.2"].build.debs
     tools = ("pyxis", "enroot", "nccl-tests")
     wanted += [v.release(name, "24.05.8", "12.2.2")[1][0] for name in tools]
     for artifact in wanted:
