@@ -59,9 +59,12 @@ BINARIES = (
 LIB_DIRS = (
     "usr/lib/x86_64-linux-gnu",
     "usr/lib/x86_64-linux-gnu/nvidia/current",  # Debian's own driver packages
+    "usr/lib/aarch64-linux-gnu",  # an arm64 host's (Grace: GH200, GB200)
+    "usr/lib/aarch64-linux-gnu/nvidia/current",
     "usr/lib64",
     "usr/lib",
     "lib/x86_64-linux-gnu",
+    "lib/aarch64-linux-gnu",
     "lib64",
     "lib",
     # a root that was itself given the driver the way containers are (a VM image, a pod)
@@ -72,6 +75,8 @@ VERSION_FILES = ("proc/driver/nvidia/version", "sys/module/nvidia/version")
 CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 
 _VERSION = r"\d+\.\d+(?:\.\d+)?"
+# ELF e_machine → the arch as versions.yaml and Docker name it
+MACHINES = {"EM_X86_64": "amd64", "EM_AARCH64": "arm64"}
 _GPU_DEVICE = re.compile(r"^nvidia(\d+)$")
 
 
@@ -113,6 +118,7 @@ class Driver:
     mounts: tuple[Mount, ...]
     devices: tuple[Device, ...]  # control devices first, then GPUs in index order
     ignored: tuple[str, ...]  # other driver versions' files, by host path
+    arch: str = "amd64"  # what its libcuda is built for: the only nodes that can load it
 
     @property
     def gpus(self) -> tuple[Device, ...]:
@@ -122,6 +128,7 @@ class Driver:
         return {
             "driver_root": str(self.root),
             "version": self.version,
+            "arch": self.arch,
             "mounts": [m.as_dict() for m in self.mounts],
             "devices": [d.as_dict() for d in self.devices],
             "gpus": [d.container for d in self.gpus],
@@ -195,6 +202,15 @@ def soname(path: Path) -> str | None:
     except (OSError, ELFError):
         return None
     return None
+
+
+def machine(path: Path) -> str | None:
+    """The arch an ELF file is built for (amd64, arm64), None for another or no ELF file."""
+    try:
+        with path.open("rb") as fh:
+            return MACHINES.get(ELFFile(fh).header["e_machine"])
+    except (OSError, ELFError):
+        return None
 
 
 def _libraries(root: Path, version: str) -> tuple[list[Mount], list[str]]:
@@ -294,8 +310,15 @@ def discover(root: Path = Path("/")) -> Driver | None:
             "(no GPU device nodes)",
             hint="create them with nvidia-modprobe (or nvidia-smi, run once as root)",
         )
+    cuda = next(Path(m.host) for m in libraries if Path(m.container).name.startswith("libcuda."))
+    arch = machine(cuda)
+    if arch is None:
+        raise ConfigError(
+            f"{cuda}: expected a shared library for {' or '.join(MACHINES.values())}",
+            hint="install the driver's user-space libraries for this host's arch",
+        )
     mounts = libraries + _binaries(root) + _firmware(root, version)
-    return Driver(root, version, tuple(mounts), tuple(devices), tuple(ignored))
+    return Driver(root, version, tuple(mounts), tuple(devices), tuple(ignored), arch)
 
 
 def sonames(mounts: Iterable[Mount]) -> dict[str, str]:

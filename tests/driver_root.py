@@ -19,6 +19,8 @@ VERSION = "535.104.05"
 OLD_VERSION = "530.30.02"  # leftovers of an earlier driver that discovery must ignore
 CUDA_DRIVER_API = 12020  # what the stand-in libcuda reports, like a 535 driver (CUDA 12.2)
 LIB_DIR = "usr/lib/x86_64-linux-gnu"
+# arch → (where its driver installs, its GNU CPU name: the cross compiler's and the module's)
+ARCHES = {"amd64": (LIB_DIR, "x86_64"), "arm64": ("usr/lib/aarch64-linux-gnu", "aarch64")}
 
 # name → SONAME, as the 535 driver ships them
 LIBRARIES = {
@@ -49,17 +51,21 @@ int main(void) {
 """
 
 
-def _gcc(out: Path, source: str, *flags: str) -> None:
+def _gcc(out: Path, source: str, *flags: str, arch: str = "amd64") -> None:
+    """Compile with the host's gcc, or for another arch with Debian's cross gcc (scripts/setup
+    installs aarch64's)."""
+    cpu = ARCHES[arch][1]
+    gcc = "gcc" if cpu == os.uname().machine else f"{cpu}-linux-gnu-gcc"
     out.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["gcc", "-x", "c", "-O1", "-o", str(out), *flags, "-"],
+        [gcc, "-x", "c", "-O1", "-o", str(out), *flags, "-"],
         input=source,
         text=True,
         check=True,
     )
 
 
-def _library(directory: Path, name: str, version: str) -> Path:
+def _library(directory: Path, name: str, version: str, arch: str) -> Path:
     path = directory / f"{name}.so.{version}"
     soname = LIBRARIES[name]
     _gcc(
@@ -68,23 +74,32 @@ def _library(directory: Path, name: str, version: str) -> Path:
         "-shared",
         "-fPIC",
         f"-Wl,-soname,{soname}",
+        arch=arch,
     )
     return path
 
 
-def make(root: Path, *, devices: bool = True, leftovers: bool = True, gpus: int = 2) -> Path:
-    """Build a driver root under ``root`` (libraries, nvidia-smi, firmware, /proc, /dev)."""
-    libdir = root / LIB_DIR
+def make(
+    root: Path,
+    *,
+    devices: bool = True,
+    leftovers: bool = True,
+    gpus: int = 2,
+    arch: str = "amd64",
+) -> Path:
+    """Build a driver root under ``root`` (libraries, nvidia-smi, firmware, /proc, /dev), laid
+    out as on an ``arch`` host (arm64: a Grace host's, with aarch64 libraries)."""
+    libdir = root / ARCHES[arch][0]
     for name, soname in LIBRARIES.items():
-        lib = _library(libdir, name, VERSION)
+        lib = _library(libdir, name, VERSION, arch)
         (libdir / soname).symlink_to(lib.name)  # as the driver's installer leaves them
     if leftovers:
-        _library(libdir, "libcuda", OLD_VERSION)
-        _library(libdir, "libnvidia-ml", OLD_VERSION)
+        _library(libdir, "libcuda", OLD_VERSION, arch)
+        _library(libdir, "libnvidia-ml", OLD_VERSION, arch)
         old_fw = root / "lib/firmware/nvidia" / OLD_VERSION
         old_fw.mkdir(parents=True)
         (old_fw / "gsp_ga10x.bin").write_bytes(b"old firmware")
-    _gcc(root / "usr/bin/nvidia-smi", _SMI_C)
+    _gcc(root / "usr/bin/nvidia-smi", _SMI_C, arch=arch)
     firmware = root / "lib/firmware/nvidia" / VERSION
     firmware.mkdir(parents=True)
     for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
@@ -92,7 +107,8 @@ def make(root: Path, *, devices: bool = True, leftovers: bool = True, gpus: int 
     proc = root / "proc/driver/nvidia"
     proc.mkdir(parents=True)
     (proc / "version").write_text(
-        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {VERSION}  Sat Aug 19 01:15:15 UTC 2023\n"
+        f"NVRM version: NVIDIA UNIX {ARCHES[arch][1]} Kernel Module  {VERSION}  "
+        "Sat Aug 19 01:15:15 UTC 2023\n"
         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
     )
     if devices:

@@ -141,13 +141,20 @@ def test_worker_mounts_a_kubernetes_driver_root(client, images, tmp_path) -> Non
     onto /usr/local/nvidia. Stand-ins: the synthetic driver root (tests/driver_root.py, with a
     leftover older driver) for a GPU node, and its version file for /proc/driver/nvidia/version
     (a container sees this host's /proc, which has no NVIDIA module)."""
+    out = mount_standin_driver(client, images["worker"], tmp_path, "amd64")
+    assert "libcuda.so.1 (libc6,x86-64) => /usr/local/nvidia/lib64/libcuda.so.1" in out, out
+
+
+def mount_standin_driver(client, image: str, tmp_path, arch: str) -> str:
+    """What the worker ``image`` says once the entrypoint has mounted an ``arch`` host's
+    stand-in driver; the checks every arch shares are made here."""
     from tests import driver_root
 
-    root = driver_root.make(tmp_path / "node", devices=False)
+    root = driver_root.make(tmp_path / "node", devices=False, arch=arch)
     mounted = "/run/nvidia/driver"
     volumes = {
         str(root / sub): {"bind": f"{mounted}/{sub}", "mode": "ro"}
-        for sub in (driver_root.LIB_DIR, "usr/bin")
+        for sub in (driver_root.ARCHES[arch][0], "usr/bin")
     }
     volumes[str(root / "proc/driver/nvidia/version")] = {"bind": "/run/version", "mode": "ro"}
     lib = f"/usr/local/nvidia/lib64/libcuda.so.{driver_root.VERSION}"
@@ -161,7 +168,7 @@ def test_worker_mounts_a_kubernetes_driver_root(client, images, tmp_path) -> Non
         ]
     )
     out = client.containers.run(
-        images["worker"],
+        image,
         ["bash", "-c", script],
         environment={
             "SLURMFORGE_DRIVER_ROOT": mounted,
@@ -170,12 +177,13 @@ def test_worker_mounts_a_kubernetes_driver_root(client, images, tmp_path) -> Non
         volumes=volumes,
         cap_add=["SYS_ADMIN"],
         security_opt=["apparmor:unconfined"],
+        platform=f"linux/{arch}",
         remove=True,
         stderr=True,
     ).decode()
-    assert "libcuda.so.1 (libc6,x86-64) => /usr/local/nvidia/lib64/libcuda.so.1" in out, out
     assert f"libcuda.so.{driver_root.VERSION}" in out and driver_root.OLD_VERSION not in out, out
     options = re.search(r"^(ro,\S+)$", out, re.M)
     assert options and {"ro", "nosuid", "nodev"} <= set(options.group(1).split(",")), out
     assert "Read-only file system" in out, out
     assert "GPU 0" in out, out
+    return out

@@ -54,6 +54,7 @@ def test_mount_plan_is_exactly_the_running_drivers_files(host: Path) -> None:
     assert driver.plan() == {
         "driver_root": str(host),
         "version": V,
+        "arch": "amd64",
         "mounts": [
             libm("libcuda", "libcuda.so.1"),
             libm("libcudadebugger", "libcudadebugger.so.1"),
@@ -198,3 +199,32 @@ def test_a_directory_of_another_driver_layout_is_found(tmp_path: Path, where: st
     driver = gpu_driver.discover(root)
     assert driver is not None
     assert {Path(m.host).parent for m in driver.mounts if m.kind == "lib"} == {current}
+
+
+def test_an_arm64_hosts_driver_is_found_where_it_installs_and_said_to_be_arm64(
+    tmp_path: Path,
+) -> None:
+    """A Grace host (GH200, GB200): the driver's libraries are aarch64 ELF files under
+    usr/lib/aarch64-linux-gnu and the module says aarch64; the plan mounts them, with their
+    SONAMEs read from the files, and says which arch of node can load them."""
+    root = driver_root.make(tmp_path / "grace", arch="arm64")
+    driver = gpu_driver.discover(root)
+    assert driver is not None and driver.arch == "arm64"
+    libs = [m for m in driver.mounts if m.kind == "lib"]
+    assert {Path(m.host).parent for m in libs} == {root / "usr/lib/aarch64-linux-gnu"}
+    assert {m.soname for m in libs} == set(driver_root.LIBRARIES.values())
+    assert all(gpu_driver.machine(Path(m.host)) == "arm64" for m in libs)
+    assert [m.container for m in driver.mounts if m.kind == "firmware"] == [
+        f"/lib/firmware/nvidia/{V}/gsp_ga10x.bin",
+        f"/lib/firmware/nvidia/{V}/gsp_tu10x.bin",
+    ]
+    assert driver.plan()["arch"] == "arm64"
+    lib = root / "usr/lib/aarch64-linux-gnu"
+    assert driver.plan()["ignored"] == [f"{lib}/libcuda.so.{OLD}", f"{lib}/libnvidia-ml.so.{OLD}"]
+
+
+def test_a_libcuda_that_is_no_elf_library_is_refused(tmp_path: Path) -> None:
+    root = driver_root.make(tmp_path / "host", leftovers=False)
+    (root / driver_root.LIB_DIR / f"libcuda.so.{V}").write_bytes(b"not a library")
+    with pytest.raises(ConfigError, match=f"libcuda.so.{V}: expected a shared library for amd64"):
+        gpu_driver.discover(root)
