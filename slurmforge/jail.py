@@ -76,8 +76,10 @@ def populate(
     keep: Iterable[str] = (),
     out: IO[str] | None = None,
     rsync_opts: str = "",
+    usr_only: bool = False,
 ) -> str:
-    """Copy the jail image into ``into`` (a path or a volume name); returns the image ID."""
+    """Copy the jail image into ``into`` (a path or a volume name); returns the image ID.
+    ``usr_only``: its /usr alone, for the nodes of another arch than the jail's."""
     out = out or sys.stdout
     info = engine.inspect(jail_ref)
     if info is None:
@@ -92,7 +94,7 @@ def populate(
     code = engine.run(
         info.id,
         [MOUNT],
-        jail_contract.populate_env(info.id, keep, rsync_opts),
+        jail_contract.populate_env(info.id, keep, rsync_opts, usr_only),
         {source: MOUNT},
         {LABEL: into},
         out,

@@ -29,6 +29,12 @@ SENTINEL = ".slurmforge/populated"
 DIGEST_ENV = "SLURMFORGE_JAIL_DIGEST"  # the image ID that SENTINEL records
 KEEP_ENV = "SLURMFORGE_JAIL_KEEP"  # absolute paths kept across populates, space-separated
 RSYNC_OPTS_ENV = "SLURMFORGE_JAIL_RSYNC_OPTS"  # more rsync options (e.g. --bwlimit)
+# "usr": copy the image's /usr alone, into a volume that nodes of another arch than the jail's
+# mount over the jail's /usr (a jail's arch lives under /usr: Debian's /bin, /lib and /sbin are
+# links into it, and the jail's ld cache is kept there, at LD_CACHE)
+PART_ENV = "SLURMFORGE_JAIL_PART"
+USR = "/usr"
+LD_CACHE = "/usr/lib/slurmforge/ld.so.cache"  # /etc/ld.so.cache links to it
 
 # the login node's hooks
 ROOT_ENV = "SLURMFORGE_JAIL_ROOT"  # the jail, when not at ROOT
@@ -42,11 +48,16 @@ MODE_ENV = "SLURMFORGE_JAIL"  # in slurmd's environment: a node set's `env`
 MODES = ("off", "task-tmp")  # steps on the node's own root; the jail with a /tmp per task
 
 
-def populate_env(digest: str, keep: Iterable[str], rsync_opts: str = "") -> dict[str, str]:
-    """populate's environment: copy the image ``digest``, keeping ``keep``."""
-    env = {DIGEST_ENV: digest, KEEP_ENV: " ".join(keep)}
+def populate_env(
+    digest: str, keep: Iterable[str], rsync_opts: str = "", usr_only: bool = False
+) -> dict[str, str]:
+    """populate's environment: copy the image ``digest``, keeping ``keep`` (``usr_only``: its
+    /usr alone, for nodes of another arch; it keeps nothing, holding no user state)."""
+    env = {DIGEST_ENV: digest, KEEP_ENV: "" if usr_only else " ".join(keep)}
     if rsync_opts:
         env[RSYNC_OPTS_ENV] = rsync_opts
+    if usr_only:
+        env[PART_ENV] = "usr"
     return env
 
 

@@ -43,6 +43,13 @@ def assign(cluster: Cluster) -> Assignment:
             f"({', '.join(ns.gres)}) but there is no NVIDIA driver under {root} (CPU mode)",
             hint="deploy it on a GPU host, point gpu.driver_root at the driver, or scale it to 0",
         )
+    for i, ns in wanted:  # one host, one driver: its libraries load on nodes of its arch only
+        if cluster.arch(ns) != driver.arch:
+            raise ConfigError(
+                f"{cluster.path}: nodesets[{i}].arch: node set {ns.name!r} is "
+                f"{cluster.arch(ns)} but the driver under {root} is {driver.arch}",
+                hint=f"give it arch: {driver.arch}, or deploy it on a host of its arch",
+            )
     need = sum(ns.gpus * ns.replicas for _, ns in wanted)
     if need > len(driver.gpus):
         names = ", ".join(f"{ns.name} ({ns.replicas} nodes x {ns.gpus})" for _, ns in wanted)

@@ -3,19 +3,22 @@ pinned by digest where build/images.lock.json (written by `invoke push`) has the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from slurmforge.deploy.model import Cluster
 from slurmforge.deploy.roles import CONTROLLER, JAIL
 from slurmforge.errors import ConfigError
+from slurmforge.matrix import arch_suffix
 
 
 @dataclass(frozen=True)
 class Images:
-    """component → the reference pods pull (by digest when the lock has it), and the jail's id."""
+    """component → the reference pods pull (by digest when the lock has it), and the jail's id
+    (and, for node sets of another arch, the id of that arch's jail, whose /usr they see)."""
 
     refs: dict[str, str]
     jail_digest: str
+    usr_digests: dict[str, str] = field(default_factory=dict)  # arch → its jail's id
 
 
 def resolve(
@@ -32,10 +35,14 @@ def resolve(
     registry = cluster.spec.kubernetes.registry
     moved = {c: push.retarget(ref, old, registry) for c, ref in cluster.images.items()}
     refs = {c: f"{m.rsplit(':', 1)[0]}@{lock[m]}" if m in lock else m for c, m in moved.items()}
-    jail = lock.get(moved[JAIL]) or (local_ids or {}).get(JAIL)
-    if not jail:
-        raise ConfigError(
-            f"image {cluster.images[JAIL]} (jail) is neither pushed nor built",
-            hint=f"run: {cluster.build_hint}, then invoke push",
-        )
-    return Images(refs, jail)
+    digests = {}
+    for arch in (cluster.cell.arch, *cluster.other_arches):
+        key = JAIL + ("" if arch == cluster.cell.arch else arch_suffix(arch))
+        digests[arch] = lock.get(moved[key]) or (local_ids or {}).get(key)
+        if not digests[arch]:
+            raise ConfigError(
+                f"image {cluster.images[key]} ({key}) is neither pushed nor built",
+                hint=f"run: {cluster.build_hint}, then invoke push",
+            )
+    jail = digests.pop(cluster.cell.arch)
+    return Images(refs, jail, digests)

@@ -13,9 +13,30 @@ from slurmforge.deploy import roles
 from slurmforge.deploy.k8s_images import Images
 from slurmforge.deploy.model import Cluster, VolumeSpec
 from slurmforge.deploy.roles import JAIL, Probe, Secret
+from slurmforge.matrix import arch_suffix
 
 PART_OF = "slurmforge"
 JAIL_CLAIM = "jail"
+ARCH_LABEL = "kubernetes.io/arch"  # the kubelet's own label of its node's arch
+
+
+def usr_claim(arch: str) -> str:
+    """The claim of another arch's jail /usr (jail_contract.PART_ENV)."""
+    return f"{JAIL_CLAIM}-usr-{arch}"
+
+
+def arch_affinity(arch: str, terms: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Required node affinity: nodes of ``arch`` (and ``terms``, the node set's own)."""
+    expressions = [*(terms or []), {"key": ARCH_LABEL, "operator": "In", "values": [arch]}]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
+            }
+        }
+    }
+
+
 PSA_MODES = ("enforce", "audit", "warn")
 # seconds between readiness probes (cheap execs): a daemon that starts after a wait (slurmctld
 # for slurmdbd) is seen ready within this, and deploy's rollout waits end as soon
@@ -157,11 +178,13 @@ class ObjectBuilder:
             "data": dict(sorted(files.items())),
         }
 
-    def jail_claim(self) -> dict[str, Any]:
+    def jail_claim(self, arch: str | None = None) -> dict[str, Any]:
+        """The jail's claim; with ``arch``, the claim of that arch's /usr."""
+        name = JAIL_CLAIM if arch is None else usr_claim(arch)
         return {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            **claim(self.meta(JAIL_CLAIM, JAIL), "ReadWriteMany", self.k8s.jail),
+            **claim(self.meta(name, JAIL), "ReadWriteMany", self.k8s.jail),
         }
 
     def pod_annotations(self, containers: list[dict[str, Any]], config_hash: str) -> dict[str, str]:
@@ -173,32 +196,54 @@ class ObjectBuilder:
                 out[f"container.apparmor.security.beta.kubernetes.io/{c['name']}"] = "unconfined"
         return out
 
-    def jail_volume(self) -> dict[str, Any]:
-        return {"name": "jail", "persistentVolumeClaim": {"claimName": JAIL_CLAIM}}
+    def jail_volume(self, arch: str | None = None) -> dict[str, Any]:
+        """The jail's volume; with ``arch``, that of that arch's /usr."""
+        if arch is None:
+            return {"name": "jail", "persistentVolumeClaim": {"claimName": JAIL_CLAIM}}
+        return {"name": usr_claim(arch), "persistentVolumeClaim": {"claimName": usr_claim(arch)}}
 
-    def wait_for_jail(self) -> dict[str, Any]:
-        """An init container that holds the pod until the jail holds this digest's populate."""
-        marker = jail_contract.sentinel(jail_contract.ROOT)
-        digest = self.images.jail_digest
-        script = (
+    def usr_mount(self, arch: str, read_only: bool = False) -> dict[str, Any]:
+        """Another arch's /usr over the jail's, as that arch's nodes see the jail."""
+        mount = {"name": usr_claim(arch), "mountPath": jail_contract.ROOT + jail_contract.USR}
+        return {**mount, "readOnly": True} if read_only else mount
+
+    def wait_for_jail(self, arch: str | None = None) -> dict[str, Any]:
+        """An init container that holds the pod until the jail holds this digest's populate
+        (and, on a node of another ``arch``, the jail's /usr for it holds that arch's)."""
+        waits = [(jail_contract.sentinel(jail_contract.ROOT), self.images.jail_digest)]
+        mounts = [{"name": "jail", "mountPath": jail_contract.ROOT, "readOnly": True}]
+        image = self.images.refs[JAIL]
+        if arch is not None:
+            usr = jail_contract.ROOT + jail_contract.USR
+            waits.append((jail_contract.sentinel(usr), self.images.usr_digests[arch]))
+            mounts.append(self.usr_mount(arch, read_only=True))
+            image = self.images.refs[JAIL + arch_suffix(arch)]
+        script = "; ".join(
             f"until grep -qxF {shlex.quote(digest)} {marker} 2>/dev/null; do "
             f"echo 'waiting for the jail populate of {digest[:19]}'; sleep 1; done"
+            for marker, digest in waits
         )
         return {
             "name": "wait-for-jail",
-            "image": self.images.refs[JAIL],
+            "image": image,
             "command": ["/bin/sh", "-c", script],
-            "volumeMounts": [{"name": "jail", "mountPath": jail_contract.ROOT, "readOnly": True}],
+            "volumeMounts": mounts,
             "securityContext": security(()),
             "resources": small_resources(),
         }
 
     def pod_spec(
-        self, containers: list[dict], volumes: list[dict], wait: bool = True, **extra: Any
+        self,
+        containers: list[dict],
+        volumes: list[dict],
+        wait: bool = True,
+        usr_arch: str | None = None,
+        **extra: Any,
     ) -> dict[str, Any]:
-        """``wait``: hold the pod until the jail is populated (all but populate mount it)."""
+        """``wait``: hold the pod until the jail is populated (all but populate mount it);
+        ``usr_arch``: and its /usr for that arch (a node of another arch than the jail's)."""
         spec: dict[str, Any] = {
-            **({"initContainers": [self.wait_for_jail()]} if wait else {}),
+            **({"initContainers": [self.wait_for_jail(usr_arch)]} if wait else {}),
             "containers": containers,
             "volumes": volumes,
             "enableServiceLinks": False,

@@ -32,6 +32,7 @@ from slurmforge import jail_contract
 from slurmforge.deploy import backup, identity, monitoring, roles, slurmconf
 from slurmforge.deploy.k8s_objects import (
     ObjectBuilder,
+    arch_affinity,
     claim,
     files_digest,
     probe,
@@ -40,6 +41,7 @@ from slurmforge.deploy.k8s_objects import (
     secret_volume,
     security,
     small_resources,
+    usr_claim,
 )
 from slurmforge.deploy.model import Cluster, NodeSet
 from slurmforge.deploy.roles import (
@@ -58,6 +60,7 @@ from slurmforge.deploy.roles import (
     SLURM_CONF,
     Role,
 )
+from slurmforge.matrix import arch_suffix
 
 NODES_SERVICE = "slurm-nodes"
 # the scheduled backups' claim, and where the backup pod mounts it
@@ -66,8 +69,11 @@ BACKUPS_CLAIM, BACKUPS_DIR = "backups", "/var/backups/slurmforge"
 # leaves slurmd and the kubelet after it
 NODE_STATE, STOP_MARGIN = "/usr/lib/slurmforge/node-state", 5
 DRIVER_ROOT = "/run/nvidia/driver"  # where GPU pods see the node's driver directories
-# the node's driver directories a GPU pod mounts, relative to gpu.driver_root
-DRIVER_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/bin")
+# the node's driver directories a GPU pod mounts, relative to gpu.driver_root, by its arch
+DRIVER_DIRS = {
+    "amd64": ("usr/lib/x86_64-linux-gnu", "usr/bin"),
+    "arm64": ("usr/lib/aarch64-linux-gnu", "usr/bin"),
+}
 
 
 class ManifestRenderer(ObjectBuilder):
@@ -90,6 +96,8 @@ class ManifestRenderer(ObjectBuilder):
         for name, files in configs.items():
             objects[f"configmap-{name}.yaml"] = self.config_map(name, files)
         objects["pvc-jail.yaml"] = self.jail_claim()
+        for arch in self.cluster.other_arches:  # the /usr that node sets of that arch see
+            objects[f"pvc-{usr_claim(arch)}.yaml"] = self.jail_claim(arch)
         # the populate Job right after its claim: every other pod waits for what it copies
         for role in sorted(running, key=lambda r: r.workload != "job"):
             mounted: dict[str, str] = {}
@@ -131,8 +139,8 @@ class ManifestRenderer(ObjectBuilder):
                 out[f"statefulset-{ns.name}.yaml"] = self.node_set(role, ns, config_hash)
             return out
         if role.workload == "job":
-            job = self.job(role)
-            return {f"job-{job['metadata']['name']}.yaml": job}
+            jobs = [self.job(role), *(self.job(role, a) for a in self.cluster.other_arches)]
+            return {f"job-{job['metadata']['name']}.yaml": job for job in jobs}
         if role.workload == "schedule" and role.name == BACKUP:
             return self.scheduled_backup(role, config_hash)
         if role.workload == "schedule":
@@ -293,28 +301,37 @@ class ManifestRenderer(ObjectBuilder):
             "resources": small_resources(),
         }
 
-    def job(self, role: Role) -> dict[str, Any]:
+    def job(self, role: Role, arch: str | None = None) -> dict[str, Any]:
         """The jail populate, named after everything that defines it: a Job's template cannot
         change, so a changed jail.keep, image or digest makes a new Job (and the same inputs the
-        same Job, which a redeploy leaves alone)."""
-        populate = jail_contract.populate_env(self.images.jail_digest, self.spec.kept)
-        volumes, mounts = self.volumes(role)
+        same Job, which a redeploy leaves alone). With ``arch``: that arch's jail /usr, copied
+        on a node of that arch into its own claim."""
+        extra: dict[str, Any] = {}
+        if arch is None:
+            populate = jail_contract.populate_env(self.images.jail_digest, self.spec.kept)
+            image = self.images.refs[role.image]
+            volumes, mounts = self.volumes(role)
+        else:
+            digest = self.images.usr_digests[arch]
+            populate = jail_contract.populate_env(digest, (), usr_only=True)
+            image = self.images.refs[role.image + arch_suffix(arch)]
+            volumes = [self.jail_volume(arch)]
+            mounts = [{"name": usr_claim(arch), "mountPath": jail_contract.ROOT}]
+            extra["affinity"] = arch_affinity(arch)
         container = self.container(
-            role,
-            self.images.refs[role.image],
-            mounts,
-            env=[{"name": k, "value": v} for k, v in populate.items()],
+            role, image, mounts, env=[{"name": k, "value": v} for k, v in populate.items()]
         )
-        pod = self.pod_spec([container], volumes, wait=False, restartPolicy="OnFailure")
+        pod = self.pod_spec([container], volumes, wait=False, restartPolicy="OnFailure", **extra)
         spec = {
             "backoffLimit": 4,
             "template": {"metadata": {"labels": self.labels(role.name)}, "spec": pod},
         }
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+        name = role.name if arch is None else f"{role.name}-usr-{arch}"
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": self.meta(f"{role.name}-{digest[:12]}", role.name),
+            "metadata": self.meta(f"{name}-{digest[:12]}", role.name),
             "spec": spec,
         }
 
@@ -395,6 +412,12 @@ class ManifestRenderer(ObjectBuilder):
 
     def node_set(self, role: Role, ns: NodeSet, config_hash: str) -> dict[str, Any]:
         volumes, mounts = self.volumes(role)
+        arch = self.cluster.arch(ns)
+        usr_arch = None if arch == self.cluster.cell.arch else arch
+        if usr_arch:  # the jail, as nodes of its arch see it: with that arch's /usr
+            volumes.append(self.jail_volume(usr_arch))
+            mounts.insert(mounts.index({"name": "jail", "mountPath": jail_contract.ROOT}) + 1,
+                          self.usr_mount(usr_arch))  # fmt: skip
         env = [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             *({"name": k, "value": v} for k, v in sorted(ns.env.items())),
@@ -406,7 +429,7 @@ class ManifestRenderer(ObjectBuilder):
         }
         if ns.gpus:
             root = self.spec.gpu.driver_root.rstrip("/")
-            for i, sub in enumerate(DRIVER_DIRS):
+            for i, sub in enumerate(DRIVER_DIRS[arch]):
                 volumes.append(
                     {
                         "name": f"driver-{i}",
@@ -421,23 +444,21 @@ class ManifestRenderer(ObjectBuilder):
         grace = self.k8s.node_grace_seconds
         env.append({"name": "NODE_STATE_GRACE", "value": str(max(grace - STOP_MARGIN, 0))})
         args = ["$(POD_NAME)" if a == "{node}" else a for a in role.command]
-        container = self.container(
-            role, self.images.refs[ns.image], mounts, args, env, ns.capabilities
-        )
+        image = self.images.refs[ns.image + ("" if usr_arch is None else arch_suffix(arch))]
+        container = self.container(role, image, mounts, args, env, ns.capabilities)
         container["resources"] = {"requests": self.node_requests(limits), "limits": limits}
         # a pod being deleted drains its node and lets its jobs finish within the grace period;
         # those still running then end as on a lost node (images/slurmd/node-state)
         container["lifecycle"] = {"preStop": {"exec": {"command": [NODE_STATE, "stopping"]}}}
         extra: dict[str, Any] = {}
-        if ns.affinity.matchExpressions:
-            terms = [
-                {
-                    "key": e.key,
-                    "operator": e.operator,
-                    **({"values": list(e.values)} if e.values else {}),
-                }
-                for e in ns.affinity.matchExpressions
-            ]
+        terms: list[dict[str, Any]] = []
+        for e in ns.affinity.matchExpressions:
+            terms.append({"key": e.key, "operator": e.operator})
+            if e.values:
+                terms[-1]["values"] = list(e.values)
+        if ns.arch is not None:  # its arch's nodes, which pull its arch's image
+            extra["affinity"] = arch_affinity(ns.arch, terms)
+        elif terms:
             extra["affinity"] = {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -448,7 +469,7 @@ class ManifestRenderer(ObjectBuilder):
         # the pod's pause process is PID 1 and reaps what slurmd does not: each slurmstepd
         # daemonizes (its parent exits), so its exit would leave a zombie under a slurmd PID 1
         extra["shareProcessNamespace"] = True
-        pod = self.pod_spec([container], volumes, **extra)
+        pod = self.pod_spec([container], volumes, usr_arch=usr_arch, **extra)
         pod["terminationGracePeriodSeconds"] = grace
         return self.stateful_set(
             ns.name,

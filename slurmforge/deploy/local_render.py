@@ -33,9 +33,18 @@ from slurmforge.deploy.model import Cluster, NodeSet
 from slurmforge.deploy.roles import GPU_METRICS_PORT as GPU_PORT
 from slurmforge.deploy.roles import POPULATE, Role
 
+JAIL_USR = jail_contract.ROOT + jail_contract.USR
+
 ROLE_LABEL = "io.slurmforge.role"
 CLUSTER_LABEL = "io.slurmforge.cluster"
 JAIL_VOLUME = "jail"
+
+
+def usr_volume(arch: str) -> str:
+    """The volume that holds another arch's jail /usr (see jail_contract.PART_ENV)."""
+    return f"{JAIL_VOLUME}-usr-{arch}"
+
+
 IDENTITY_LABEL = "io.slurmforge.identity"  # SSSD reads its settings when the container starts
 
 
@@ -95,6 +104,7 @@ class ComposeRenderer:
             if role.name == roles.EXPORTER:
                 services.update(self.gpu_metrics(role))
         volumes: dict[str, Any] = {JAIL_VOLUME: {}}
+        volumes.update({usr_volume(arch): {} for arch in self.cluster.other_arches})
         volumes.update({r.data.local: {} for r in self.running if r.data})
         return {"version": "3.8", "services": services, "volumes": volumes}
 
@@ -140,16 +150,21 @@ class ComposeRenderer:
 
     def node(self, role: Role, ns: NodeSet, node: str) -> dict[str, Any]:
         driver = _gpu(self.gpus, node)
+        arch = self.cluster.arch(ns)
+        # a node of another arch than the jail's sees the jail with that arch's /usr
+        usr = [] if arch == self.cluster.cell.arch else [f"{usr_volume(arch)}:{JAIL_USR}"]
         service = self.service(
             role,
             node,
-            self.cluster.images[ns.image],
+            self.cluster.node_image(ns),
             tuple(node if a == "{node}" else a for a in role.command),
             capabilities=ns.capabilities,
             env=dict(ns.env),
-            volumes=driver.get("volumes", []),
+            volumes=[*usr, *driver.get("volumes", [])],
             labels={"io.slurmforge.nodeset": ns.name},
         )
+        if ns.arch is not None:
+            service["platform"] = f"linux/{arch}"
         if driver:
             service["devices"] = driver["devices"]
         return service

@@ -383,6 +383,14 @@ class Local(Target):
                 self.cluster.spec.kept,
                 out=self.log,
             )
+            for arch in self.cluster.other_arches:  # the /usr its nodes see the jail with
+                jail.populate(
+                    self.engine,
+                    self.cluster.image(JAIL, arch),
+                    f"{self.cluster.name}_{local_render.usr_volume(arch)}",
+                    out=self.log,
+                    usr_only=True,
+                )
             # A populate replaced the jail's ld cache with the image's: running GPU workers
             # put their driver's entries back (a no-op when nothing changed).
             for node in self.gpus.nodes:

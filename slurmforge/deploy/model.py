@@ -7,6 +7,7 @@ renderer.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from pydantic import (
 )
 
 from slurmforge import features, matrix, refs, state
-from slurmforge.config import Config
+from slurmforge.config import Arch, Config
 from slurmforge.deploy import identity, roles, site_spec
 from slurmforge.deploy.fields import (
     NODE_DIRS,
@@ -69,6 +70,9 @@ class NodeSet(Model):
     name: DNSName
     replicas: Annotated[StrictInt, Field(ge=0, le=256)]
     image: DNSName
+    # the CPU arch of its machines (default: the cluster's cell's); another arch's node sets run
+    # the same set's cell of that arch (Grace GPU nodes beside amd64 controllers)
+    arch: Arch | None = None
     cpus: Annotated[StrictInt, Field(ge=1)]
     memory_mb: Annotated[StrictInt, Field(ge=64)]
     features: tuple[Word, ...] = ()
@@ -348,7 +352,9 @@ class Cluster:
     spec: ClusterSpec
     path: Path
     cell: matrix.Cell
-    images: dict[str, str]  # component → image reference
+    # component → image reference; a node set of another arch than the cell's has its image
+    # and that arch's jail (its /usr) under '<component>-<arch>' (matrix.arch_suffix)
+    images: dict[str, str]
     build_hint: str  # the `invoke build` that produces these images
 
     @property
@@ -361,6 +367,22 @@ class Cluster:
 
     def nodeset(self, name: str) -> NodeSet:
         return next(ns for ns in self.spec.nodesets if ns.name == name)
+
+    def arch(self, ns: NodeSet) -> str:
+        return ns.arch or self.cell.arch
+
+    @property
+    def other_arches(self) -> list[str]:
+        """The arches of node sets that are not the cell's: each has a jail /usr of its own."""
+        return sorted({self.arch(ns) for ns in self.spec.nodesets} - {self.cell.arch})
+
+    def image(self, component: str, arch: str | None = None) -> str:
+        """``component``'s image for ``arch`` (default: the cell's)."""
+        other = arch is not None and arch != self.cell.arch
+        return self.images[component + (matrix.arch_suffix(arch) if other else "")]
+
+    def node_image(self, ns: NodeSet) -> str:
+        return self.image(ns.image, self.arch(ns))
 
 
 def check_user(name: str) -> str:
@@ -499,9 +521,29 @@ def _bind_images(
                 f"({', '.join(ns.gres)}) but {ns.image!r} has no GPU user space; expected "
                 f"{' or '.join(gpu_images)}"
             )
-    wanted = roles.images(spec)
-    hint = f"invoke build --set {set_name} --cell {cell.name}"
-    return cell, {c: refs[c] for c in sorted(wanted)}, hint
+    images = {c: refs[c] for c in sorted(roles.images(spec))}
+    cells_built = [cell]
+    for i, ns in enumerate(spec.nodesets):
+        if ns.arch is None or ns.arch == cell.arch:
+            continue
+        sibling = dataclasses.replace(cell, arch=ns.arch)
+        if sibling.name not in cells:
+            raise ConfigError(
+                f"{path}: nodesets[{i}].arch: set {set_name!r} has no {ns.arch} cell of Slurm "
+                f"{cell.slurm}, CUDA {cell.cuda} on {cell.distro} (expected {cell.arch}, or "
+                f"{ns.arch} in the set's matrix.arch)"
+            )
+        if sibling not in cells_built:
+            cells_built.append(sibling)
+        arch_refs = {
+            t.component + matrix.arch_suffix(ns.arch): t.ref
+            for t in matrix.expand(config, set_name, [sibling], [ns.image, roles.JAIL])
+            if t.component in (ns.image, roles.JAIL)
+        }
+        images.update(arch_refs)
+    cell_args = " ".join(f"--cell {c.name}" for c in cells_built)
+    hint = f"invoke build --set {set_name} {cell_args}"
+    return cell, images, hint
 
 
 def usable_nodes(refs: dict[str, str]) -> list[str]:
