@@ -157,20 +157,25 @@ def deploy(root: Path, prefix: str, client: docker.DockerClient, **changes) -> I
 
 
 def squashfs_image(
-    cluster: Deployed, images: dict[str, str], client: docker.DockerClient, user: str, mark: str
+    cluster: Deployed,
+    images: dict[str, str],
+    client: docker.DockerClient,
+    user: str,
+    mark: str,
+    platform: str = "linux/amd64",
 ) -> str:
     """~user/os.sqsh in the jail, owned by ``user``: a small image built here from the cell's base
-    image with ``mark`` as the ID= of its os-release (the jail says debian), exported with
-    `docker export` and packed with the jail's mksquashfs, as a user makes one from a local
-    image without a registry."""
+    image (of ``platform``) with ``mark`` as the ID= of its os-release (the jail says debian),
+    exported with `docker export` and packed with the jail's mksquashfs, as a user makes one
+    from a local image without a registry."""
     dockerfile = (
         f"FROM {images['base']}\n"
         f"RUN rm -f /etc/os-release && printf 'ID={mark}\\nPRETTY_NAME=\"{mark}\"\\n'"
         " > /etc/os-release\n"
     )
     tag = f"{cluster.name}-ctr:latest"
-    subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=dockerfile, text=True,
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(["docker", "build", "-q", "--platform", platform, "-t", tag, "-"],
+                   input=dockerfile, text=True, check=True, capture_output=True)  # fmt: skip
     made = client.containers.create(tag, command=["true"])
     login = cluster.container("login").id
     try:

@@ -1,0 +1,191 @@
+"""A cluster of two arches, as GB200 sites run them: amd64 slurmctld, login and one amd64 node,
+beside one arm64 node (a node set with ``arch: arm64``, running the grace set's arm64 cell under
+qemu-user here). One jail: the arm64 node sees it with the arm64 jail's /usr, so a user's home,
+account and files are the same on both, and each node runs its own arch's programs.
+
+What emulation cannot show: a container *started* on the arm64 node. enroot enters a user
+namespace, which qemu-user cannot create (it runs a thread of its own beside the program, and
+unshare(CLONE_NEWUSER) refuses threaded callers: qemu issue 871). The test unpacks an arm64
+image there with the node's own enroot, which is as far as an emulated node goes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from slurmforge.versions import load as load_versions
+from tests.cluster.conftest import Deployed, deploy, squashfs_image
+from tests.conftest import ROOT, need_sources
+
+pytestmark = pytest.mark.cluster
+
+SET, CUDA = "grace", "12.9.1"
+CELL = f"24.05.8-cuda{CUDA}-debian12"
+USER = "grace"
+HELLO = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <sys/utsname.h>
+int main(int argc, char **argv) {
+  int rank, size, sum = 0;
+  struct utsname u;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  uname(&u);
+  MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  printf("rank %d of %d on %s (%s): sum %d\n", rank, size, u.nodename, u.machine, sum);
+  MPI_Finalize();
+  return 0;
+}
+"""
+PROBE = """/sbin/ldconfig -p | grep -F 'libcudart.so.12 ' | sed 's/ =>.*//' | tr -d '\\t'
+python3 - << 'PY'
+import ctypes
+v = ctypes.c_int()
+ctypes.CDLL("libcudart.so.12").cudaRuntimeGetVersion(ctypes.byref(v))
+print(v.value)
+ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(v))
+print(v.value)
+PY"""
+UNPACK = """set -e
+enroot create -f -n armctr SQSH > /dev/null 2>&1
+echo "$(uname -m) $(enroot list)"
+data=$(eval echo "$(sed -n 's/^ENROOT_DATA_PATH *//p' /etc/enroot/enroot.conf)")
+echo "$data"
+od -An -tx1 -j18 -N1 "$data/armctr/usr/bin/ls" | tr -d ' '
+grep '^ID=' "$data/armctr/etc/os-release"
+enroot remove -f armctr"""
+# stages the source, builds it once per arch (each node its own), runs both ranks as one job
+JOB = """#!/bin/bash
+#SBATCH -N 2 --ntasks-per-node=1 -o mixed-%j.out
+set -euo pipefail
+mkdir -p "$HOME/mixed" && cp "$HOME/hello.c" "$HOME/mixed/" && cd "$HOME/mixed"
+srun --ntasks-per-node=1 bash -c 'mpicc -O2 -o "hello.$(uname -m)" hello.c'
+srun bash -c 'exec "./hello.$(uname -m)"'
+"""
+
+
+def _build(*args: str) -> None:
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "build", "--set", SET]
+    proc = subprocess.run([*argv, *args], cwd=ROOT, env={**os.environ, "SLURMFORGE_DEBUG": ""},
+                          timeout=3600)  # fmt: skip
+    assert proc.returncode == 0, f"build {' '.join(args)} failed (see .cache/logs/latest)"
+
+
+@pytest.fixture(scope="module")
+def arm64_base() -> str:
+    """The amd64 cell's images, and the arm64 cell's node image and jail (Slurm cross-compiled,
+    installed under emulation); the arm64 base's reference."""
+    need_sources()
+    _build("--cell", CELL)
+    _build("--cell", f"{CELL}-arm64", "--component", "slurmd", "--component", "jail")
+    return "slurmforge/base:debian12-arm64"
+
+
+@pytest.fixture(scope="module")
+def mixed(
+    arm64_base: str, client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployed]:
+    changes = {
+        "images": {"set": SET, "cell": CELL},
+        "nodesets": [
+            {"name": "cpu", "definitions": ["cpu-small"], "replicas": 1},
+            {"name": "grace", "definitions": ["cpu-small"], "replicas": 1, "arch": "arm64"},
+        ],
+        "partitions": [{"name": "main", "nodesets": ["cpu", "grace"], "default": True}],
+    }
+    with deploy(tmp_path_factory.mktemp("mixed"), "sfarch", client, **changes) as cluster:
+        cluster.user(USER)
+        yield cluster
+
+
+def _srun(cluster: Deployed, args: str) -> str:
+    return cluster.ok("login", f"cd ~ && srun {args}", user=USER)
+
+
+def test_one_step_runs_on_both_arches_inside_the_jail(mixed: Deployed) -> None:
+    out = _srun(mixed, "-N2 -l bash -c 'echo $(hostname) $(uname -m) $(id -un) $HOME'")
+    assert _by_task(out) == [
+        [f"cpu-0 x86_64 {USER} /home/{USER}"],
+        [f"grace-0 aarch64 {USER} /home/{USER}"],
+    ]
+
+
+def _script(cluster: Deployed, name: str, text: str) -> None:
+    cluster.ok("login", f"cat > ~/{name} << 'EOF'\n{text}\nEOF", user=USER)
+
+
+def _by_task(out: str) -> list[list[str]]:
+    """srun -l output: each task's lines, ordered by what they say (not by task number)."""
+    tasks: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if line.startswith("srun: "):  # (srun's own: job queued, allocated)
+            continue
+        task, _, text = line.partition(": ")
+        tasks.setdefault(task, []).append(text.strip())
+    return sorted(tasks.values())
+
+
+def test_each_arch_loads_its_own_cuda_and_nccl_through_the_jails_ld_cache(
+    mixed: Deployed,
+) -> None:
+    """One /etc for both arches, but an ld cache per arch: each node finds the CUDA runtime and
+    NCCL of its arch by SONAME, and they load and report the versions versions.yaml pins."""
+    versions = load_versions(ROOT / "versions.yaml")
+    nccl = versions.versions.release("nccl", None, CUDA)[0]
+    major, minor, _ = (int(x) for x in CUDA.split("."))
+    n = [int(x) for x in nccl.split(".")]
+    want = [str(major * 1000 + minor * 10), str(n[0] * 10000 + n[1] * 100 + n[2])]
+    _script(mixed, "probe.sh", PROBE)
+    assert _by_task(_srun(mixed, "-N2 -l sh probe.sh")) == [
+        ["libcudart.so.12 (libc6,AArch64)", *want],
+        ["libcudart.so.12 (libc6,x86-64)", *want],
+    ]
+
+
+def test_an_mpi_job_spans_both_arches_and_is_accounted(mixed: Deployed) -> None:
+    _script(mixed, "hello.c", HELLO)
+    _script(mixed, "mixed.sh", JOB)
+    out = mixed.ok("login", "cd ~ && sbatch --parsable --wait mixed.sh", user=USER)
+    job = out.split()[-1].split(";")[0]
+    output = mixed.ok("login", f"cat ~/mixed-{job}.out", user=USER).splitlines()
+    ranks = sorted(line for line in output if not line.startswith("srun: "))
+    assert ranks == [
+        "rank 0 of 2 on cpu-0 (x86_64): sum 1",
+        "rank 1 of 2 on grace-0 (aarch64): sum 1",
+    ]
+    # each node built its own: an x86-64 and an AArch64 program side by side in the one home
+    machines = [
+        mixed.ok("login", f"od -An -tx1 -j18 -N1 ~/mixed/hello.{arch}", user=USER)
+        for arch in ("x86_64", "aarch64")
+    ]
+    assert machines == ["3e", "b7"]  # EM_X86_64, EM_AARCH64
+    sacct = mixed.ok("login", f"sacct -j {job} -n -P -o JobID,NodeList,State,ExitCode", user=USER)
+    steps = {line.split("|")[0]: line.split("|")[1:] for line in sacct.splitlines()}
+    assert steps[job] == ["cpu-0,grace-0", "COMPLETED", "0:0"], sacct
+    assert steps[f"{job}.1"] == ["cpu-0,grace-0", "COMPLETED", "0:0"], sacct
+
+
+def test_the_arm64_node_unpacks_an_arm64_image_with_its_own_enroot(
+    mixed: Deployed, arm64_base: str, client: docker.DockerClient
+) -> None:
+    """A squashfs made from an arm64 image, unpacked on the arm64 node by its aarch64 enroot
+    into the user's node-local container data: aarch64 programs inside, the image's own
+    os-release. (Starting it needs a user namespace, which an emulated node cannot make; see
+    the module's docstring.)"""
+    sqsh = squashfs_image(mixed, {"base": arm64_base}, client, USER, "gracectr", "linux/arm64")
+    _script(mixed, "unpack.sh", UNPACK.replace("SQSH", sqsh))
+    out = _srun(mixed, "-w grace-0 bash unpack.sh")
+    uid = mixed.ok("login", "id -u", user=USER)
+    assert out.splitlines() == [
+        "aarch64 armctr",
+        f"/var/lib/slurmforge/enroot/{uid}/data",
+        "b7",  # the ELF machine of its /usr/bin/ls: EM_AARCH64
+        "ID=gracectr",
+    ]
