@@ -188,15 +188,22 @@ def clean(c, select: Select, images, sources):
     registry=Option("push to this registry prefix instead of the set's (HOST[:PORT][/PATH])"),
     force=Option("push even images whose image tests have not passed", False),
     retries=Option("retries of a transient failure per tag, with backoff (default 4)"),
+    lists=Option(
+        "only join the per-arch images each cell's push left in the registry into manifest lists",
+        False,
+    ),
 )
-def push(c, select: Select, registry, force, retries):
+def push(c, select: Select, registry, force, retries, lists):
     """Push every tag of the selected built, tested images; record their digests in build/."""
     from slurmforge import push as push_mod
 
     retries = number("--retries", retries, 4, integer=True, inclusive=True)
     if registry:
         push_mod.check_registry(registry)  # refused before Docker is asked anything
-    pushed, lock = push_mod.push(select.project(), registry, force, retries)
+    if lists:
+        pushed, lock = push_mod.push_lists(select.project(), registry)
+    else:
+        pushed, lock = push_mod.push(select.project(), registry, force, retries)
     print(_table(push_mod.summary(pushed), ["image", "digest", "sent", "existed", "tries", "time"]))
     print(f"digests recorded in {lock}", file=sys.stderr)
 

@@ -103,7 +103,7 @@ def measure(root: Path, name: str, key: Path | None, node_ssh: bool = True) -> d
             out["ssh ldap"] = ssh_ms(port, "ada", key)
             out["ssh local"] = ssh_ms(port, "bench", key)
         _, run = session(client, name, user)
-        out["launch"] = launch_ms(run, "main")
+        out["launch"] = launch_ms(run, "-p main -N2")
         out["jobs"] = jobs_per_s(run, "main", user)
     finally:
         invoke("down", "--volumes", *where)

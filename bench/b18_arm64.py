@@ -9,17 +9,27 @@ finds a layer of an earlier build (the distro bases stay: they are not Slurm's).
 the internal tags (slurmforge/slurm-debs:…), which the real project's next build puts back; this
 benchmark runs that build at the end. Takes one native and one cross Slurm compile, and the
 emulated installs: about 20 minutes on 2 cores.
+
+With --launch (or after the build): a step launch on an arm64 node under emulation against one
+on an amd64 node, in one mixed cluster of the grace set's images (amd64 controller and login, one
+node of each arch): `srun -N1 -w NODE true` from a jail user, median of 20 each.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
+import docker
+import yaml
+
+from bench.b7_jobs import LAUNCHES, cluster_file, in_jail, launch_ms
 from bench.common import copy_project, invoke, summary
-from tests.build.test_arm64 import CELL, _with_arm64
+from tests.build.test_arm64 import CELL, GRACE, _with_arm64
 
 TEMPLATES = ("macros.j2", "slurm-debs/Dockerfile.j2", "runtime/Dockerfile.j2",
              "slurmd/Dockerfile.j2")  # fmt: skip
@@ -46,7 +56,40 @@ def _build(root: Path, cell: str) -> tuple[float, list[dict[str, object]]]:
     return took, summary(root)
 
 
+def launch() -> None:
+    """Step launch on the arm64 node (emulated) against the amd64 node, in one mixed cluster."""
+    invoke("build", "--set", "grace", "--cell", GRACE)
+    invoke("build", "--set", "grace", "--cell", f"{GRACE}-arm64",
+           "--component", "slurmd", "--component", "jail")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="b18-") as tmp:
+        root = Path(tmp)
+        os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
+        path = cluster_file(root, "sfbench18")
+        data = yaml.safe_load(path.read_text())
+        (cpu,) = (ns for ns in data["nodesets"] if ns["name"] == "cpu")
+        data.update(
+            images={"set": "grace", "cell": GRACE},
+            nodesets=[{**cpu, "replicas": 1}, {**cpu, "name": "grace", "replicas": 1,
+                                               "arch": "arm64"}],
+            partitions=[{"name": "main", "nodesets": ["cpu", "grace"], "default": True}],
+        )  # fmt: skip
+        path.write_text(yaml.safe_dump(data))
+        where = ["--cluster", str(path), "--out", str(root / "out")]
+        try:
+            invoke("deploy", *where)
+            jail = in_jail(docker.from_env(), "sfbench18")
+            amd64, arm64 = (launch_ms(jail, f"-N1 -w {node}") for node in ("cpu-0", "grace-0"))
+        finally:
+            invoke("down", "--volumes", *where)
+    print(f"B18 step launch, srun -N1 true, median of {LAUNCHES}:")
+    print(f"  amd64 node   {amd64:6.0f} ms")
+    print(f"  arm64 node   {arm64:6.0f} ms (emulated)  ratio {arm64 / amd64:.2f}")
+
+
 def main() -> None:
+    if "--launch" in sys.argv:
+        launch()
+        return
     with tempfile.TemporaryDirectory(prefix="b18-") as tmp:
         root = copy_project(Path(tmp))
         _with_arm64(root)
@@ -63,6 +106,7 @@ def main() -> None:
     start = time.perf_counter()
     invoke("build")  # the real project's tags, back on its own images
     print(f"B18 the project's own tags restored in {time.perf_counter() - start:.1f} s")
+    launch()
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def measure(name: str, cgroups: bool) -> tuple[dict[str, float], dict[str, float
         try:
             invoke("deploy", *where)
             jail = in_jail(docker.from_env(), name)
-            latency = {part: launch_ms(jail, part) for part in parts}
+            latency = {part: launch_ms(jail, f"-p {part} -N2") for part in parts}
             rate = {part: jobs_per_s(jail, part) for part in parts}
         finally:
             invoke("down", "--volumes", *where)
@@ -129,10 +129,11 @@ def in_jail(client: docker.DockerClient, name: str):
     return run
 
 
-def launch_ms(jail, part: str) -> float:
-    jail(f"srun -Q -p {part} -N2 true")  # warm: the first step on a node loads its plugins
+def launch_ms(jail, where: str) -> float:
+    """Median ms of `srun -Q WHERE true` (WHERE: which nodes, e.g. -p main -N2)."""
+    jail(f"srun -Q {where} true")  # warm: the first step on a node loads its plugins
     out = jail(
-        f"for i in $(seq {LAUNCHES}); do s=$(date +%s%N); srun -Q -p {part} -N2 true;"
+        f"for i in $(seq {LAUNCHES}); do s=$(date +%s%N); srun -Q {where} true;"
         " echo $(( $(date +%s%N) - s )); done"
     )
     return statistics.median(int(ns) for ns in out.split()) / 1e6

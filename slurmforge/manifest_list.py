@@ -60,6 +60,26 @@ def publish(tag: str, members: dict[str, str], run: Run = subprocess.run) -> str
     return digest
 
 
+def image_digest(ref: str, arch: str, run: Run = subprocess.run) -> str | None:
+    """The digest of the one image the registry holds at ``ref``, checked to be ``arch``'s;
+    None when it holds nothing there."""
+    proc = run(["docker", "manifest", "inspect", "-v", *_insecure(ref), ref],
+               capture_output=True, text=True, check=False)  # fmt: skip
+    if proc.returncode:
+        said = (proc.stderr or proc.stdout).strip()
+        if "no such manifest" in said.lower() or "manifest unknown" in said.lower():
+            return None
+        raise ManifestListError(f"docker manifest inspect {ref} failed: {said.splitlines()[-1:]}")
+    raw = json.loads(proc.stdout)
+    descriptor = raw.get("Descriptor") if isinstance(raw, dict) else None
+    if not descriptor:
+        raise ManifestListError(f"{ref}: expected one {arch} image, the registry holds a list")
+    found = (descriptor.get("platform") or {}).get("architecture", "?")
+    if found != arch:
+        raise ManifestListError(f"{ref}: expected an {arch} image, the registry holds {found}'s")
+    return str(descriptor["digest"])
+
+
 def check(tag: str, members: dict[str, str], run: Run = subprocess.run) -> None:
     """The registry's list at ``tag`` names exactly ``members`` (arch → digest), each with its
     arch as platform."""

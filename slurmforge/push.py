@@ -283,6 +283,56 @@ def push(
     return done, root / state.IMAGES_LOCK
 
 
+def push_lists(
+    project: Project, registry: str | None = None, out: IO[str] | None = None
+) -> tuple[list[Pushed], Path]:
+    """The manifest lists of the set's multi-arch tags, made from what pushes of each cell left in
+    the registry (``<tag>-<arch>``, read back by digest and checked to be that arch's): what CI
+    runs after a job per cell, on a machine that built nothing. Every arch's image is found
+    first; one that is missing is refused before any list is made."""
+    new = check_registry(registry) if registry else None
+    name = project.selection.set_name
+    old = project.config.versions.sets[name].registry
+    named = project.selection.components
+    whole = [
+        t
+        for t in matrix.expand(project.config, name, matrix.cells_of(project.config, name))
+        if matrix.COMPONENTS[t.component].public and (not named or t.component in named)
+    ]
+    wanted: dict[str, dict[str, str | None]] = {}  # tag → arch → digest
+    for published, members in by_published_tags(whole).items():
+        if len(members) < 2:
+            continue
+        for tag in (retarget(t, old, new) for t in published):
+            wanted[tag] = {
+                t.arch: manifest_list.image_digest(manifest_list.arch_tag(tag, t.arch), t.arch)
+                for t in members
+            }
+    if not wanted:
+        raise ConfigError(f"set {name!r}: no tag of it has more than one arch: no list to make")
+    missing = [
+        manifest_list.arch_tag(tag, arch)
+        for tag, digests in wanted.items()
+        for arch, digest in digests.items()
+        if digest is None
+    ]
+    if missing:
+        raise PushError(
+            f"{missing[0]} is not in the registry ({len(missing)} per-arch tags missing): "
+            "no list made",
+            hint=f"push each cell first: {project.hint('push')} --cell CELL",
+        )
+    done = []
+    for tag, digests in wanted.items():
+        start = time.monotonic()
+        members = {arch: str(d) for arch, d in digests.items()}
+        digest = manifest_list.publish(tag, members)
+        state.write_images_lock(project.root, {tag: digest})
+        done.append(Pushed(tag, digest, 0, len(members), 1, time.monotonic() - start))
+        print(f"push: {tag}: list of {', '.join(sorted(members))}", file=out or sys.stderr)
+    return done, project.root / state.IMAGES_LOCK
+
+
 def by_published_tags(targets: list[Target]) -> dict[tuple[str, ...], list[Target]]:
     """The tags a push publishes → the images (one per arch) that share them."""
     groups: dict[tuple[str, ...], list[Target]] = {}

@@ -1,6 +1,6 @@
-"""Build, one after another, the cells the suite's later tiers build for themselves (the upgrade
-test's, then the image tier's), so that .ci/run can start this beside the cluster tier, whose
-tests mostly wait on their clusters:
+"""Build, one after another, the cells the suite's later tiers build for themselves (the mixed-arch
+cluster's, the upgrade test's, then the image tier's), so that .ci/run can start this beside the
+cluster tier, whose tests mostly wait on their clusters:
 
     python -m tests.prebuild          (each cell's `invoke build` output goes to stdout)
 
@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from tests.cluster import test_mixed_arch
 from tests.cluster.test_upgrade import FROM, TO
 from tests.conftest import build, select
 from tests.image.conftest import IMAGE_CELLS
@@ -27,6 +28,12 @@ def cells() -> list[tuple[str, str]]:
 
 def main() -> int:
     failed = 0
+    print(f"prebuild: {test_mixed_arch.SET} (both arches)", flush=True)
+    try:
+        test_mixed_arch.build_cells()  # as its fixture builds them
+    except AssertionError as why:
+        print(f"prebuild: {test_mixed_arch.SET}: {why}", flush=True)
+        failed += 1
     for set_name, cell in cells():
         print(f"prebuild: {set_name} {cell}", flush=True)
         try:

@@ -1,8 +1,8 @@
 """arm64 images on this amd64 host, under emulation (qemu-user through binfmt_misc, which
 scripts/setup registers): the matrix's arch axis builds a second base with mmdebstrap
---architectures=arm64 and, on it, the cell's images; Slurm's packages for it are cross-compiled on
-the amd64 builder. Their binaries are aarch64, they run, the amd64 images of the same cell keep
-their tags and IDs, and a second build of both arches is the no-op fast path."""
+--architectures=arm64 and, on it, the cell's images; Slurm's packages and nccl-tests for it are
+cross-compiled on the amd64 builder. Their binaries are aarch64, they run, the amd64 images of the
+same cell keep their tags and IDs, and a second build of both arches is the no-op fast path."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from pathlib import Path
 from bench.common import copy_project
 from slurmforge.app import Project, Selection
 from tests.build.test_build_behaviour import _build, _notes
+from tests.image.test_gpu_images import mount_standin_driver
 from tests.image.test_images import SECRET_FILES, STUB_CONF, _layer_files
 
 CELL = "24.05.8-cuda12.2.2-debian12"
+GRACE = "24.05.8-cuda12.9.1-debian12"  # the grace set's cell (CUDA with aarch64 wheels)
 AARCH64 = 0xB7  # ELF e_machine
 
 
@@ -129,12 +131,41 @@ def test_slurm_for_arm64_is_cross_compiled_and_its_node_image_runs_here(
     assert [f for f in files if f.rsplit("/", 1)[-1] in names or "/ssh_host_" in f] == []
 
 
-def test_gpu_user_space_is_refused_for_arm64_until_its_wheels_are_pinned(tmp_path: Path) -> None:
+def test_the_arm64_gpu_worker_runs_cross_compiled_nccl_tests_and_an_aarch64_driver(
+    tmp_path: Path, client
+) -> None:
+    """The grace set's arm64 worker: CUDA 12.9 and NCCL from NVIDIA's aarch64 (sbsa) wheels,
+    nccl-tests cross-compiled on the amd64 builder (its own builder image, amd64), every binary
+    aarch64 with each library it needs found; and an arm64 host's stand-in driver, mounted the
+    way the Kubernetes target mounts it, is bound read-only and loadable under emulation."""
     root = copy_project(tmp_path)
-    _with_arm64(root)
-    proc = _build(root, "--set", "default", "--cell", f"{CELL}-arm64", "--component", "worker")
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    first = proc.stderr.splitlines()[0]
-    assert (
-        first.startswith("error: ") and "cuda.12.2.2: pins GPU user space for amd64 only" in first
+    args = ("--set", "grace", "--cell", f"{GRACE}-arm64", "--component", "worker")
+    proc = _build(root, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    targets = {t.id: t for t in Project(Selection(root / "versions.yaml", "grace")).targets}
+    builder = targets["nccl-tests/debian12-12.9.1-arm64"]
+    worker = targets["worker/debian12-24.05.8-12.9.1-arm64"].ref
+    assert client.images.get(builder.ref).attrs["Architecture"] == "amd64"
+    assert client.images.get(worker).attrs["Architecture"] == "arm64"
+    perf = ("all_reduce_perf", "all_gather_perf", "alltoall_perf", "sendrecv_perf")
+    for name in perf:
+        assert _elf_machine(client, worker, f"/usr/local/bin/{name}") == AARCH64, name
+    script = " && ".join(
+        [
+            "cat /usr/local/cuda/slurmforge-versions.txt",
+            *(f"ldd /usr/local/bin/{name}" for name in perf),
+            "all_reduce_perf -h | head -1",
+        ]
     )
+    out = subprocess.run(
+        ["docker", "run", "--rm", "--platform", "linux/arm64", "--entrypoint", "bash", worker,
+         "-c", script], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "not found" not in out.stdout, out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["nvidia-cuda-runtime-cu12 12.9.79", "nvidia-nccl-cu12 2.27.7"]
+    assert "libnccl.so.2 => /usr/local/cuda-12.9/lib64/libnccl.so.2" in out.stdout
+    assert lines[-1].startswith("USAGE: all_reduce_perf")
+    said = mount_standin_driver(client, worker, tmp_path, "arm64")
+    assert "libcuda.so.1 (libc6,AArch64) => /usr/local/nvidia/lib64/libcuda.so.1" in said, said

@@ -128,10 +128,18 @@ def _cache_is_whole(gpu: Deployed) -> None:
         sizes = _job(gpu, node, f"stat -L -c '%s %n' {LIB}/*")[1].splitlines()
         assert sizes and all(int(line.split()[0]) > 0 for line in sizes), sizes
     # on the shared volume itself (the login node has no projection): nothing was created for the
-    # driver, no candidate cache was left behind, and the cache is not empty
+    # driver, no candidate cache was left behind (beside the cache, which /etc/ld.so.cache
+    # links to), and the cache is not empty
     assert gpu.ok("login", "find /jail/usr/local/nvidia -mindepth 1 ! -type d | wc -l") == "0"
-    assert gpu.ok("login", "ls -A /jail/etc | grep -c '^.ld.so.cache.' || true") == "0"
-    assert int(gpu.ok("login", "stat -c %s /jail/etc/ld.so.cache")) > 0
+    cache = gpu.ok("login", "readlink -f /jail/etc/ld.so.cache")
+    assert cache == "/jail/usr/lib/slurmforge/ld.so.cache"
+    assert (
+        gpu.ok(
+            "login", "ls -A /jail/etc /jail/usr/lib/slurmforge | grep -c '^.ld.so.cache.' || true"
+        )
+        == "0"
+    )
+    assert int(gpu.ok("login", f"stat -c %s {cache}")) > 0
 
 
 def test_three_workers_started_at_once_leave_a_whole_ld_cache(gpu: Deployed) -> None:
@@ -139,7 +147,7 @@ def test_three_workers_started_at_once_leave_a_whole_ld_cache(gpu: Deployed) -> 
 
 
 def test_restarting_workers_together_does_not_rewrite_the_cache(gpu: Deployed) -> None:
-    before = gpu.ok("login", "stat -c '%i %Y' /jail/etc/ld.so.cache")
+    before = gpu.ok("login", "stat -L -c '%i %Y' /jail/etc/ld.so.cache")
     containers = [gpu.container(n) for n in GPU_NODES]
     # what each said before the restart (`logs(since=)` counts whole seconds: a worker started
     # by the deploy a second before would be counted as restarted twice)
@@ -161,7 +169,7 @@ def test_restarting_workers_together_does_not_rewrite_the_cache(gpu: Deployed) -
         time.sleep(1)
     assert all(o == ["project-driver: jail ld cache already up to date"] for o in ours), ours
     gpu.wait_states({n: "idle" for n in GPU_NODES})
-    assert gpu.ok("login", "stat -c '%i %Y' /jail/etc/ld.so.cache") == before
+    assert gpu.ok("login", "stat -L -c '%i %Y' /jail/etc/ld.so.cache") == before
     _cache_is_whole(gpu)
 
 

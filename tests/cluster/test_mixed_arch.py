@@ -78,13 +78,18 @@ def _build(*args: str) -> None:
     assert proc.returncode == 0, f"build {' '.join(args)} failed (see .cache/logs/latest)"
 
 
-@pytest.fixture(scope="module")
-def arm64_base() -> str:
+def build_cells() -> None:
     """The amd64 cell's images, and the arm64 cell's node image and jail (Slurm cross-compiled,
-    installed under emulation); the arm64 base's reference."""
-    need_sources()
+    installed under emulation)."""
     _build("--cell", CELL)
     _build("--cell", f"{CELL}-arm64", "--component", "slurmd", "--component", "jail")
+
+
+@pytest.fixture(scope="module")
+def arm64_base() -> str:
+    """The cells built; the arm64 base's reference."""
+    need_sources()
+    build_cells()
     return "slurmforge/base:debian12-arm64"
 
 

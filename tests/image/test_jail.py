@@ -100,6 +100,34 @@ def test_populate_is_idempotent(client, images, volumes) -> None:
     assert _in_volume(client, images["jail"], volume, MANIFEST) == before
 
 
+def test_the_ld_cache_lives_under_usr_and_a_usr_populate_copies_usr_alone(
+    client, images, volumes
+) -> None:
+    """A jail's arch is all under /usr: /etc/ld.so.cache links to the image's cache kept there,
+    and the /usr populate (for nodes of another arch, which mount it over the jail's /usr)
+    copies /usr and that cache alone, no user state, no /etc."""
+    jail_ref = images["jail"]
+    volume, usr = volumes(), volumes()
+    _populate(client, jail_ref, volume)
+    script = (
+        "readlink /jail/etc/ld.so.cache; cmp /etc/ld.so.cache /jail/usr/lib/slurmforge/ld.so.cache"
+        " && echo same"
+    )
+    assert _in_volume(client, jail_ref, volume, script).split() == [
+        "../usr/lib/slurmforge/ld.so.cache",
+        "same",
+    ]
+    said = _populate(client, jail_ref, usr, usr_only=True)
+    assert "copying the jail image's /usr" in said
+    listing = _in_volume(client, jail_ref, usr, "ls -A /jail; cmp /etc/ld.so.cache "
+                         "/jail/lib/slurmforge/ld.so.cache && echo same")  # fmt: skip
+    names = listing.split()
+    assert names[-1] == "same"
+    assert {"bin", "lib", "sbin", "share", "local", ".slurmforge"} <= set(names)
+    assert not {"etc", "home", "opt", "usr"} & set(names), names
+    assert "already holds" in _populate(client, jail_ref, usr, usr_only=True)
+
+
 def test_killed_populate_converges_on_rerun(client, images, volumes) -> None:
     clean, resumed = volumes(), volumes()
     _populate(client, images["jail"], clean)

@@ -1,7 +1,9 @@
 """Push tier, two arches: the default cell built for amd64 and arm64 (the arm64 half under
 emulation, as the build tier builds it), pushed to a real registry: each published tag is one
-manifest list of both images, each arch pulled through it is that arch, the lock holds the list's
-and each arch's digest, and a list that names another image than the one pushed is refused."""
+manifest list of both images, made by a push of the whole set or, after a push per cell (as CI
+runs them, each on its own machine), by `push --lists` from the registry alone; each arch pulled
+through it is that arch, the lock holds the list's and each arch's digest, and a list that names
+another image than the one pushed is refused."""
 
 from __future__ import annotations
 
@@ -51,6 +53,22 @@ def test_a_tag_of_two_arches_is_one_manifest_list_of_both(tmp_path: Path, images
         )
         with pytest.raises(urllib.error.HTTPError, match="404"):
             _manifest(host, f"sf/{COMPONENT}", CELL, LIST_TYPE)
+        # what CI runs after its job per cell: lists from what those pushes left in the
+        # registry; with amd64's not pushed yet, refused before any list is made
+        lists = ("--component", COMPONENT, "--registry", f"{host}/sf", "--lists")
+        proc = invoke(work, *lists)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"error: {tag}-amd64 is not in the registry" in proc.stderr, proc.stderr
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            _manifest(host, f"sf/{COMPONENT}", CELL, LIST_TYPE)
+        proc = invoke(work, *one[:-1], CELL)  # the amd64 cell's own job
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        proc = invoke(work, *lists)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        lock = json.loads((work / state.IMAGES_LOCK).read_text())
+        manifest_list.check(tag, {arch: lock[f"{tag}-{arch}"] for arch in targets})
+        _, body = _manifest(host, f"sf/{COMPONENT}", CELL, LIST_TYPE)
+        assert len(body["manifests"]) == 2
         # the whole set: each tag one list of both
         proc = invoke(work, "--component", COMPONENT, "--registry", f"{host}/sf")
         assert proc.returncode == 0, proc.stdout + proc.stderr

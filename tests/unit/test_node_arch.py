@@ -103,7 +103,8 @@ def test_kubernetes_places_each_arch_on_its_nodes_with_its_jail_usr(
     data = _mixed()
     data["nodesets"][1].update(gres=["gpu:gh200:1"], definitions=["gpu"])
     data["partitions"].append({"name": "train", "nodesets": ["grace"]})
-    data["kubernetes"] = {"namespace": "hpc", "jail": {"storage_class": "nfs-client", "size": "1Ti"}}
+    jail = {"storage_class": "nfs-client", "size": "1Ti"}
+    data["kubernetes"] = {"namespace": "hpc", "jail": jail}
     cluster_file = write_cluster(data)
     cluster = model.load(cluster_file, versions)
     lock = {ref: f"sha256:{i:064x}" for i, ref in enumerate(sorted(cluster.images.values()))}

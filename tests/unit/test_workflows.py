@@ -88,6 +88,10 @@ def test_the_build_matrix_comes_from_invoke_matrix() -> None:
         )
     pushes = [s for s in build["steps"] if "invoke push" in s.get("run", "")]
     assert all(s.get("if") == "github.event_name == 'push'" for s in pushes)
+    # after every cell's job: one that joins each arch's pushed image into the set's lists
+    lists = jobs["lists"]
+    assert set(lists["needs"]) == {job, "images"} and "github.event_name == 'push'" in lists["if"]
+    assert any(s.get("run") == "invoke push --set ci --lists" for s in lists["steps"])
     # no cell, version or image is written into the workflow itself
     text = (WORKFLOWS / "images.yml").read_text()
     assert not re.search(r"\b2[34]\.\d\d\.\d+\b|ubuntu22|debian12|ghcr\.io", text)
