@@ -169,3 +169,9 @@ def test_the_arm64_gpu_worker_runs_cross_compiled_nccl_tests_and_an_aarch64_driv
     assert lines[-1].startswith("USAGE: all_reduce_perf")
     said = mount_standin_driver(client, worker, tmp_path, "arm64")
     assert "libcuda.so.1 (libc6,AArch64) => /usr/local/nvidia/lib64/libcuda.so.1" in said, said
+    # no driver baked in, no secret or host key in any layer
+    files = _layer_files(client, worker)
+    assert any(f.endswith("usr/local/bin/all_reduce_perf") for f in files)
+    assert not [f for f in files if "/libcuda.so" in f or "/libnvidia-ml.so" in f]
+    names = {*SECRET_FILES, *(f".wh.{n}" for n in SECRET_FILES)}
+    assert [f for f in files if f.rsplit("/", 1)[-1] in names or "/ssh_host_" in f] == []
