@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from slurmforge.deploy.model import Cluster
 from slurmforge.deploy.roles import CONTROLLER, JAIL
 from slurmforge.errors import ConfigError
-from slurmforge.matrix import arch_suffix
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ def resolve(
     refs = {c: f"{m.rsplit(':', 1)[0]}@{lock[m]}" if m in lock else m for c, m in moved.items()}
     digests = {}
     for arch in (cluster.cell.arch, *cluster.other_arches):
-        key = JAIL + ("" if arch == cluster.cell.arch else arch_suffix(arch))
+        key = cluster.image_key(JAIL, arch)
         digests[arch] = lock.get(moved[key]) or (local_ids or {}).get(key)
         if not digests[arch]:
             raise ConfigError(

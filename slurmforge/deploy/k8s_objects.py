@@ -13,7 +13,6 @@ from slurmforge.deploy import roles
 from slurmforge.deploy.k8s_images import Images
 from slurmforge.deploy.model import Cluster, VolumeSpec
 from slurmforge.deploy.roles import JAIL, Probe, Secret
-from slurmforge.matrix import arch_suffix
 
 PART_OF = "slurmforge"
 JAIL_CLAIM = "jail"
@@ -217,7 +216,7 @@ class ObjectBuilder:
             usr = jail_contract.ROOT + jail_contract.USR
             waits.append((jail_contract.sentinel(usr), self.images.usr_digests[arch]))
             mounts.append(self.usr_mount(arch, read_only=True))
-            image = self.images.refs[JAIL + arch_suffix(arch)]
+            image = self.images.refs[self.cluster.image_key(JAIL, arch)]
         script = "; ".join(
             f"until grep -qxF {shlex.quote(digest)} {marker} 2>/dev/null; do "
             f"echo 'waiting for the jail populate of {digest[:19]}'; sleep 1; done"

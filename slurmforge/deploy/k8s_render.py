@@ -60,7 +60,6 @@ from slurmforge.deploy.roles import (
     SLURM_CONF,
     Role,
 )
-from slurmforge.matrix import arch_suffix
 
 NODES_SERVICE = "slurm-nodes"
 # the scheduled backups' claim, and where the backup pod mounts it
@@ -314,7 +313,7 @@ class ManifestRenderer(ObjectBuilder):
         else:
             digest = self.images.usr_digests[arch]
             populate = jail_contract.populate_env(digest, (), usr_only=True)
-            image = self.images.refs[role.image + arch_suffix(arch)]
+            image = self.images.refs[self.cluster.image_key(role.image, arch)]
             volumes = [self.jail_volume(arch)]
             mounts = [{"name": usr_claim(arch), "mountPath": jail_contract.ROOT}]
             extra["affinity"] = arch_affinity(arch)
@@ -444,7 +443,7 @@ class ManifestRenderer(ObjectBuilder):
         grace = self.k8s.node_grace_seconds
         env.append({"name": "NODE_STATE_GRACE", "value": str(max(grace - STOP_MARGIN, 0))})
         args = ["$(POD_NAME)" if a == "{node}" else a for a in role.command]
-        image = self.images.refs[ns.image + ("" if usr_arch is None else arch_suffix(arch))]
+        image = self.images.refs[self.cluster.image_key(ns.image, arch)]
         container = self.container(role, image, mounts, args, env, ns.capabilities)
         container["resources"] = {"requests": self.node_requests(limits), "limits": limits}
         # a pod being deleted drains its node and lets its jobs finish within the grace period;

@@ -353,7 +353,7 @@ class Cluster:
     path: Path
     cell: matrix.Cell
     # component → image reference; a node set of another arch than the cell's has its image
-    # and that arch's jail (its /usr) under '<component>-<arch>' (matrix.arch_suffix)
+    # and that arch's jail (its /usr) under image_key(component, arch)
     images: dict[str, str]
     build_hint: str  # the `invoke build` that produces these images
 
@@ -376,10 +376,13 @@ class Cluster:
         """The arches of node sets that are not the cell's: each has a jail /usr of its own."""
         return sorted({self.arch(ns) for ns in self.spec.nodesets} - {self.cell.arch})
 
+    def image_key(self, component: str, arch: str | None = None) -> str:
+        """Where ``images`` holds ``component``'s image for ``arch`` (default: the cell's)."""
+        return component if arch in (None, self.cell.arch) else f"{component}@{arch}"
+
     def image(self, component: str, arch: str | None = None) -> str:
         """``component``'s image for ``arch`` (default: the cell's)."""
-        other = arch is not None and arch != self.cell.arch
-        return self.images[component + (matrix.arch_suffix(arch) if other else "")]
+        return self.images[self.image_key(component, arch)]
 
     def node_image(self, ns: NodeSet) -> str:
         return self.image(ns.image, self.arch(ns))
@@ -535,12 +538,13 @@ def _bind_images(
             )
         if sibling not in cells_built:
             cells_built.append(sibling)
-        arch_refs = {
-            t.component + matrix.arch_suffix(ns.arch): t.ref
-            for t in matrix.expand(config, set_name, [sibling], [ns.image, roles.JAIL])
-            if t.component in (ns.image, roles.JAIL)
-        }
-        images.update(arch_refs)
+        images.update(
+            {
+                f"{t.component}@{ns.arch}": t.ref  # Cluster.image_key
+                for t in matrix.expand(config, set_name, [sibling], [ns.image, roles.JAIL])
+                if t.component in (ns.image, roles.JAIL)
+            }
+        )
     cell_args = " ".join(f"--cell {c.name}" for c in cells_built)
     hint = f"invoke build --set {set_name} {cell_args}"
     return cell, images, hint

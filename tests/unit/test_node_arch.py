@@ -154,3 +154,22 @@ def test_kubernetes_places_each_arch_on_its_nodes_with_its_jail_usr(
     assert [(m["name"], m["mountPath"]) for m in populate["volumeMounts"]] == [
         ("jail-usr-arm64", "/jail")
     ]
+
+
+def test_an_arm64_cluster_with_amd64_nodes_is_the_mirror_image(
+    write_cluster, versions, tmp_path: Path
+) -> None:
+    """The cell may be the arm64 one (an all-Grace control plane); a node set of amd64 then runs
+    the amd64 cell's node image and sees the jail with the amd64 /usr."""
+    data = _mixed("amd64", cell=f"{CELL}-arm64")
+    cluster = model.load(write_cluster(data), versions)
+    cpu, other = cluster.spec.nodesets
+    assert cluster.other_arches == ["amd64"]
+    assert cluster.node_image(cpu).endswith(f"/slurmd:{CELL}-arm64")
+    assert cluster.node_image(other).endswith(f"/slurmd:{CELL}")
+    assert cluster.images["login"].endswith(f"/login:{CELL}-arm64")
+    assert cluster.image("jail", "amd64").endswith(f"/jail:{CELL}")
+    services = local_render.render(cluster, _secrets(tmp_path), "sha256:abc")["services"]
+    assert f"{local_render.usr_volume('amd64')}:/jail/usr" in services["grace-0"]["volumes"]
+    assert services["grace-0"]["platform"] == "linux/amd64"
+    assert not any("/jail/usr" in v for v in services["cpu-0"]["volumes"])
