@@ -168,6 +168,7 @@ AnySource = Annotated[
 # keep the tags they had before the axis existed, another arch's local tags end in -<arch>
 ARCHES = ("amd64", "arm64")
 NATIVE_ARCH = "amd64"
+GNU_TYPES = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}  # the toolchains' names
 Arch = Literal["amd64", "arm64"]
 
 

@@ -203,10 +203,6 @@ class Cell:
         return f"{self.slurm}-cuda{self.cuda}-{self.distro}{arch_suffix(self.arch)}"
 
     @property
-    def platform(self) -> str:
-        return f"linux/{self.arch}"
-
-    @property
     def slurm_series(self) -> str:
         return ".".join(self.slurm.split(".")[:2])
 

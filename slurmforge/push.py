@@ -252,9 +252,7 @@ def push(
     pusher = Pusher(project.engine, retries=retries, out=out)
     done: list[Pushed] = []
     # the arches each published tag has in the whole set, whatever this push selected
-    whole = matrix.expand(project.config, project.selection.set_name,
-                          matrix.cells_of(project.config, project.selection.set_name))  # fmt: skip
-    arches = {p: {t.arch for t in ts} for p, ts in by_published_tags(whole).items()}
+    arches = {p: {t.arch for t in ts} for p, ts in by_published_tags(_whole_set(project)).items()}
     for published, members in by_published_tags(targets).items():
         tags = [retarget(t, old, new) for t in published]
         if arches.get(published, set()) <= {NATIVE_ARCH}:  # one arch: the image itself
@@ -275,12 +273,26 @@ def push(
             note = f"push: {tags[0]}: no manifest list made: this push has no {lacking} image"
             print(f"{note} of it; a push of the whole set makes it", file=out or sys.stderr)
             continue
-        for tag in tags:
-            start = time.monotonic()
-            digest = manifest_list.publish(tag, digests)
-            state.write_images_lock(root, {tag: digest})
-            done.append(Pushed(tag, digest, 0, len(digests), 1, time.monotonic() - start))
+        done += _publish_lists(root, {tag: digests for tag in tags})
     return done, root / state.IMAGES_LOCK
+
+
+def _whole_set(project: Project) -> list[Target]:
+    """Every target of the selected set's cells, whatever cells the selection names."""
+    name = project.selection.set_name
+    return matrix.expand(project.config, name, matrix.cells_of(project.config, name))
+
+
+def _publish_lists(root: Path, lists: dict[str, dict[str, str]]) -> list[Pushed]:
+    """Each tag made the manifest list of its arches' images (arch → digest), recorded in the
+    lock as it lands."""
+    done = []
+    for tag, members in lists.items():
+        start = time.monotonic()
+        digest = manifest_list.publish(tag, members)
+        state.write_images_lock(root, {tag: digest})
+        done.append(Pushed(tag, digest, 0, len(members), 1, time.monotonic() - start))
+    return done
 
 
 def push_lists(
@@ -296,7 +308,7 @@ def push_lists(
     named = project.selection.components
     whole = [
         t
-        for t in matrix.expand(project.config, name, matrix.cells_of(project.config, name))
+        for t in _whole_set(project)
         if matrix.COMPONENTS[t.component].public and (not named or t.component in named)
     ]
     wanted: dict[str, dict[str, str | None]] = {}  # tag → arch → digest
@@ -322,13 +334,9 @@ def push_lists(
             "no list made",
             hint=f"push each cell first: {project.hint('push')} --cell CELL",
         )
-    done = []
-    for tag, digests in wanted.items():
-        start = time.monotonic()
-        members = {arch: str(d) for arch, d in digests.items()}
-        digest = manifest_list.publish(tag, members)
-        state.write_images_lock(project.root, {tag: digest})
-        done.append(Pushed(tag, digest, 0, len(members), 1, time.monotonic() - start))
+    lists = {tag: {arch: str(d) for arch, d in digests.items()} for tag, digests in wanted.items()}
+    done = _publish_lists(project.root, lists)
+    for tag, members in lists.items():
         print(f"push: {tag}: list of {', '.join(sorted(members))}", file=out or sys.stderr)
     return done, project.root / state.IMAGES_LOCK
 

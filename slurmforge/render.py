@@ -13,7 +13,7 @@ from typing import IO
 import jinja2
 
 from slurmforge import features, site_layer
-from slurmforge.config import NATIVE_ARCH, Config, Cuda
+from slurmforge.config import GNU_TYPES, NATIVE_ARCH, Config, Cuda
 from slurmforge.errors import ConfigError
 from slurmforge.matrix import COMPONENTS, Target
 
@@ -180,6 +180,7 @@ class DockerfileRenderer:
             # the arch the image is for, and the one a builder (slurm-debs) runs on
             "arch": target.arch,
             "build_arch": NATIVE_ARCH,
+            "gnu_type": GNU_TYPES[target.arch],  # its cross toolchain's prefix (aarch64-linux-gnu)
             "slurm": target.slurm,
             "cuda": target.cuda,
             "distro_image": distro.image,

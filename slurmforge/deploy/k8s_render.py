@@ -29,6 +29,7 @@ import json
 from typing import Any
 
 from slurmforge import jail_contract
+from slurmforge.config import GNU_TYPES
 from slurmforge.deploy import backup, identity, monitoring, roles, slurmconf
 from slurmforge.deploy.k8s_objects import (
     ObjectBuilder,
@@ -68,11 +69,11 @@ BACKUPS_CLAIM, BACKUPS_DIR = "backups", "/var/backups/slurmforge"
 # leaves slurmd and the kubelet after it
 NODE_STATE, STOP_MARGIN = "/usr/lib/slurmforge/node-state", 5
 DRIVER_ROOT = "/run/nvidia/driver"  # where GPU pods see the node's driver directories
-# the node's driver directories a GPU pod mounts, relative to gpu.driver_root, by its arch
-DRIVER_DIRS = {
-    "amd64": ("usr/lib/x86_64-linux-gnu", "usr/bin"),
-    "arm64": ("usr/lib/aarch64-linux-gnu", "usr/bin"),
-}
+
+
+def driver_dirs(arch: str) -> tuple[str, ...]:
+    """The node's driver directories a GPU pod mounts, relative to gpu.driver_root."""
+    return (f"usr/lib/{GNU_TYPES[arch]}", "usr/bin")
 
 
 class ManifestRenderer(ObjectBuilder):
@@ -428,7 +429,7 @@ class ManifestRenderer(ObjectBuilder):
         }
         if ns.gpus:
             root = self.spec.gpu.driver_root.rstrip("/")
-            for i, sub in enumerate(DRIVER_DIRS[arch]):
+            for i, sub in enumerate(driver_dirs(arch)):
                 volumes.append(
                     {
                         "name": f"driver-{i}",
