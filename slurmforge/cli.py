@@ -154,7 +154,9 @@ TARGET = Group(
         "namespace": Option(
             "k8s: the namespace (default: kubernetes.namespace, else the cluster name)"
         ),
-        "dry_run": Option("k8s: write and validate the manifests, apply nothing", False),
+        "dry_run": Option(
+            "write (k8s: and validate) what deploy would, start and apply nothing", False
+        ),
     },
     _where,
     ("target", "cluster", "config", "out", "context", "namespace"),

@@ -88,11 +88,14 @@ class Local(Target):
 
     NAME = "local"
     DEFAULT_WAIT: ClassVar[float] = 180.0
+    OPTIONS = frozenset({"dry_run"})
 
     @classmethod
     def open(cls, where: Where) -> Local:
         cluster, _ = load_cluster(where)
-        return cls(cluster, Engine.connect(), where.out_root)
+        local = cls(cluster, Engine.connect(), where.out_root)
+        local.dry_run = where.dry_run
+        return local
 
     def __init__(
         self, cluster: Cluster, engine: Engine, out_root: Path, log: IO[str] | None = None
@@ -104,6 +107,7 @@ class Local(Target):
         self.log = log or sys.stderr
         self.dbd_changed = False  # by the last write_compose (slurmdbd reads it at start)
         self.restoring: local_restore.Restore | None = None  # an archive being restored
+        self.dry_run = False  # write what a deploy would, start and make nothing
 
     # --- Compose and containers -------------------------------------------------------------
 
@@ -195,11 +199,15 @@ class Local(Target):
     def secrets(self) -> dict[str, Path]:
         """The files the containers are given: the munge key and, with accounting, the JWT key
         and the database password (the external database's own file, when it has one). Kept
-        outside the repository; made at the first deploy and reused by every later one."""
+        outside the repository; made at the first deploy and reused by every later one (a dry
+        run names where they are or would be, and makes none)."""
         out = {}
         for secret, source in roles.cluster_secrets(self.cluster.spec).items():
             if source is not None:
                 out[secret.file] = source
+                continue
+            if self.dry_run:
+                out[secret.file] = state.cluster_dir(self.cluster.name) / secret.file
                 continue
             out[secret.file], made = state.ensure_secret(self.cluster.name, secret.file, secret.new)
             if made:
@@ -267,7 +275,8 @@ class Local(Target):
         (directory / monitoring.CONFIG_FILE).write_text(generated.dump_yaml(config, source))
         rules = monitoring.rules(self.cluster)
         (directory / monitoring.RULES_FILE).write_text(generated.dump_yaml(rules, source))
-        if was and was != _texts(directory) and self.running(roles.PROMETHEUS):
+        changed = was and was != _texts(directory)
+        if changed and not self.dry_run and self.running(roles.PROMETHEUS):
             self.compose("kill", "-s", "SIGHUP", roles.PROMETHEUS)
 
     def write_identity(self) -> None:
@@ -289,6 +298,8 @@ class Local(Target):
     # --- operations ---------------------------------------------------------------------------
 
     def deploy(self, timeout: float, back_up: bool = True) -> list[str]:
+        if self.dry_run:
+            return self.preview()
         took = self.start(timeout, back_up=back_up)
         spec = self.cluster.spec
         return [
@@ -299,6 +310,40 @@ class Local(Target):
             f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from "
             f"{'the directory' if identity.ldap_of(spec) else 'createuser'})",
         ]
+
+    def preview(self) -> list[str]:
+        """`deploy --dry-run`: the same checks and the same files as a deploy, written where it
+        would write them; nothing is started, populated, signalled or made (no secret, no
+        volume). The directory a running cluster's containers read is refused: --out elsewhere."""
+        self.check_upgrade()
+        _ = self.gpus
+        self.check_database()
+        self.check_ports()
+        ids = self.image_ids()
+        self.check_site()
+        if self.live():
+            raise ConfigError(
+                f"deploy --dry-run: cluster {self.cluster.name} is running from {self.dir}, and "
+                "a dry run there would change the files its containers read",
+                hint="give --out DIR to write the files for review elsewhere",
+            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.write_compose(ids[JAIL], self.secrets())
+        written = sum(1 for p in self.dir.rglob("*") if p.is_file())
+        return [
+            f"wrote {written} files to {self.dir}; nothing was started "
+            "(`invoke deploy` without --dry-run applies them)"
+        ]
+
+    def live(self) -> bool:
+        """Whether a container of this cluster mounts a file or directory of ``self.dir``."""
+        mine = self.dir.resolve()
+        for container in self.containers().values():
+            for mount in container.attrs.get("Mounts") or []:
+                source = Path(mount.get("Source") or "/")
+                if source == mine or mine in source.parents:
+                    return True
+        return False
 
     def start(self, timeout: float, back_up: bool = False, upgrading: bool = False) -> float:
         """Render, populate the jail, start everything, wait for every node; seconds taken.

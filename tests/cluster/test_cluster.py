@@ -242,3 +242,33 @@ def test_deploy_timeout_names_the_failing_node(deployed: Deployed, tmp_path, cli
         assert "sftimeout" in proc.stderr and "last 15 log lines" in proc.stderr
     finally:
         invoke(env, "down", "--volumes", *where)
+
+
+def test_a_dry_run_writes_what_deploy_would_and_starts_nothing(
+    deployed: Deployed, tmp_path, client
+) -> None:
+    write_cluster(tmp_path, "sfdry", free_port())
+    env = {**deployed.env, "SLURMFORGE_STATE_DIR": str(tmp_path / "state")}
+    where = ["--cluster", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "out")]
+    proc = invoke(env, "deploy", "--dry-run", *where)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    written = tmp_path / "out" / "local" / "sfdry"
+    assert f"to {written}; nothing was started" in proc.stdout
+    compose = yaml.safe_load((written / "compose.yaml").read_text())
+    assert {"slurmctld", "login", "cpu-0", "cpu-1"} <= set(compose["services"])
+    assert "NodeName=cpu-[0-1]" in (written / "etc" / "slurm" / "slurm.conf").read_text()
+    # the munge key is where a deploy would make it, and is not made
+    assert str(tmp_path / "state" / "sfdry" / "munge.key") in (written / "compose.yaml").read_text()
+    assert not (tmp_path / "state").exists()
+    label = {"label": "com.docker.compose.project=sfdry"}
+    assert client.containers.list(all=True, filters=label) == []
+    assert client.volumes.list(filters=label) == []
+
+
+def test_a_dry_run_refuses_the_directory_a_running_cluster_reads(deployed: Deployed) -> None:
+    conf = deployed.root / "out" / "local" / deployed.name / "etc" / "slurm" / "slurm.conf"
+    before = conf.read_bytes()
+    proc = deployed.invoke("deploy", "--dry-run")
+    _clean_failure(proc, f"cluster {deployed.name} is running from")
+    assert "hint: give --out DIR" in proc.stderr
+    assert conf.read_bytes() == before

@@ -738,7 +738,6 @@ def test_validation_catches_a_field_the_schema_lacks(checkout) -> None:
         (["gpu-check", "--target", "k8s"], "invoke gpu-check: not supported by --target k8s"),
         (["status", "--context", "prod"], "--context: for --target k8s only"),
         (["login", "--namespace", "a"], "--namespace: for --target k8s only"),
-        (["deploy", "--dry-run"], "--dry-run: for --target k8s only"),
     ],
 )
 def test_a_command_the_target_cannot_carry_out_is_refused_by_it(
