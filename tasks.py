@@ -336,7 +336,7 @@ def scale(c, where, spec, timeout):
 def login(c, where, user):
     """Open a shell inside the jail on the login node."""
     if user is not None:
-        from slurmforge.deploy.model import check_user
+        from slurmforge.deploy.spec.model import check_user
 
         check_user(user)  # refused before the cluster is asked anything
     argv = _open(where).login_argv(user)

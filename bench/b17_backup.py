@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bench.b8_k8s import cluster_file
 from bench.common import container_argv, container_sh, invoke
-from slurmforge.deploy.backup import JAIL_STATE
+from slurmforge.deploy.backup.take import JAIL_STATE
 
 JOBS = "slurm_acct_db"
 DOUBLINGS = 10  # 10 jobs → 10,240 records

@@ -143,8 +143,8 @@ COMPONENTS: dict[str, Component] = {
             # the scheduled backup (k8s) runs in this image: snapshot.py and what it imports
             context=(
                 "slurmforge/errors.py",
-                "slurmforge/deploy/archive.py",
-                "slurmforge/deploy/snapshot.py",
+                "slurmforge/deploy/backup/archive.py",
+                "slurmforge/deploy/backup/snapshot.py",
             ),
         ),
         Component(

@@ -21,13 +21,13 @@ from slurmforge import options
 from slurmforge.errors import ConfigError
 
 if TYPE_CHECKING:
-    from slurmforge.deploy.model import Cluster
     from slurmforge.deploy.roles import Secret
+    from slurmforge.deploy.spec.model import Cluster
 
 # name → "module:class" of its Target (imported when chosen: each brings its own dependencies)
 TARGETS = {
-    "local": "slurmforge.deploy.local_run:Local",
-    "k8s": "slurmforge.deploy.k8s_run:Kube",
+    "local": "slurmforge.deploy.local.run:Local",
+    "k8s": "slurmforge.deploy.k8s.run:Kube",
 }
 
 
@@ -89,7 +89,7 @@ class Target:
     def backup(self, out: Path | None, scheduled: bool = False) -> list[str]:
         """Write one archive of the running cluster into ``out`` (or its default directory);
         the summary to show. ``scheduled``: copy the newest the cluster's schedule took."""
-        from slurmforge.deploy import backup
+        from slurmforge.deploy.backup import take as backup
 
         if scheduled:
             raise self._unsupported(
@@ -158,7 +158,7 @@ def check_namespace(namespace: str | None) -> None:
 
 def load_cluster(where: Where) -> tuple[Cluster, Path]:
     """The cluster file's model, bound to versions.yaml's images; and that file's directory."""
-    from slurmforge.deploy import model
+    from slurmforge.deploy.spec import model
     from slurmforge.versions import load as load_versions
 
     versions = load_versions(where.versions_file)
@@ -181,7 +181,7 @@ def scale(where: Where, arg: str, timeout: str | None) -> list[str]:
     nodes. The count is kept in the cluster's state and overrides the file's; it is written only
     once the new cluster is valid, fits, and the cluster is deployed."""
     from slurmforge import state
-    from slurmforge.deploy import model
+    from slurmforge.deploy.spec import model
     from slurmforge.versions import load as load_versions
 
     seconds = where.wait(timeout)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from slurmforge.deploy import roles
-from slurmforge.deploy.model import Cluster
+from slurmforge.deploy.spec.model import Cluster
 
 RULES_FILE = "slurm-alerts.rules.yml"
 CONFIG_FILE = "prometheus.yml"

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from slurmforge import jail_contract
-from slurmforge.deploy import TARGETS, identity
+from slurmforge.deploy import TARGETS
+from slurmforge.deploy.identity import sssd as identity
 
 if TYPE_CHECKING:
-    from slurmforge.deploy.model import ClusterSpec
+    from slurmforge.deploy.spec.model import ClusterSpec
 
 # Role names: also their Compose services and their objects' names on Kubernetes and, where a
 # role has an image of its own, its component in versions.yaml. JAIL is a component only: the

@@ -23,7 +23,7 @@ import docker
 import pytest
 import yaml
 
-from slurmforge.deploy import archive
+from slurmforge.deploy.backup import archive
 from slurmforge.errors import ConfigError
 from tests.cluster.conftest import ROOT, Deployed, deploy, invoke
 from tests.conftest import until

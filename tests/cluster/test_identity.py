@@ -19,7 +19,8 @@ import docker
 import pytest
 
 from slurmforge import config
-from slurmforge.deploy import identity, model
+from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.spec import model
 from slurmforge.versions import load as load_versions
 from tests import site_ldap
 from tests.cluster.conftest import Deployed, deploy, invoke, squashfs_image, write_cluster

@@ -17,7 +17,7 @@ import docker
 import pytest
 import yaml
 
-from slurmforge.deploy import archive
+from slurmforge.deploy.backup import archive
 from tests.cluster.conftest import Deployed, deploy
 from tests.cluster.promql import until as until_prometheus
 from tests.conftest import build, select

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import docker
 
-from slurmforge.deploy import generated, model, monitoring, roles
+from slurmforge.deploy import generated, monitoring, roles
+from slurmforge.deploy.spec import model
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.deploy import archive as archives
+from slurmforge.deploy.backup import archive as archives
 from tests.conftest import until
 from tests.k8s import lab
 from tests.k8s.conftest import INVOKE, ROOT, K8sCluster

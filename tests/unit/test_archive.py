@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge.deploy import archive
+from slurmforge.deploy.backup import archive
 from slurmforge.errors import ConfigError
 
 MEMBERS = {"cluster/cluster.yaml": b"name: c\n", "secrets/munge.key": b"k" * 700, "empty": b""}

@@ -142,8 +142,8 @@ def test_rest_needs_accounting_and_a_port_of_its_own(write_cluster) -> None:
 def test_an_external_database_port_that_is_no_mysql_server_is_named(tmp_path) -> None:
     """Something else listens there (here a line-based server): the login cannot complete,
     which is said without a traceback (tests/cluster: a real server refusing the password)."""
-    from slurmforge.deploy import accounting_db
-    from slurmforge.deploy.model import DatabaseSpec
+    from slurmforge.deploy.slurm import database as accounting_db
+    from slurmforge.deploy.spec.model import DatabaseSpec
 
     password = tmp_path / "pw"
     password.write_text("a-password-of-the-site-0123")
@@ -451,7 +451,7 @@ def test_a_relative_state_dir_is_refused(write_cluster) -> None:
 
 
 def test_rendering_k8s_again_keeps_files_it_did_not_write(tmp_path: Path) -> None:
-    from slurmforge.deploy import kustomize
+    from slurmforge.deploy.k8s import kustomize
 
     out = tmp_path / "k8s"
     obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}

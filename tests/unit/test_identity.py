@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from slurmforge import config
-from slurmforge.deploy import identity, local_render, model, slurmconf
+from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.slurm import conf as slurmconf
+from slurmforge.deploy.spec import model
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 from tests.unit.test_cli import _assert_clean_failure, _invoke

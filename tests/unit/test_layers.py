@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.deploy.layers import BASE_LAYER, Layers, deep_update
+from slurmforge.deploy.spec.layers import BASE_LAYER, Layers, deep_update
 from slurmforge.errors import ConfigError
 
 

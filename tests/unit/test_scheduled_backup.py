@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.deploy import archive, backup, roles, snapshot
-from slurmforge.deploy.model import as_dict
+from slurmforge.deploy import roles
+from slurmforge.deploy.backup import archive, snapshot
+from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.spec.model import as_dict
 from tests.unit.test_cli import _assert_clean_failure, _invoke
 from tests.unit.test_k8s import _cluster_data, _kube, _pod, checkout  # noqa: F401 (a fixture)
 

@@ -12,8 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.deploy import k8s_images, k8s_render, local_render, model, siteconf, slurmconf
-from slurmforge.deploy.model import Cluster
+from slurmforge.deploy.k8s import images as k8s_images
+from slurmforge.deploy.k8s import render as k8s_render
+from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.slurm import conf as slurmconf
+from slurmforge.deploy.slurm import siteconf
+from slurmforge.deploy.spec import model
+from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT, need_sources

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from slurmforge.deploy import slurmctl
+from slurmforge.deploy.slurm import ctl as slurmctl
 from slurmforge.errors import DeployError
 
 REASON = "slurmforge: upgrading to Slurm 25.11.7"

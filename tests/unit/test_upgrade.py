@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurmforge.deploy import upgrade
+from slurmforge.deploy.slurm import upgrade
 from slurmforge.errors import ConfigError
 
 

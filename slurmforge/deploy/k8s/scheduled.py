@@ -11,15 +11,15 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slurmforge.deploy import archive
-from slurmforge.deploy.k8s_objects import security, small_resources
-from slurmforge.deploy.k8s_render import BACKUPS_CLAIM, BACKUPS_DIR
+from slurmforge.deploy.backup import archive
+from slurmforge.deploy.backup.snapshot import size_text
+from slurmforge.deploy.k8s.objects import security, small_resources
+from slurmforge.deploy.k8s.render import BACKUPS_CLAIM, BACKUPS_DIR
 from slurmforge.deploy.roles import BACKUP
-from slurmforge.deploy.snapshot import size_text
 from slurmforge.errors import ConfigError, DeployError
 
 if TYPE_CHECKING:
-    from slurmforge.deploy.k8s_run import Kube
+    from slurmforge.deploy.k8s.run import Kube
 
 HELPER = "slurmforge-backups"
 

@@ -23,8 +23,12 @@ from pydantic import (
 
 from slurmforge import features, matrix, refs, state
 from slurmforge.config import Arch, Config
-from slurmforge.deploy import identity, roles, site_spec
-from slurmforge.deploy.fields import (
+from slurmforge.deploy import roles
+from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.identity.sssd import GroupName, IdentitySpec
+from slurmforge.deploy.roles import CONTROLLER, LOGIN
+from slurmforge.deploy.spec import site as site_spec
+from slurmforge.deploy.spec.fields import (
     NODE_DIRS,
     AbsPath,
     AccountName,
@@ -34,10 +38,8 @@ from slurmforge.deploy.fields import (
     Word,
     is_file,
 )
-from slurmforge.deploy.identity import GroupName, IdentitySpec
-from slurmforge.deploy.layers import Layers
-from slurmforge.deploy.roles import CONTROLLER, LOGIN
-from slurmforge.deploy.site_spec import (
+from slurmforge.deploy.spec.layers import Layers
+from slurmforge.deploy.spec.site import (
     AccountSpec,
     ConfKey,
     ConfValue,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from slurmforge.errors import ConfigError
 
 if TYPE_CHECKING:
-    from slurmforge.deploy.model import ClusterSpec
+    from slurmforge.deploy.spec.model import ClusterSpec
 
 # DEFAULT_ACCOUNTING_TRES of src/common/read_config.h (every release from 23.11 to 26.05)
 DEFAULTS = ("billing", "cpu", "energy", "fs/disk", "mem", "node", "pages", "vmem")

@@ -17,25 +17,12 @@ from pathlib import Path
 from typing import IO, ClassVar
 
 from slurmforge import jail, jail_contract, proc, state
-from slurmforge.deploy import (
-    Target,
-    Where,
-    accounting_db,
-    backup,
-    generated,
-    gpu_assign,
-    identity,
-    load_cluster,
-    local_render,
-    local_restore,
-    monitoring,
-    roles,
-    siteconf,
-    slurmconf,
-    slurmctl,
-    upgrade,
-)
-from slurmforge.deploy.model import Cluster, as_dict, check_user
+from slurmforge.deploy import Target, Where, generated, load_cluster, monitoring, roles
+from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.local import gpu_assign
+from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.local import restore as local_restore
 from slurmforge.deploy.roles import (
     CONTROLLER,
     DBD,
@@ -48,6 +35,11 @@ from slurmforge.deploy.roles import (
     PROMETHEUS_CONF,
     SLURM_CONF,
 )
+from slurmforge.deploy.slurm import conf as slurmconf
+from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.slurm import database as accounting_db
+from slurmforge.deploy.slurm import siteconf, upgrade
+from slurmforge.deploy.spec.model import Cluster, as_dict, check_user
 from slurmforge.engine import APIError, Container, Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmforge import gpu_driver
-from slurmforge.deploy.model import Cluster
+from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 
 

@@ -20,13 +20,13 @@ from pydantic import (
 )
 
 from slurmforge import jail_contract
-from slurmforge.deploy import tres
-from slurmforge.deploy.fields import NODE_DIRS, AbsPath, AccountName, DNSName, is_file
+from slurmforge.deploy.spec import tres
+from slurmforge.deploy.spec.fields import NODE_DIRS, AbsPath, AccountName, DNSName, is_file
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model
 
 if TYPE_CHECKING:
-    from slurmforge.deploy.model import ClusterSpec
+    from slurmforge.deploy.spec.model import ClusterSpec
 
 # a script next to the cluster file (or below it)
 ScriptPath = Annotated[

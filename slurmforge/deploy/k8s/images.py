@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slurmforge.deploy.model import Cluster
 from slurmforge.deploy.roles import CONTROLLER, JAIL
+from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 
 

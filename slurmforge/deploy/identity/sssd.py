@@ -33,12 +33,12 @@ from ldap3.operation.search import parse_filter
 from ldap3.utils.dn import parse_dn
 from pydantic import AfterValidator, Field, StrictBool, StringConstraints
 
-from slurmforge.deploy.fields import AbsPath, is_file
+from slurmforge.deploy.spec.fields import AbsPath, is_file
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model
 
 if TYPE_CHECKING:
-    from slurmforge.deploy.model import ClusterSpec
+    from slurmforge.deploy.spec.model import ClusterSpec
 
 # The embedded directory's service name and the read-only account SSSD binds as there
 EMBEDDED_HOST = "slapd"

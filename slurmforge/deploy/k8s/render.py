@@ -30,8 +30,10 @@ from typing import Any
 
 from slurmforge import jail_contract
 from slurmforge.config import GNU_TYPES
-from slurmforge.deploy import backup, identity, monitoring, roles, slurmconf
-from slurmforge.deploy.k8s_objects import (
+from slurmforge.deploy import monitoring, roles
+from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.k8s.objects import (
     ObjectBuilder,
     arch_affinity,
     claim,
@@ -44,7 +46,6 @@ from slurmforge.deploy.k8s_objects import (
     small_resources,
     usr_claim,
 )
-from slurmforge.deploy.model import Cluster, NodeSet
 from slurmforge.deploy.roles import (
     BACKUP,
     BACKUP_CONF,
@@ -61,6 +62,8 @@ from slurmforge.deploy.roles import (
     SLURM_CONF,
     Role,
 )
+from slurmforge.deploy.slurm import conf as slurmconf
+from slurmforge.deploy.spec.model import Cluster, NodeSet
 
 NODES_SERVICE = "slurm-nodes"
 # the scheduled backups' claim, and where the backup pod mounts it

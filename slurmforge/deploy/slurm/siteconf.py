@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from slurmforge.errors import ConfigError
 
 if TYPE_CHECKING:
-    from slurmforge.deploy.model import Cluster
+    from slurmforge.deploy.spec.model import Cluster
     from slurmforge.engine import Engine
 
 KEYS_DIR = "/usr/share/slurmforge/conf-keys"  # in the controller image

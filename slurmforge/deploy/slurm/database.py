@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slurmforge.deploy import accounts
-from slurmforge.deploy.model import Cluster, DatabaseSpec
+from slurmforge.deploy.slurm import accounts
+from slurmforge.deploy.spec.model import Cluster, DatabaseSpec
 from slurmforge.errors import ConfigError, DeployError
 
 Sh = Callable[[str], tuple[int, str]]

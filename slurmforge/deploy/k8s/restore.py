@@ -13,14 +13,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slurmforge.deploy import archive, backup, roles
-from slurmforge.deploy.k8s_objects import JAIL_CLAIM
-from slurmforge.deploy.k8s_secrets import DATABASE_CLAIM
+from slurmforge.deploy import roles
+from slurmforge.deploy.backup import archive
+from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.k8s.objects import JAIL_CLAIM
+from slurmforge.deploy.k8s.secrets import DATABASE_CLAIM
 from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE
 from slurmforge.errors import ConfigError
 
 if TYPE_CHECKING:
-    from slurmforge.deploy.k8s_run import Kube
+    from slurmforge.deploy.k8s.run import Kube
 
 HELPER = "slurmforge-restore"
 KINDS = "statefulsets,deployments,daemonsets,jobs,cronjobs,pods,services,configmaps"

@@ -14,9 +14,11 @@ from pathlib import Path
 import jinja2
 
 from slurmforge import jail_contract, matrix
-from slurmforge.deploy import roles, siteconf, tres
-from slurmforge.deploy.model import Cluster, ClusterSpec, NodeSet, Partition, SlurmSpec
+from slurmforge.deploy import roles
 from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD
+from slurmforge.deploy.slurm import siteconf
+from slurmforge.deploy.spec import tres
+from slurmforge.deploy.spec.model import Cluster, ClusterSpec, NodeSet, Partition, SlurmSpec
 
 STATE_DIR = roles.CONTROLLER_STATE.path
 SLURM_CONF_DIR = roles.SLURM_CONF.path
@@ -29,7 +31,7 @@ NODE_FILES = ("slurm.conf", "cgroup.conf", "plugstack.conf")
 JAIL_FILES = ("slurm.conf", "plugstack.conf", "slurmforge.conf")
 
 _env = jinja2.Environment(
-    loader=jinja2.PackageLoader("slurmforge.deploy", "templates"),
+    loader=jinja2.PackageLoader("slurmforge.deploy.slurm", "templates"),
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,

@@ -15,8 +15,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 
-from slurmforge.deploy.model import Cluster
-from slurmforge.deploy.site_spec import AccountSpec, QosSpec
+from slurmforge.deploy.spec.model import Cluster
+from slurmforge.deploy.spec.site import AccountSpec, QosSpec
 from slurmforge.errors import DeployError
 
 Sh = Callable[[str], tuple[int, str]]

@@ -11,10 +11,11 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
-from slurmforge.deploy import accounting_db, roles
-from slurmforge.deploy.kubectl import Kubectl, checked
-from slurmforge.deploy.model import Cluster
+from slurmforge.deploy import roles
+from slurmforge.deploy.k8s.kubectl import Kubectl, checked
 from slurmforge.deploy.roles import DATABASE, Secret
+from slurmforge.deploy.slurm import database as accounting_db
+from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 
 # the claim check_database looks for: pod mariadb-0's of the volumeClaimTemplate "data"

@@ -1,6 +1,6 @@
 """One consistent copy of a running cluster into an archive (archive.py), made either by
 `invoke backup` through the target's way into its containers (backup.py) or, on a schedule, by a
-pod of the cluster's own that mounts what it copies (`python3 -m slurmforge.deploy.snapshot`,
+pod of the cluster's own that mounts what it copies (`python3 -m slurmforge.deploy.backup.snapshot`,
 the k8s CronJob ``backup``). This module needs nothing beyond Python's standard library, so that
 the database image can carry it with archive.py and errors.py.
 
@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from slurmforge.deploy import archive
+from slurmforge.deploy.backup import archive
 from slurmforge.errors import ConfigError, DeployError
 
 SAVE_MAX_WAIT = 5.0  # seconds between two saves of slurmctld's save thread (state_save.c)
@@ -314,7 +314,7 @@ class PodSource:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m slurmforge.deploy.snapshot",
+        prog="python3 -m slurmforge.deploy.backup.snapshot",
         description="Back up the cluster this pod mounts into --out, keeping the newest --keep.",
     )
     parser.add_argument("plan", type=Path, help="the plan the k8s renderer wrote (JSON)")

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurmforge import state
-from slurmforge.deploy import archive, backup, roles
+from slurmforge.deploy import roles
+from slurmforge.deploy.backup import archive
+from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE, JAIL
 from slurmforge.errors import ConfigError, DeployError
 
 if TYPE_CHECKING:
-    from slurmforge.deploy.local_run import Local
+    from slurmforge.deploy.local.run import Local
 
 
 class Restore:

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from slurmforge import gpu_driver, jail_contract
-from slurmforge.deploy import generated, identity, roles
-from slurmforge.deploy.gpu_assign import Assignment
-from slurmforge.deploy.model import Cluster, NodeSet
+from slurmforge.deploy import generated, roles
+from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.local.gpu_assign import Assignment
 from slurmforge.deploy.roles import GPU_METRICS_PORT as GPU_PORT
 from slurmforge.deploy.roles import POPULATE, Role
+from slurmforge.deploy.spec.model import Cluster, NodeSet
 
 JAIL_USR = jail_contract.ROOT + jail_contract.USR
 

@@ -19,15 +19,17 @@ from typing import IO, TYPE_CHECKING, ClassVar
 from tqdm import tqdm
 
 from slurmforge import jail_contract, state
-from slurmforge.deploy import archive, roles, snapshot, upgrade
-from slurmforge.deploy.model import as_dict
+from slurmforge.deploy import roles
+from slurmforge.deploy.backup import archive, snapshot
+from slurmforge.deploy.backup.snapshot import job_table
 from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE, LOGIN
-from slurmforge.deploy.snapshot import job_table
+from slurmforge.deploy.slurm import upgrade
+from slurmforge.deploy.spec.model import as_dict
 from slurmforge.errors import ConfigError, DeployError
 
 if TYPE_CHECKING:
     from slurmforge.deploy import Target
-    from slurmforge.deploy.model import Cluster
+    from slurmforge.deploy.spec.model import Cluster
 
 STATE_DIR = CONTROLLER_STATE.path
 DB_SOCKET = "/run/mysqld/mysqld.sock"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from slurmforge.errors import ConfigError
 
 if TYPE_CHECKING:
-    from slurmforge.deploy.model import Cluster
+    from slurmforge.deploy.spec.model import Cluster
 
 # Slurm's major releases before the six-monthly YY.05/YY.11 cadence that began with 24.05
 _BEFORE_CADENCE = ("20.02", "20.11", "21.08", "22.05", "23.02", "23.11")

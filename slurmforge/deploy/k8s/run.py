@@ -29,26 +29,18 @@ from typing import IO, Any, ClassVar
 import yaml
 
 from slurmforge import jail_contract, state
-from slurmforge.deploy import (
-    Target,
-    Where,
-    accounting_db,
-    check_namespace,
-    identity,
-    k8s_images,
-    k8s_render,
-    kubectl,
-    kustomize,
-    load_cluster,
-    roles,
-    siteconf,
-    slurmctl,
-    upgrade,
-)
-from slurmforge.deploy.k8s_secrets import Secrets
-from slurmforge.deploy.kubectl import Runner, checked, kubectl_path
-from slurmforge.deploy.model import Cluster, check_user
+from slurmforge.deploy import Target, Where, check_namespace, load_cluster, roles
+from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.k8s import images as k8s_images
+from slurmforge.deploy.k8s import kubectl, kustomize
+from slurmforge.deploy.k8s import render as k8s_render
+from slurmforge.deploy.k8s.kubectl import Runner, checked, kubectl_path
+from slurmforge.deploy.k8s.secrets import Secrets
 from slurmforge.deploy.roles import CONTROLLER, DBD, JAIL, LOGIN, NODE
+from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.slurm import database as accounting_db
+from slurmforge.deploy.slurm import siteconf, upgrade
+from slurmforge.deploy.spec.model import Cluster, check_user
 from slurmforge.errors import ConfigError, DeployError
 
 CONFIG_ANNOTATION = "slurmforge.io/config"  # on a pod: the Slurm config it was told to load
@@ -325,7 +317,7 @@ class Kube(Target):
         code, out = self.controller_sh("scontrol version")
         running = out.split()[-1] if code == 0 and out.startswith("slurm ") else None
         if running and upgrade.check_cluster(self.cluster, running) and self.backup_first:
-            from slurmforge.deploy import backup
+            from slurmforge.deploy.backup import take as backup
 
             backup.before_upgrade(self)
 
@@ -348,12 +340,13 @@ class Kube(Target):
     def backup(self, out: Path | None, scheduled: bool = False) -> list[str]:
         if not scheduled:
             return super().backup(out)
-        from slurmforge.deploy import backup, k8s_scheduled
+        from slurmforge.deploy.backup import take as backup
+        from slurmforge.deploy.k8s import scheduled as k8s_scheduled
 
         return k8s_scheduled.fetch(self, out or backup.default_dir(self.cluster.name))
 
     def restore(self, archive: Path, force: bool, timeout: float) -> list[str]:
-        from slurmforge.deploy import k8s_restore
+        from slurmforge.deploy.k8s import restore as k8s_restore
 
         return k8s_restore.restore(self, archive, force, timeout)
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from slurmforge import jail_contract
 from slurmforge.deploy import roles
-from slurmforge.deploy.k8s_images import Images
-from slurmforge.deploy.model import Cluster, VolumeSpec
+from slurmforge.deploy.k8s.images import Images
 from slurmforge.deploy.roles import JAIL, Probe, Secret
+from slurmforge.deploy.spec.model import Cluster, VolumeSpec
 
 PART_OF = "slurmforge"
 JAIL_CLAIM = "jail"

@@ -1,0 +1,1 @@
+"""The `k8s` target: a kustomize directory applied with kubectl."""

@@ -1,0 +1,1 @@
+"""The `local` target: Docker Compose on this host."""
