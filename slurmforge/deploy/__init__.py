@@ -158,11 +158,12 @@ def check_namespace(namespace: str | None) -> None:
 
 def load_cluster(where: Where) -> tuple[Cluster, Path]:
     """The cluster file's model, bound to versions.yaml's images; and that file's directory."""
-    from slurmforge.deploy.spec import model
+    from slurmforge import state
+    from slurmforge.deploy.spec import loader
     from slurmforge.versions import load as load_versions
 
     versions = load_versions(where.versions_file)
-    return model.load(where.cluster_file, versions), versions.root
+    return loader.load(where.cluster_file, versions, state.read_scale), versions.root
 
 
 def parse_scale(arg: str) -> tuple[str, int]:
@@ -181,19 +182,19 @@ def scale(where: Where, arg: str, timeout: str | None) -> list[str]:
     nodes. The count is kept in the cluster's state and overrides the file's; it is written only
     once the new cluster is valid, fits, and the cluster is deployed."""
     from slurmforge import state
-    from slurmforge.deploy.spec import model
+    from slurmforge.deploy.spec import loader
     from slurmforge.versions import load as load_versions
 
     seconds = where.wait(timeout)
     nodeset, count = parse_scale(arg)  # bad input is refused before anything is contacted
     versions = load_versions(where.versions_file)
-    current = model.load(where.cluster_file, versions)
+    current = loader.load(where.cluster_file, versions, state.read_scale)
     names = [ns.name for ns in current.spec.nodesets]
     if nodeset not in names:
         known = ", ".join(names)
         raise ConfigError(f"scale: unknown node set {nodeset!r}; expected one of {known}")
     replicas = {**state.read_scale(current.name), nodeset: count}
-    new = model.load(where.cluster_file, versions, replicas)
+    new = loader.load(where.cluster_file, versions, replicas)
     target = open_target(where)
     target.admit(new)  # e.g. more GPUs than the host has: refused before anything changes
     target.check_deployed()

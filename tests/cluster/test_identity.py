@@ -19,8 +19,8 @@ import docker
 import pytest
 
 from slurmforge import config
-from slurmforge.deploy.identity import sssd as identity
-from slurmforge.deploy.spec import model
+from slurmforge.deploy.identity import probe
+from slurmforge.deploy.spec import loader
 from slurmforge.versions import load as load_versions
 from tests import site_ldap
 from tests.cluster.conftest import Deployed, deploy, invoke, squashfs_image, write_cluster
@@ -256,13 +256,13 @@ def test_a_site_directory_is_bound_to_as_sssd_will(
     site_directory: SiteDirectory, versions: config.Config, tmp_path: Path
 ) -> None:
     path = write_cluster(tmp_path, "sfsite", free_port(), identity=site_directory.settings())
-    cluster = model.load(path, versions)
-    assert identity.probe(path, cluster.spec) == []  # ldaps:// and ldap:// with StartTLS
+    cluster = loader.load(path, versions)
+    assert probe.probe(path, cluster.spec) == []  # ldaps:// and ldap:// with StartTLS
     away = f"ldaps://127.0.0.1:{free_port()}"
     settings = site_directory.settings()
     settings["ldap"]["uri"] = [away]
     path = write_cluster(tmp_path, "sfsite", free_port(), identity=settings)
-    (note,) = identity.probe(path, model.load(path, versions).spec)
+    (note,) = probe.probe(path, loader.load(path, versions).spec)
     assert note.startswith(f"identity.ldap.uri: {away} does not answer from this host")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 
 from slurmforge.deploy import generated, monitoring, roles
-from slurmforge.deploy.spec import model
+from slurmforge.deploy.spec import loader
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 
@@ -36,7 +36,7 @@ def _run(client: docker.DockerClient, image: str, command: str, **kw) -> str:
 def test_promtool_accepts_the_rules_and_config_and_passes_their_tests(
     client: docker.DockerClient, images: dict[str, str], tmp_path: Path
 ) -> None:
-    cluster = model.load(ROOT / "deploy" / "cluster.yaml", load_versions(ROOT / "versions.yaml"))
+    cluster = loader.load(ROOT / "deploy" / "cluster.yaml", load_versions(ROOT / "versions.yaml"))
     source = str(cluster.path)
     (tmp_path / monitoring.RULES_FILE).write_text(
         generated.dump_yaml(monitoring.rules(cluster), source)

@@ -16,7 +16,7 @@ from slurmforge import config, state
 from slurmforge.deploy import parse_scale
 from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.slurm import conf as slurmconf
-from slurmforge.deploy.spec import model
+from slurmforge.deploy.spec import loader
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
@@ -37,7 +37,7 @@ def _with(**changes) -> dict:
 
 
 def test_shipped_cluster_resolves_its_layers(versions) -> None:
-    cluster = model.load(ROOT / "deploy" / "cluster.yaml", versions)
+    cluster = loader.load(ROOT / "deploy" / "cluster.yaml", versions)
     (cpu,) = cluster.spec.nodesets
     assert (cpu.cpus, cpu.memory_mb, cpu.features) == (1, 1024, ("cpu", "small"))
     assert cpu.capabilities == ("SYS_ADMIN",)  # from the built-in base layer
@@ -59,7 +59,15 @@ def test_shipped_cluster_resolves_its_layers(versions) -> None:
 def test_scale_state_overrides_replicas(write_cluster, versions) -> None:
     path = write_cluster(_with(name="scaled"))
     state.write_scale("scaled", {"cpu": 5})
-    assert len(model.load(path, versions).nodes) == 5
+    assert len(loader.load(path, versions, state.read_scale).nodes) == 5
+    assert len(loader.load(path, versions, {"cpu": 3}).nodes) == 3
+
+
+def test_loading_a_cluster_file_reads_no_state(write_cluster, versions) -> None:
+    """The scale `invoke scale` kept is the caller's to give: loading reads the file alone."""
+    path = write_cluster(_with(name="scaled"))
+    state.write_scale("scaled", {"cpu": 5})
+    assert len(loader.load(path, versions).nodes) == 2  # the file's own count
 
 
 @pytest.mark.parametrize(
@@ -82,7 +90,7 @@ def test_scale_state_overrides_replicas(write_cluster, versions) -> None:
 def test_bad_node_sets_are_refused(write_cluster, versions, nodesets, message: str) -> None:
     path = write_cluster(_with(nodesets=nodesets, partitions=[{"name": "p", "nodesets": ["cpu"]}]))
     with pytest.raises(ConfigError) as exc:
-        model.load(path, versions)
+        loader.load(path, versions)
     assert str(path) in exc.value.message
     assert message in exc.value.message
 
@@ -91,11 +99,11 @@ def test_bad_node_sets_are_refused(write_cluster, versions, nodesets, message: s
 def test_scratch_must_be_where_jobs_can_write_output(write_cluster, versions, path) -> None:
     bad = write_cluster(_with(jail={"scratch": [path]}))
     with pytest.raises(ConfigError, match=r"jail\.scratch\[0\]"):
-        model.load(bad, versions)
+        loader.load(bad, versions)
 
 
 def test_scratch_is_made_by_login_and_kept_by_populate(write_cluster, versions, tmp_path) -> None:
-    cluster = model.load(
+    cluster = loader.load(
         write_cluster(_with(jail={"keep": ["/srv/"], "scratch": ["/data/"]})), versions
     )
     assert cluster.spec.jail.scratch == ("/data",)
@@ -107,7 +115,7 @@ def test_scratch_is_made_by_login_and_kept_by_populate(write_cluster, versions, 
 def test_partition_must_name_known_node_sets(write_cluster, versions) -> None:
     path = write_cluster(_with(partitions=[{"name": "p", "nodesets": ["gpu"]}]))
     with pytest.raises(ConfigError, match=r"partitions\[0\]\.nodesets\[0\]: unknown node set"):
-        model.load(path, versions)
+        loader.load(path, versions)
 
 
 @pytest.mark.parametrize("arg", ["cpu=-1", "cpu=two", "cpu=1.5", "cpu", "=3"])
@@ -160,7 +168,7 @@ def _two_sets(write_cluster, versions, slurm_cell: str | None = None):
             {"name": "all", "nodesets": ["cpu", "big"], "max_time": "1-00:00:00"},
         ],
     )
-    return model.load(write_cluster(data), versions)
+    return loader.load(write_cluster(data), versions)
 
 
 def test_slurm_conf_comes_from_the_model(write_cluster, versions) -> None:
@@ -228,14 +236,14 @@ def test_cgroup_plugin_follows_the_slurm_version(slurm: str, disabled: bool) -> 
 def test_slurmctld_serves_its_metrics_from_25_11_where_metrics_are_on(
     write_cluster, versions, images: dict, metrics: dict, served: bool
 ) -> None:
-    cluster = model.load(write_cluster(_with(images=images, metrics=metrics)), versions)
+    cluster = loader.load(write_cluster(_with(images=images, metrics=metrics)), versions)
     conf = slurmconf.render(cluster)["slurm.conf"].splitlines()
     assert ("MetricsType=metrics/openmetrics" in conf) is served
 
 
 def test_without_cgroups_processes_are_tracked_through_proc(write_cluster, versions) -> None:
     data = _with(slurm={"cgroups": False})
-    files = slurmconf.render(model.load(write_cluster(data), versions))
+    files = slurmconf.render(loader.load(write_cluster(data), versions))
     conf = files["slurm.conf"].splitlines()
     assert "ProctrackType=proctrack/linuxproc" in conf and "TaskPlugin=task/affinity" in conf
     assert "SelectTypeParameters=CR_Core_Memory" in conf  # still scheduled

@@ -11,7 +11,7 @@ from slurmforge import config
 from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.slurm import conf as slurmconf
-from slurmforge.deploy.spec import model
+from slurmforge.deploy.spec import loader
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 from tests.unit.test_cli import _assert_clean_failure, _invoke
@@ -60,7 +60,7 @@ def test_bad_directory_settings_are_refused(
 ) -> None:
     path = write_cluster(_with(identity=_site(tmp_path, **change)))
     if key is None:
-        model.load(path, versions)
+        loader.load(path, versions)
         return
     proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
     _assert_clean_failure(proc, f"{path}: {key}")
@@ -117,7 +117,7 @@ def test_sssd_gets_the_directory_but_never_the_password(
     write_cluster, versions, tmp_path: Path
 ) -> None:
     path = write_cluster(_with(identity=_site(tmp_path, sudo_groups=["hpc-admins"])))
-    cluster = model.load(path, versions)
+    cluster = loader.load(path, versions)
     files = identity.files(cluster.spec, path)
     conf = files[identity.SSSD_CONF]
     assert "ldap_uri = ldaps://ldap.example.org, ldap://ldap2.example.org:3389" in conf
@@ -145,13 +145,13 @@ def test_sssd_gets_the_directory_but_never_the_password(
 def test_the_embedded_directory_runs_only_when_asked(write_cluster, versions, tmp_path) -> None:
     (tmp_path / "directory.ldif").write_text("dn: dc=example,dc=org\n")
     ldap = {"embedded": True, "base_dn": "dc=example,dc=org"}
-    cluster = model.load(write_cluster(_with(identity={"source": "ldap", "ldap": ldap})), versions)
+    cluster = loader.load(write_cluster(_with(identity={"source": "ldap", "ldap": ldap})), versions)
     secrets = {**_secrets(tmp_path), "ldap-bind-password": tmp_path / "ldap-bind-password"}
     services = local_render.render(cluster, secrets, "sha256:abc")["services"]
     assert services["slapd"]["environment"] == {"SLAPD_BASE_DN": "dc=example,dc=org"}
     assert "slapd" in services["cpu-0"]["depends_on"]
     assert "ldap_uri = ldap://slapd" in identity.sssd_conf(cluster.spec)
-    local = model.load(write_cluster(_with()), versions)
+    local = loader.load(write_cluster(_with()), versions)
     services = local_render.render(local, _secrets(tmp_path), "sha256:abc")["services"]
     assert "slapd" not in services
     assert not any("identity" in v for s in services.values() for v in s.get("volumes", []))
@@ -190,8 +190,8 @@ def test_a_group_maps_to_a_declared_account_of_a_directory(
 def test_ssh_into_job_nodes_can_be_turned_off_with_its_extern_steps(
     write_cluster, versions, tmp_path: Path
 ) -> None:
-    on = model.load(write_cluster(_with()), versions)
-    off = model.load(write_cluster(_with(slurm={"node_ssh": False})), versions)
+    on = loader.load(write_cluster(_with()), versions)
+    off = loader.load(write_cluster(_with(slurm={"node_ssh": False})), versions)
     conf_on, conf_off = (slurmconf.render(c, None, False, None)["slurm.conf"] for c in (on, off))
     assert "\nPrologFlags=Contain\n" in conf_on
     assert "PrologFlags" not in conf_off

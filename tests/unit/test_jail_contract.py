@@ -51,10 +51,10 @@ def test_the_plugin_takes_every_argument_it_is_given_and_knows_its_modes() -> No
 
 def test_plugstack_loads_the_plugin_with_the_contracts_arguments(tmp_path, write_cluster) -> None:
     from slurmforge.deploy.slurm import conf as slurmconf
-    from slurmforge.deploy.spec import model
+    from slurmforge.deploy.spec import loader
     from slurmforge.versions import load
 
-    cluster = model.load(
+    cluster = loader.load(
         write_cluster(
             {
                 "name": "c",

@@ -27,7 +27,7 @@ from slurmforge.deploy.k8s import secrets as k8s_secrets
 from slurmforge.deploy.k8s.objects import secret_env
 from slurmforge.deploy.k8s.run import Kube, kubectl_path
 from slurmforge.deploy.slurm import ctl as slurmctl
-from slurmforge.deploy.spec import model
+from slurmforge.deploy.spec import loader
 from slurmforge.errors import ConfigError, DeployError
 from slurmforge.versions import load as load_versions
 from tests.unit.test_cli import _assert_clean_failure, _invoke
@@ -62,7 +62,7 @@ def checkout(tmp_path: Path, write_cluster) -> tuple[Path, Path]:
     """A checkout-like dir: versions.yaml, a cluster file and a push lock for every image."""
     versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
     cluster_file = write_cluster(_cluster_data())
-    cluster = model.load(cluster_file, versions)
+    cluster = loader.load(cluster_file, versions)
     lock = {ref: f"sha256:{i:064x}" for i, ref in enumerate(sorted(cluster.images.values()))}
     (tmp_path / "build").mkdir()
     (tmp_path / state.IMAGES_LOCK).write_text(json.dumps(lock))
@@ -71,7 +71,7 @@ def checkout(tmp_path: Path, write_cluster) -> tuple[Path, Path]:
 
 def _kube(cluster_file: Path, root: Path, run=None, **kw: Any) -> Kube:
     versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
-    cluster = model.load(cluster_file, versions)
+    cluster = loader.load(cluster_file, versions)
     if run is not None:
         kw["run"] = run
     kube = Kube(cluster, root / "out", root, None, **kw)
@@ -704,14 +704,14 @@ def test_gpu_node_set_without_a_gpu_image_is_refused_for_every_target(write_clus
 
 def test_images_neither_pushed_nor_built(write_cluster, tmp_path) -> None:
     versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
-    cluster = model.load(write_cluster(_cluster_data()), versions)
+    cluster = loader.load(write_cluster(_cluster_data()), versions)
     with pytest.raises(ConfigError, match=r"\(jail\) is neither pushed nor built"):
         Kube(cluster, tmp_path / "out", tmp_path).write_kustomization()
 
 
 def test_registry_override_moves_and_pins_images(write_cluster, tmp_path) -> None:
     versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
-    cluster = model.load(
+    cluster = loader.load(
         write_cluster(_cluster_data(registry="registry.example.com/hpc")), versions
     )
     moved = {

@@ -11,7 +11,7 @@ import yaml
 
 from slurmforge import config, jail_contract, state
 from slurmforge.deploy.local import render as local_render
-from slurmforge.deploy.spec import model
+from slurmforge.deploy.spec import loader
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
@@ -42,7 +42,7 @@ def _mixed(arch: str = "arm64", set_name: str = "grace", cell: str | None = CELL
 def test_a_node_set_of_another_arch_runs_that_arch_s_image_and_jail(
     write_cluster, versions, tmp_path: Path
 ) -> None:
-    cluster = model.load(write_cluster(_mixed()), versions)
+    cluster = loader.load(write_cluster(_mixed()), versions)
     cpu, grace = cluster.spec.nodesets
     assert (cluster.arch(cpu), cluster.arch(grace)) == ("amd64", "arm64")
     assert cluster.other_arches == ["arm64"]
@@ -72,7 +72,7 @@ def test_a_node_set_of_another_arch_runs_that_arch_s_image_and_jail(
 def test_a_node_set_that_names_the_cells_own_arch_is_one_of_its_nodes(
     write_cluster, versions, tmp_path: Path
 ) -> None:
-    cluster = model.load(write_cluster(_mixed("amd64")), versions)
+    cluster = loader.load(write_cluster(_mixed("amd64")), versions)
     assert cluster.other_arches == []
     services = local_render.render(cluster, _secrets(tmp_path), "sha256:abc")["services"]
     assert services["grace-0"]["platform"] == "linux/amd64"
@@ -92,7 +92,7 @@ def test_an_arch_the_set_has_no_cell_of_is_refused(write_cluster, tmp_path: Path
 
 def test_an_unknown_arch_is_refused(write_cluster, versions) -> None:
     with pytest.raises(ConfigError, match=r"nodesets\[1\]\.arch: .*'amd64' or 'arm64'"):
-        model.load(write_cluster(_mixed("riscv64")), versions)
+        loader.load(write_cluster(_mixed("riscv64")), versions)
 
 
 def test_kubernetes_places_each_arch_on_its_nodes_with_its_jail_usr(
@@ -107,7 +107,7 @@ def test_kubernetes_places_each_arch_on_its_nodes_with_its_jail_usr(
     jail = {"storage_class": "nfs-client", "size": "1Ti"}
     data["kubernetes"] = {"namespace": "hpc", "jail": jail}
     cluster_file = write_cluster(data)
-    cluster = model.load(cluster_file, versions)
+    cluster = loader.load(cluster_file, versions)
     lock = {ref: f"sha256:{i:064x}" for i, ref in enumerate(sorted(cluster.images.values()))}
     (tmp_path / "build").mkdir()
     (tmp_path / state.IMAGES_LOCK).write_text(json.dumps(lock))
@@ -163,7 +163,7 @@ def test_an_arm64_cluster_with_amd64_nodes_is_the_mirror_image(
     """The cell may be the arm64 one (an all-Grace control plane); a node set of amd64 then runs
     the amd64 cell's node image and sees the jail with the amd64 /usr."""
     data = _mixed("amd64", cell=f"{CELL}-arm64")
-    cluster = model.load(write_cluster(data), versions)
+    cluster = loader.load(write_cluster(data), versions)
     cpu, other = cluster.spec.nodesets
     assert cluster.other_arches == ["amd64"]
     assert cluster.node_image(cpu).endswith(f"/slurmd:{CELL}-arm64")

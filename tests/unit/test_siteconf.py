@@ -17,7 +17,7 @@ from slurmforge.deploy.k8s import render as k8s_render
 from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.deploy.slurm import siteconf
-from slurmforge.deploy.spec import model
+from slurmforge.deploy.spec import loader
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
@@ -54,7 +54,7 @@ def keys(tmp_path: Path) -> siteconf.ConfKeys:
 def load(write_cluster, **changes) -> Cluster:
     data = yaml.safe_load(yaml.safe_dump(SHIPPED))
     data.update(changes)
-    return model.load(write_cluster(data), load_versions(ROOT / "versions.yaml"))
+    return loader.load(write_cluster(data), load_versions(ROOT / "versions.yaml"))
 
 
 @pytest.mark.parametrize(

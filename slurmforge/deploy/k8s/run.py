@@ -30,6 +30,7 @@ import yaml
 
 from slurmforge import jail_contract, state
 from slurmforge.deploy import Target, Where, check_namespace, load_cluster, roles
+from slurmforge.deploy.identity import probe
 from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.k8s import images as k8s_images
 from slurmforge.deploy.k8s import kubectl, kustomize
@@ -110,7 +111,7 @@ class Kube(Target):
         ``back_up``: take a backup before a Slurm series change."""
         self.backup_first = back_up
         # a certificate or bind the site's directory refuses stops it before anything is written
-        notes = [] if self.dry_run else identity.probe(self.cluster.path, self.cluster.spec)
+        notes = [] if self.dry_run else probe.probe(self.cluster.path, self.cluster.spec)
         directory = self.write_kustomization()
         versions = self.validate()
         lines = [

@@ -19,6 +19,7 @@ from typing import IO, ClassVar
 from slurmforge import jail, jail_contract, proc, state
 from slurmforge.deploy import Target, Where, generated, load_cluster, monitoring, roles
 from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.identity import probe
 from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.local import gpu_assign
 from slurmforge.deploy.local import render as local_render
@@ -349,7 +350,7 @@ class Local(Target):
         self.check_ports()
         ids = self.image_ids()
         self.check_site()
-        for note in identity.probe(self.cluster.path, self.cluster.spec):
+        for note in probe.probe(self.cluster.path, self.cluster.spec):
             print(f"note: {note}", file=self.log)
         secrets = self.secrets()
         kept = self.drains()  # before the upgrade's hold: an operator's drains outlive both

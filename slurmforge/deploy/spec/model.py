@@ -7,7 +7,6 @@ renderer.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +20,8 @@ from pydantic import (
     StringConstraints,
 )
 
-from slurmforge import features, matrix, refs, state
-from slurmforge.config import Arch, Config
-from slurmforge.deploy import roles
-from slurmforge.deploy.identity import sssd as identity
-from slurmforge.deploy.identity.sssd import GroupName, IdentitySpec
-from slurmforge.deploy.roles import CONTROLLER, LOGIN
-from slurmforge.deploy.spec import site as site_spec
+from slurmforge import matrix, refs
+from slurmforge.config import Arch
 from slurmforge.deploy.spec.fields import (
     NODE_DIRS,
     AbsPath,
@@ -36,9 +30,8 @@ from slurmforge.deploy.spec.fields import (
     DNSName,
     EnvName,
     Word,
-    is_file,
 )
-from slurmforge.deploy.spec.layers import Layers
+from slurmforge.deploy.spec.identity import GroupName, IdentitySpec
 from slurmforge.deploy.spec.site import (
     AccountSpec,
     ConfKey,
@@ -50,7 +43,7 @@ from slurmforge.deploy.spec.site import (
     TopologySpec,
 )
 from slurmforge.errors import ConfigError, quote
-from slurmforge.inputs import Model, format_path, read_yaml, validate
+from slurmforge.inputs import Model
 
 # a jail user's name, as the jail's createuser accepts it (and useradd after it)
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
@@ -380,7 +373,7 @@ class Cluster:
 
     def image_key(self, component: str, arch: str | None = None) -> str:
         """Where ``images`` holds ``component``'s image for ``arch`` (default: the cell's)."""
-        return component if arch in (None, self.cell.arch) else f"{component}@{arch}"
+        return image_key(component, arch, self.cell.arch)
 
     def image(self, component: str, arch: str | None = None) -> str:
         """``component``'s image for ``arch`` (default: the cell's)."""
@@ -390,6 +383,12 @@ class Cluster:
         return self.image(ns.image, self.arch(ns))
 
 
+def image_key(component: str, arch: str | None, cell_arch: str) -> str:
+    """Where a cluster's ``images`` holds ``component``'s image for ``arch``: the cell's own arch
+    under the component's name, another arch's under ``component@arch``."""
+    return component if arch in (None, cell_arch) else f"{component}@{arch}"
+
+
 def check_user(name: str) -> str:
     """A jail user name (``--user``), as the jail's createuser accepts it."""
     if not USER_NAME.fullmatch(name):
@@ -397,164 +396,6 @@ def check_user(name: str) -> str:
             f"--user {quote(name)}: expected a user name: a-z or _, then up to 31 of a-z 0-9 _ -"
         )
     return name
-
-
-def load(path: Path, config: Config, scale: dict[str, int] | None = None) -> Cluster:
-    """The cluster in ``path``, with layers applied, `invoke scale` overrides (``scale``, else
-    those recorded in its state) and images bound."""
-    raw = read_yaml(path)
-    nodesets = raw.get("nodesets")
-    layers = None
-    if isinstance(nodesets, list):
-        layers_dir = path.parent / str(raw.get("layers", "layers"))
-        layers = Layers(path, nodesets, layers_dir)
-        raw["nodesets"] = [layers.resolve(i, ns) for i, ns in enumerate(nodesets)]
-    name = raw.get("name")
-    if isinstance(name, str) and isinstance(raw.get("nodesets"), list):
-        scale = state.read_scale(name) if scale is None else scale
-        for ns in raw["nodesets"]:
-            if isinstance(ns, dict) and isinstance(ns.get("name"), str) and ns["name"] in scale:
-                ns["replicas"] = scale[ns["name"]]
-    spec = validate(ClusterSpec, raw, path, blame=layers.blame if layers else None)
-    _check_references(path, spec)
-    cell, images, hint = _bind_images(path, spec, config)
-    if (
-        spec.topology
-        and spec.topology.block_sizes
-        and not matrix.slurm_at_least(cell.slurm, (24, 5))
-    ):
-        raise ConfigError(
-            f"{path}: topology.block_sizes: Slurm {cell.slurm} has no BlockSizes (24.05 and "
-            "later); leave it out"
-        )
-    return Cluster(spec, path, cell, images, hint)
-
-
-def _check_references(path: Path, spec: ClusterSpec) -> None:
-    names = [ns.name for ns in spec.nodesets]  # unique: Layers refuses duplicates first
-    taken = {CONTROLLER, LOGIN}
-    for i, name in enumerate(names):
-        if name in taken:
-            raise ConfigError(f"{path}: nodesets[{i}].name: {name!r} is reserved")
-    seen: set[str] = set()
-    for i, part in enumerate(spec.partitions):
-        if part.name in seen:
-            raise ConfigError(f"{path}: partitions[{i}].name: duplicate partition {part.name!r}")
-        seen.add(part.name)
-        for j, ns in enumerate(part.nodesets):
-            if ns not in names:
-                raise ConfigError(
-                    f"{path}: {format_path(('partitions', i, 'nodesets', j))}: unknown node set "
-                    f"{ns!r}; expected one of {', '.join(names)}"
-                )
-    for i, ns in enumerate(spec.nodesets):
-        for gres in ns.gres:
-            name, *_, count = gres.split(":")
-            if name == "gpu" and not (gres.count(":") in (1, 2) and count.isdigit()):
-                raise ConfigError(
-                    f"{path}: nodesets[{i}].gres: {gres!r}: expected gpu[:type]:count"
-                )
-        if ns.gpus and not any(ns.name in p.nodesets for p in spec.partitions):
-            raise ConfigError(
-                f"{path}: nodesets[{i}]: GPU node set {ns.name!r} is in no partition; the GPU "
-                "health check (and every job) needs one: add it to a partition's nodesets"
-            )
-    if sum(p.default for p in spec.partitions) > 1:
-        raise ConfigError(f"{path}: partitions: more than one partition has default: true")
-    if spec.rest.enabled and not spec.accounting.enabled:
-        raise ConfigError(
-            f"{path}: rest.enabled: slurmrestd authenticates with JWT, whose key slurmdbd and "
-            "slurmctld share; set accounting.enabled: true, or rest.enabled: false"
-        )
-    published = [("login.port", spec.login.port)]
-    if spec.rest.enabled:
-        published.append(("rest.port", spec.rest.port))
-    if spec.metrics.enabled and spec.metrics.prometheus.enabled:
-        published.append(("metrics.prometheus.port", spec.metrics.prometheus.port))
-    for i, (key, port) in enumerate(published):
-        taken_by = next((k for k, p in published[:i] if p == port), None)
-        if taken_by:
-            raise ConfigError(f"{path}: {key}: {port} is {taken_by} already")
-    site_spec.check(path, spec, names)
-    identity.check(path, spec)
-    database = spec.accounting.database
-    if spec.accounting.enabled and database and not is_file(database.password_secret):
-        raise ConfigError(
-            f"{path}: accounting.database.password_secret: no file {database.password_secret}",
-            hint="write the database password into that file (mode 0600), or leave out "
-            "accounting.database to run the cluster's own MariaDB",
-        )
-
-
-def _bind_images(
-    path: Path, spec: ClusterSpec, config: Config
-) -> tuple[matrix.Cell, dict[str, str], str]:
-    set_name = spec.images.set
-    if set_name not in config.versions.sets:
-        raise ConfigError(
-            f"{path}: images.set: unknown set {set_name!r} in {config.path}; "
-            f"expected one of {', '.join(sorted(config.versions.sets))}"
-        )
-    cells = {c.name: c for c in matrix.cells_of(config, set_name)}
-    if spec.images.cell is None:
-        if len(cells) != 1:
-            raise ConfigError(
-                f"{path}: images.cell: set {set_name!r} has {len(cells)} cells; name one of "
-                f"{', '.join(sorted(cells))}"
-            )
-        cell = next(iter(cells.values()))
-    elif spec.images.cell in cells:
-        cell = cells[spec.images.cell]
-    else:
-        raise ConfigError(
-            f"{path}: images.cell: set {set_name!r} has no cell {spec.images.cell!r}; "
-            f"expected one of {', '.join(sorted(cells))}"
-        )
-    targets = matrix.expand(config, set_name, [cell])
-    refs = {t.component: t.ref for t in targets if matrix.COMPONENTS[t.component].public}
-    for i, ns in enumerate(spec.nodesets):
-        if ns.image not in usable_nodes(refs):
-            usable = usable_nodes(refs)
-            raise ConfigError(
-                f"{path}: nodesets[{i}].image: no {ns.image!r} node image for cell {cell.name} "
-                f"of set {set_name!r}; expected one of {', '.join(usable)}"
-            )
-        if ns.gpus and "cuda" not in features.carried_by(ns.image):
-            gpu_images = sorted(c for c in usable_nodes(refs) if "cuda" in features.carried_by(c))
-            raise ConfigError(
-                f"{path}: nodesets[{i}].image: node set {ns.name!r} requests GPUs "
-                f"({', '.join(ns.gres)}) but {ns.image!r} has no GPU user space; expected "
-                f"{' or '.join(gpu_images)}"
-            )
-    images = {c: refs[c] for c in sorted(roles.images(spec))}
-    cells_built = [cell]
-    for i, ns in enumerate(spec.nodesets):
-        if ns.arch is None or ns.arch == cell.arch:
-            continue
-        sibling = dataclasses.replace(cell, arch=ns.arch)
-        if sibling.name not in cells:
-            raise ConfigError(
-                f"{path}: nodesets[{i}].arch: set {set_name!r} has no {ns.arch} cell of Slurm "
-                f"{cell.slurm}, CUDA {cell.cuda} on {cell.distro} (expected {cell.arch}, or "
-                f"{ns.arch} in the set's matrix.arch)"
-            )
-        if sibling not in cells_built:
-            cells_built.append(sibling)
-        images.update(
-            {
-                f"{t.component}@{ns.arch}": t.ref  # Cluster.image_key
-                for t in matrix.expand(config, set_name, [sibling], [ns.image, roles.JAIL])
-                if t.component in (ns.image, roles.JAIL)
-            }
-        )
-    cell_args = " ".join(f"--cell {c.name}" for c in cells_built)
-    hint = f"invoke build --set {set_name} {cell_args}"
-    return cell, images, hint
-
-
-def usable_nodes(refs: dict[str, str]) -> list[str]:
-    """The public components a node set may run (not the controller, login, jail, …)."""
-    return sorted(set(refs) - roles.SERVICE_IMAGES)
 
 
 def as_dict(cluster: Cluster) -> dict[str, Any]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import graphlib
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -20,13 +21,9 @@ from pydantic import (
 )
 
 from slurmforge import jail_contract
-from slurmforge.deploy.spec import tres
 from slurmforge.deploy.spec.fields import NODE_DIRS, AbsPath, AccountName, DNSName, is_file
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model
-
-if TYPE_CHECKING:
-    from slurmforge.deploy.spec.model import ClusterSpec
 
 # a script next to the cluster file (or below it)
 ScriptPath = Annotated[
@@ -196,94 +193,98 @@ class TopologySpec(Model):
 SCRIPT_MAX = 1 << 20
 
 
-def check(path: Path, spec: ClusterSpec, names: list[str]) -> None:
-    """The site's scripts exist, its mounts do not overlap, its topology and accounts name what
-    the file declares."""
-    for kind in ("prolog", "epilog"):
-        for i, rel in enumerate(getattr(spec.slurm, kind)):
-            where = f"{path}: slurm.{kind}[{i}]"
-            if ".." in Path(rel).parts or not is_file(str(path.parent / rel)):
-                raise ConfigError(
-                    f"{where}: expected a script file next to the cluster file (or below it), "
-                    f"got {quote(rel)}"
-                )
-            data = (path.parent / rel).read_bytes()
-            if len(data) > SCRIPT_MAX or not data.startswith(b"#!"):
-                raise ConfigError(
-                    f"{where}: expected a script of at most 1 MiB that starts with '#!' (slurmd "
-                    f"runs it as a program), got {rel}"
-                )
-            try:
-                data.decode()
-            except UnicodeDecodeError as exc:
-                raise ConfigError(f"{where}: {rel} is not UTF-8 text (byte {exc.start})") from None
-    taken = [(f"jail.scratch[{i}]", s) for i, s in enumerate(spec.jail.scratch)]
-    for i, mount in enumerate(spec.mounts):
+def check_scripts(path: Path, kind: str, scripts: Sequence[str]) -> None:
+    """The site's ``slurm.<kind>`` scripts exist next to the cluster file and are scripts."""
+    for i, rel in enumerate(scripts):
+        where = f"{path}: slurm.{kind}[{i}]"
+        if ".." in Path(rel).parts or not is_file(str(path.parent / rel)):
+            raise ConfigError(
+                f"{where}: expected a script file next to the cluster file (or below it), "
+                f"got {quote(rel)}"
+            )
+        data = (path.parent / rel).read_bytes()
+        if len(data) > SCRIPT_MAX or not data.startswith(b"#!"):
+            raise ConfigError(
+                f"{where}: expected a script of at most 1 MiB that starts with '#!' (slurmd "
+                f"runs it as a program), got {rel}"
+            )
+        try:
+            data.decode()
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{where}: {rel} is not UTF-8 text (byte {exc.start})") from None
+
+
+def check_mounts(path: Path, scratch: Sequence[str], mounts: Sequence[MountSpec]) -> None:
+    """No mount overlaps the jail's scratch directories or another mount."""
+    taken = [(f"jail.scratch[{i}]", s) for i, s in enumerate(scratch)]
+    for i, mount in enumerate(mounts):
         for where, other in taken:
             if _nested(mount.path, other):
                 raise ConfigError(
                     f"{path}: mounts[{i}].path: {mount.path} overlaps {where} ({other})"
                 )
         taken.append((f"mounts[{i}].path", mount.path))
-    if spec.topology:
-        switches = [s.name for s in spec.topology.tree]
-        blocks = [b.name for b in spec.topology.block]
-        for kind, seen in (("tree", switches), ("block", blocks)):
-            for name in {n for n in seen if seen.count(n) > 1}:
-                raise ConfigError(f"{path}: topology.{kind}: duplicate name {name!r}")
-        for kind, entries in (("tree", spec.topology.tree), ("block", spec.topology.block)):
-            for i, entry in enumerate(entries):
-                for j, ns in enumerate(entry.nodesets):
-                    if ns not in names:
-                        raise ConfigError(
-                            f"{path}: topology.{kind}[{i}].nodesets[{j}]: unknown node set "
-                            f"{ns!r}; expected one of {', '.join(names)}"
-                        )
-        for i, switch in enumerate(spec.topology.tree):
-            for j, name in enumerate(switch.switches):
-                if name not in switches or name == switch.name:
+
+
+def check_topology(path: Path, topology: TopologySpec, names: Sequence[str]) -> None:
+    """Switches and blocks are named once and name node sets (``names``) and switches the file
+    declares."""
+    switches = [s.name for s in topology.tree]
+    blocks = [b.name for b in topology.block]
+    for kind, seen in (("tree", switches), ("block", blocks)):
+        for name in {n for n in seen if seen.count(n) > 1}:
+            raise ConfigError(f"{path}: topology.{kind}: duplicate name {name!r}")
+    for kind, entries in (("tree", topology.tree), ("block", topology.block)):
+        for i, entry in enumerate(entries):
+            for j, ns in enumerate(entry.nodesets):
+                if ns not in names:
                     raise ConfigError(
-                        f"{path}: topology.tree[{i}].switches[{j}]: {name!r} is not another "
-                        "switch of topology.tree"
+                        f"{path}: topology.{kind}[{i}].nodesets[{j}]: unknown node set "
+                        f"{ns!r}; expected one of {', '.join(names)}"
                     )
-    qos = ["normal", *(q.name for q in spec.accounting.qos)]
-    for i, q in enumerate(spec.accounting.qos):
+    for i, switch in enumerate(topology.tree):
+        for j, name in enumerate(switch.switches):
+            if name not in switches or name == switch.name:
+                raise ConfigError(
+                    f"{path}: topology.tree[{i}].switches[{j}]: {name!r} is not another "
+                    "switch of topology.tree"
+                )
+
+
+def check_qos(path: Path, qos: Sequence[QosSpec], accounts: Sequence[AccountSpec]) -> None:
+    """QoS and accounts name QoS the file declares (or ``normal``), without a preemption loop."""
+    names = ["normal", *(q.name for q in qos)]
+    for i, q in enumerate(qos):
         for j, other in enumerate(q.Preempt or ()):
-            if other not in qos:
+            if other not in names:
                 raise ConfigError(
                     f"{path}: accounting.qos[{i}].Preempt[{j}]: unknown QoS {other!r}; expected "
-                    f"one of {', '.join(qos)}"
+                    f"one of {', '.join(names)}"
                 )
-    _check_preemption(path, spec)
-    for i, acct in enumerate(spec.accounting.accounts):
+    _check_preemption(path, qos)
+    for i, acct in enumerate(accounts):
         for j, name in enumerate(acct.QOS or ()):
-            if name not in qos:
+            if name not in names:
                 raise ConfigError(
                     f"{path}: accounting.accounts[{i}].QOS[{j}]: unknown QoS {name!r}; "
-                    f"expected one of {', '.join(qos)}"
+                    f"expected one of {', '.join(names)}"
                 )
         if acct.DefaultQOS and acct.DefaultQOS not in (acct.QOS or ("normal",)):
             raise ConfigError(
                 f"{path}: accounting.accounts[{i}].DefaultQOS: {acct.DefaultQOS!r} is not in "
                 "its QOS list"
             )
-    tres.check(path, spec)
-    if (spec.accounting.qos or spec.accounting.accounts) and not spec.accounting.enabled:
-        raise ConfigError(
-            f"{path}: accounting.qos: QoS and accounts live in slurmdbd; set "
-            "accounting.enabled: true"
-        )
 
 
-def _check_preemption(path: Path, spec: ClusterSpec) -> None:
+def _check_preemption(path: Path, qos: Sequence[QosSpec]) -> None:
     """No QoS preempts itself, directly or through others (slurmdbd refuses such a loop, after
     the QoS it would close has been made)."""
-    graph = {q.name: tuple(q.Preempt or ()) for q in spec.accounting.qos}
+    graph = {q.name: tuple(q.Preempt or ()) for q in qos}
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as exc:
         loop = exc.args[1]
-        i = next(i for i, q in enumerate(spec.accounting.qos) if q.name == loop[0])
+        i = next(i for i, q in enumerate(qos) if q.name == loop[0])
         raise ConfigError(
             f"{path}: accounting.qos[{i}].Preempt: QoS preempt each other in a loop "
             f"({' -> '.join(reversed(loop))}); Slurm refuses it"

@@ -1,0 +1,123 @@
+"""The checks across a cluster file's parts that its schema cannot express: names that refer to
+each other, ports that collide, settings that need others, the files it names. Each part's own
+check takes that part (site.py, identity.py); what spans parts is here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurmforge.deploy.roles import CONTROLLER, LOGIN
+from slurmforge.deploy.spec import identity, site, tres
+from slurmforge.deploy.spec.fields import is_file
+from slurmforge.deploy.spec.model import ClusterSpec
+from slurmforge.errors import ConfigError
+from slurmforge.inputs import format_path
+
+
+def check(path: Path, spec: ClusterSpec) -> None:
+    """What the schema cannot say about the whole file: names that refer to each other, ports
+    that collide, settings that need others, and the files it names."""
+    names = [ns.name for ns in spec.nodesets]  # unique: Layers refuses duplicates first
+    taken = {CONTROLLER, LOGIN}
+    for i, name in enumerate(names):
+        if name in taken:
+            raise ConfigError(f"{path}: nodesets[{i}].name: {name!r} is reserved")
+    seen: set[str] = set()
+    for i, part in enumerate(spec.partitions):
+        if part.name in seen:
+            raise ConfigError(f"{path}: partitions[{i}].name: duplicate partition {part.name!r}")
+        seen.add(part.name)
+        for j, ns in enumerate(part.nodesets):
+            if ns not in names:
+                raise ConfigError(
+                    f"{path}: {format_path(('partitions', i, 'nodesets', j))}: unknown node set "
+                    f"{ns!r}; expected one of {', '.join(names)}"
+                )
+    for i, ns in enumerate(spec.nodesets):
+        for gres in ns.gres:
+            name, *_, count = gres.split(":")
+            if name == "gpu" and not (gres.count(":") in (1, 2) and count.isdigit()):
+                raise ConfigError(
+                    f"{path}: nodesets[{i}].gres: {gres!r}: expected gpu[:type]:count"
+                )
+        if ns.gpus and not any(ns.name in p.nodesets for p in spec.partitions):
+            raise ConfigError(
+                f"{path}: nodesets[{i}]: GPU node set {ns.name!r} is in no partition; the GPU "
+                "health check (and every job) needs one: add it to a partition's nodesets"
+            )
+    if sum(p.default for p in spec.partitions) > 1:
+        raise ConfigError(f"{path}: partitions: more than one partition has default: true")
+    if spec.rest.enabled and not spec.accounting.enabled:
+        raise ConfigError(
+            f"{path}: rest.enabled: slurmrestd authenticates with JWT, whose key slurmdbd and "
+            "slurmctld share; set accounting.enabled: true, or rest.enabled: false"
+        )
+    published = [("login.port", spec.login.port)]
+    if spec.rest.enabled:
+        published.append(("rest.port", spec.rest.port))
+    if spec.metrics.enabled and spec.metrics.prometheus.enabled:
+        published.append(("metrics.prometheus.port", spec.metrics.prometheus.port))
+    for i, (key, port) in enumerate(published):
+        taken_by = next((k for k, p in published[:i] if p == port), None)
+        if taken_by:
+            raise ConfigError(f"{path}: {key}: {port} is {taken_by} already")
+    _check_site(path, spec, names)
+    _check_accounts_from_groups(path, spec)
+    identity.check(path, spec.identity)
+    _check_default_account(path, spec)
+    database = spec.accounting.database
+    if spec.accounting.enabled and database and not is_file(database.password_secret):
+        raise ConfigError(
+            f"{path}: accounting.database.password_secret: no file {database.password_secret}",
+            hint="write the database password into that file (mode 0600), or leave out "
+            "accounting.database to run the cluster's own MariaDB",
+        )
+
+
+def _check_site(path: Path, spec: ClusterSpec, names: list[str]) -> None:
+    """The site's scripts exist, its mounts do not overlap, its topology and accounts name what
+    the file declares, and its limits name TRES the cluster tracks."""
+    for kind in ("prolog", "epilog"):
+        site.check_scripts(path, kind, getattr(spec.slurm, kind))
+    site.check_mounts(path, spec.jail.scratch, spec.mounts)
+    if spec.topology:
+        site.check_topology(path, spec.topology, names)
+    site.check_qos(path, spec.accounting.qos, spec.accounting.accounts)
+    tres.check(path, spec)
+    if (spec.accounting.qos or spec.accounting.accounts) and not spec.accounting.enabled:
+        raise ConfigError(
+            f"{path}: accounting.qos: QoS and accounts live in slurmdbd; set "
+            "accounting.enabled: true"
+        )
+
+
+def _check_accounts_from_groups(path: Path, spec: ClusterSpec) -> None:
+    """Accounts mapped from directory groups need accounting, a directory and the account."""
+    mapped = spec.accounting.accounts_from_groups
+    declared = {a.name for a in spec.accounting.accounts}
+    for account, group in mapped.items():
+        if not spec.accounting.enabled:
+            raise ConfigError(
+                f"{path}: accounting.accounts_from_groups.{account}: associations live in "
+                "slurmdbd; set accounting.enabled: true, or leave this out"
+            )
+        if spec.identity.source != "ldap":
+            raise ConfigError(
+                f"{path}: accounting.accounts_from_groups.{account}: groups come from a "
+                "directory; set identity.source: ldap (with identity.ldap), or leave this out"
+            )
+        if account not in declared:
+            raise ConfigError(
+                f"{path}: accounting.accounts_from_groups.{account}: no account {account!r} in "
+                f"accounting.accounts (the group {group!r} maps to it); declare it there"
+            )
+
+
+def _check_default_account(path: Path, spec: ClusterSpec) -> None:
+    """A directory's users need no default account: only createuser uses it."""
+    if spec.identity.source == "ldap" and "default_account" in spec.accounting.model_fields_set:
+        raise ConfigError(
+            f"{path}: accounting.default_account: only createuser uses it, and with "
+            "identity.source: ldap users come from the directory; map groups to accounts with "
+            "accounting.accounts_from_groups instead"
+        )
