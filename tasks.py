@@ -296,7 +296,7 @@ def backup(c, where, out, from_schedule):
 )
 def restore(c, where, archive, force, timeout):
     """Bring a cluster back from its archive, on this host: every record, job, user and file."""
-    seconds = where.wait(timeout)
+    seconds = where.parse_timeout(timeout)
     for line in _open(where).restore(Path(archive).resolve(), force, seconds):
         print(line)
 

@@ -133,7 +133,7 @@ FETCH = Group(
 def _where(
     target="local", cluster=None, config=None, out=None, context=None, namespace=None, dry_run=False
 ):
-    from slurmforge.deploy import Where
+    from slurmforge.deploy.target import Where
 
     out_root = out_dir("--out", out, ROOT / "deploy" / "out")
     cluster_file = Path(cluster).resolve() if cluster else ROOT / "deploy" / "cluster.yaml"

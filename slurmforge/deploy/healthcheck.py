@@ -14,8 +14,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from slurmforge.deploy import Target
 from slurmforge.deploy.roles import CONTROLLER, LOGIN
+from slurmforge.deploy.target import Target
 from slurmforge.errors import ConfigError, DeployError
 
 SCRIPT = "/opt/slurmforge/gpu-check"

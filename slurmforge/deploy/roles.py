@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from slurmforge import jail_contract
-from slurmforge.deploy import TARGETS
 from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.target import TARGETS
 
 if TYPE_CHECKING:
     from slurmforge.deploy.spec.model import ClusterSpec

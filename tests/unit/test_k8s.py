@@ -21,13 +21,14 @@ import pytest
 import yaml
 
 from slurmforge import state
-from slurmforge.deploy import Where, open_target, roles
+from slurmforge.deploy import open_target, roles
 from slurmforge.deploy.k8s import images as k8s_images
 from slurmforge.deploy.k8s import secrets as k8s_secrets
 from slurmforge.deploy.k8s.objects import secret_env
 from slurmforge.deploy.k8s.run import Kube, kubectl_path
 from slurmforge.deploy.slurm import ctl as slurmctl
 from slurmforge.deploy.spec import loader
+from slurmforge.deploy.target import Where
 from slurmforge.errors import ConfigError, DeployError
 from slurmforge.versions import load as load_versions
 from tests.unit.test_cli import _assert_clean_failure, _invoke

@@ -1,7 +1,7 @@
 """`invoke backup` and the parts both restores share: a running cluster into one archive
 (archive.py) without stopping anything, through the target's own way into its containers
-(`Target.exec_argv`). What is copied and how it stays consistent: snapshot.py, which also runs
-in the k8s target's scheduled backup pod.
+(access.py). What is copied and how it stays consistent: snapshot.py, which also runs in the k8s
+target's scheduled backup pod.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from slurmforge.deploy.spec.model import as_dict
 from slurmforge.errors import ConfigError, DeployError
 
 if TYPE_CHECKING:
-    from slurmforge.deploy import Target
+    from slurmforge.deploy.backup.access import BackupAccess
     from slurmforge.deploy.spec.model import Cluster
 
 STATE_DIR = CONTROLLER_STATE.path
@@ -99,7 +99,7 @@ def feed_member(
 
 
 def load_dump(
-    target: Target, path: Path, manifest: archive.Manifest, tail: Callable[[], str] = str
+    target: BackupAccess, path: Path, manifest: archive.Manifest, tail: Callable[[], str] = str
 ) -> None:
     """Once the cluster's own database answers: the archive's dump into it, and its job table
     started at the manifest's job_index (a job StateSave holds may have an index the dump lacks:
@@ -119,7 +119,7 @@ def load_dump(
             raise DeployError(f"{DATABASE}: {sql} failed: {out}")
 
 
-def before_upgrade(target: Target) -> None:
+def before_upgrade(target: BackupAccess) -> None:
     """Slurm's upgrade guide: back up the database and StateSave before a series change."""
     path, _ = backup(target, None)
     print(f"backup before the upgrade: {path} (invoke restore {path})", file=target.log)
@@ -135,7 +135,7 @@ class TargetSource:
         snapshot.JAIL: LOGIN,
     }
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: BackupAccess) -> None:
         self.target = target
 
     def sh(self, where: str, command: str) -> tuple[int, str]:
@@ -180,7 +180,7 @@ def plan(cluster: Cluster, slurm: str | None = None) -> snapshot.Plan:
     )
 
 
-def backup(target: Target, out: Path | None) -> tuple[Path, list[str]]:
+def backup(target: BackupAccess, out: Path | None) -> tuple[Path, list[str]]:
     """Back ``target``'s cluster up into ``out`` (default: default_dir); the archive and the
     summary to show."""
     source = TargetSource(target)

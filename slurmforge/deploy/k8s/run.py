@@ -29,7 +29,7 @@ from typing import IO, Any, ClassVar
 import yaml
 
 from slurmforge import jail_contract, state
-from slurmforge.deploy import Target, Where, check_namespace, load_cluster, roles
+from slurmforge.deploy import check_namespace, load_cluster, roles
 from slurmforge.deploy.identity import probe
 from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.k8s import images as k8s_images
@@ -42,6 +42,7 @@ from slurmforge.deploy.slurm import ctl as slurmctl
 from slurmforge.deploy.slurm import database as accounting_db
 from slurmforge.deploy.slurm import siteconf, upgrade
 from slurmforge.deploy.spec.model import Cluster, check_user
+from slurmforge.deploy.target import Target, Where
 from slurmforge.errors import ConfigError, DeployError
 
 CONFIG_ANNOTATION = "slurmforge.io/config"  # on a pod: the Slurm config it was told to load
@@ -339,11 +340,11 @@ class Kube(Target):
         )
 
     def backup(self, out: Path | None, scheduled: bool = False) -> list[str]:
-        if not scheduled:
-            return super().backup(out)
         from slurmforge.deploy.backup import take as backup
         from slurmforge.deploy.k8s import scheduled as k8s_scheduled
 
+        if not scheduled:
+            return backup.backup(self, out)[1]
         return k8s_scheduled.fetch(self, out or backup.default_dir(self.cluster.name))
 
     def restore(self, archive: Path, force: bool, timeout: float) -> list[str]:

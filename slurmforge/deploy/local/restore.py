@@ -8,35 +8,46 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from slurmforge import state
 from slurmforge.deploy import roles
 from slurmforge.deploy.backup import archive
 from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.backup.access import BackupAccess
+from slurmforge.deploy.local.compose import Project
+from slurmforge.deploy.local.preflight import Preflight
 from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE, JAIL
+from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, DeployError
 
-if TYPE_CHECKING:
-    from slurmforge.deploy.local.run import Local
+
+class Host(BackupAccess, Protocol):
+    """What a restore asks of the local target (local/run.py's Local)."""
+
+    engine: Engine
+    project: Project
+    check: Preflight
 
 
 class Restore:
     """An archive put back into ``local``'s cluster: the secrets before anything starts, the
     jail's user state and StateSave into the new volumes before the jail is populated (populate
-    keeps them and merges the accounts), the database loaded before slurmdbd starts."""
+    keeps them and merges the accounts), the database loaded before slurmdbd starts. The
+    archive is verified whole first."""
 
-    def __init__(self, local: Local, path: Path, manifest: archive.Manifest) -> None:
+    def __init__(self, local: Host, path: Path) -> None:
+        self.started = time.monotonic()
         self.local = local
         self.path = path
-        self.manifest = manifest
+        self.manifest = archive.verify(path)
 
     def check(self, force: bool) -> bool:
         """Refuse an archive of another cluster, a Slurm move Slurm cannot make, and a cluster
         that has state here (unless ``force``, which removes it). True: a series change."""
         cluster = self.local.cluster
         upgrading = backup.admit(cluster, self.path, self.manifest)
-        self.local.image_ids()  # images that are not built: refused before anything is deleted
+        self.local.check.image_ids()  # unbuilt images: refused before anything is deleted
         found = self.existing()
         if found and not force:
             kinds = [f.split()[0] for f in found]
@@ -49,16 +60,27 @@ class Restore:
                 hint="restore with --force to delete it first, or run: invoke down --volumes",
             )
         if found:
-            self.local.remove_everything()
+            self.remove_everything()
             left = self.existing()
             if left:
                 raise DeployError(f"cluster {cluster.name}: could not remove {', '.join(left)}")
         return upgrading
 
+    def remove_everything(self) -> None:
+        """The cluster's containers, volumes and secrets (a restore --force replaces them)."""
+        project, engine = self.local.project, self.local.engine
+        if project.file.exists():
+            project.compose("down", "--remove-orphans", "--volumes")
+        for container in project.containers().values():
+            engine.remove_container(container)
+        for volume in project.volumes():
+            engine.remove_volume(volume)
+        state.forget_cluster(self.local.cluster.name, roles.SECRETS)
+
     def existing(self) -> list[str]:
         local = self.local
-        found = [f"container {c.name}" for c in local.containers().values()]
-        found += [f"volume {v}" for v in local.volumes()]
+        found = [f"container {c.name}" for c in local.project.containers().values()]
+        found += [f"volume {v}" for v in local.project.volumes()]
         directory = state.cluster_dir(local.cluster.name)
         found += [f"secret {p}" for p in sorted(directory.glob("*")) if p.name in roles.SECRETS]
         return found
@@ -91,26 +113,15 @@ class Restore:
     def database(self) -> None:
         """Start the cluster's own database alone and load the dump into it."""
         if "database.sql" in self.manifest.members:
-            self.local.compose("up", "-d", DATABASE)
+            self.local.project.compose("up", "-d", DATABASE)
             backup.load_dump(self.local, self.path, self.manifest,
-                             lambda: self.local._tail(DATABASE))  # fmt: skip
+                             lambda: self.local.project.tail(DATABASE))  # fmt: skip
 
-
-def restore(local: Local, path: Path, force: bool, timeout: float) -> list[str]:
-    start = time.monotonic()
-    manifest = archive.verify(path)
-    job = Restore(local, path, manifest)
-    upgrading = job.check(force)
-    local.check_ports()
-    job.secrets()
-    local.restoring = job
-    try:
-        local.start(timeout, upgrading=upgrading)
-    finally:
-        local.restoring = None
-    took = time.monotonic() - start
-    return [
-        f"restored cluster {manifest.cluster} from {path} (backup of {manifest.created}, Slurm "
-        f"{manifest.slurm}) in {took:.1f} s",
-        *(f"note: {n}" for n in manifest.notes),
-    ]
+    def summary(self) -> list[str]:
+        manifest = self.manifest
+        took = time.monotonic() - self.started
+        return [
+            f"restored cluster {manifest.cluster} from {self.path} (backup of "
+            f"{manifest.created}, Slurm {manifest.slurm}) in {took:.1f} s",
+            *(f"note: {n}" for n in manifest.notes),
+        ]

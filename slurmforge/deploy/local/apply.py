@@ -1,0 +1,91 @@
+"""Bringing the local cluster's containers to its files: the jail populated before anything
+starts, the daemons in Slurm's order on an upgrade, and slurmd and slurmctld told of a changed
+config."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import IO, Protocol
+
+from slurmforge import jail
+from slurmforge.deploy import roles
+from slurmforge.deploy.local import gpu_assign
+from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.local.compose import Project
+from slurmforge.deploy.local.files import Files
+from slurmforge.deploy.local.restore import Restore
+from slurmforge.deploy.roles import CONTROLLER, DBD, JAIL
+from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.spec.model import Cluster
+from slurmforge.engine import Engine
+from slurmforge.errors import DeployError
+
+UPGRADE_REASON = "slurmforge: upgrading to Slurm"
+
+
+class Host(Protocol):
+    """What applying asks of the local target (local/run.py's Local)."""
+
+    cluster: Cluster
+    engine: Engine
+    log: IO[str]
+    project: Project
+    files: Files
+    restoring: Restore | None
+    gpus: gpu_assign.Assignment
+
+    def sh(self, role: str, command: str) -> tuple[int, str]: ...
+
+    def controller_sh(self, command: str) -> tuple[int, str]: ...
+
+    def pyxis(self) -> bool: ...
+
+
+def apply(
+    local: Host, jail_id: str, secrets: dict[str, Path], populate: bool, upgrading: bool = False
+) -> None:
+    """Write the files and bring the containers to them, in Slurm's order."""
+    running = local.project.running(CONTROLLER) is not None
+    changed = local.files.write(jail_id, secrets, local.gpus, local.pyxis())
+    if populate:
+        # Compose creates (and labels) the volumes; the jail is filled before anything starts.
+        local.project.compose("up", "--no-start", "--remove-orphans")
+        if local.restoring is not None:
+            local.restoring.volumes()  # user state and StateSave, before populate keeps them
+        populate_jail(local, running)
+    if local.restoring is not None:
+        local.restoring.database()
+    if upgrading and local.cluster.spec.accounting.enabled:
+        # Slurm's order: slurmdbd converts the database before slurmctld talks to it
+        local.project.compose("up", "-d", DBD)  # and its own database, if it has one
+        dbd_port = roles.role(DBD).ports[0]
+        slurmctl.wait_port(functools.partial(local.sh, DBD), dbd_port.number, DBD, 600.0)
+    local.project.compose("up", "-d", "--remove-orphans")
+    if upgrading or running:
+        # also after an upgrade that stopped half-way: its nodes were left drained
+        slurmctl.release(local.controller_sh, UPGRADE_REASON, 600.0)
+    if local.files.dbd_changed and local.project.running(DBD) is not None:
+        local.project.compose("restart", DBD)  # slurmdbd reads its config once, at start
+    if changed and running:
+        slurmctl.reconfigure(local.controller_sh)
+
+
+def populate_jail(local: Host, running: bool) -> None:
+    """The jail (and each other arch's /usr of it) from the images."""
+    name = local.cluster.name
+    images = local.cluster.images
+    jail.populate(
+        local.engine, images[JAIL], f"{name}_jail", local.cluster.spec.kept, out=local.log
+    )
+    for arch in local.cluster.other_arches:  # the /usr its nodes see the jail with
+        volume = f"{name}_{local_render.usr_volume(arch)}"
+        image = local.cluster.image(JAIL, arch)
+        jail.populate(local.engine, image, volume, out=local.log, usr_only=True)
+    # A populate replaced the jail's ld cache with the image's: running GPU workers put
+    # their driver's entries back (a no-op when nothing changed).
+    for node in local.gpus.nodes:
+        if running and local.project.running(node) is not None:
+            code, out = local.sh(node, "slurmforge-project-driver /jail")
+            if code:
+                raise DeployError(f"{node}: projecting the GPU driver failed: {out}")

@@ -1,0 +1,113 @@
+"""The local target's seam to Docker Compose and the cluster's containers: the Compose CLI on
+the cluster's file, and its containers and volumes found by the labels Compose gives them."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from slurmforge import proc
+from slurmforge.engine import APIError, Container, Engine
+from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
+
+PROJECT_LABEL = "com.docker.compose.project"  # set by Compose v1 and v2 alike
+SERVICE_LABEL = "com.docker.compose.service"
+
+
+def compose_cli() -> list[str]:
+    """`docker compose` (v2) when the plugin answers, else `docker-compose` (v1)."""
+    override = os.environ.get("SLURMFORGE_COMPOSE")
+    if override:
+        try:
+            return shlex.split(override)
+        except ValueError as exc:
+            raise ConfigError(f"$SLURMFORGE_COMPOSE {quote(override)}: {exc}") from None
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    raise EngineUnavailable(
+        "no Docker Compose CLI found (tried `docker compose` and `docker-compose`)",
+        hint="run scripts/setup, or apt-get install docker-compose",
+    )
+
+
+class Project:
+    """One cluster's Compose project: ``name`` is the project, ``file`` its Compose file."""
+
+    def __init__(self, name: str, file: Path, engine: Engine) -> None:
+        self.name = name
+        self.file = file
+        self.engine = engine
+
+    def compose(self, *args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
+        argv = [*compose_cli(), "-p", self.name, "-f", str(self.file), *args]
+        try:
+            return proc.run(argv, capture=capture)
+        except subprocess.CalledProcessError as exc:
+            detail = (exc.stderr or "").strip().splitlines()[-1:] if capture else []
+            raise DeployError(
+                f"{shlex.join(argv[:2])} {' '.join(args)} failed (exit {exc.returncode})"
+                + (f": {detail[0]}" if detail else "")
+            ) from None
+
+    def containers(self, service: str | None = None) -> dict[str, Container]:
+        """Service name → container of this cluster (one service, or all in one call)."""
+        labels = [f"{PROJECT_LABEL}={self.name}"]
+        if service is not None:
+            labels.append(f"{SERVICE_LABEL}={service}")
+        found = self.engine.containers(labels)
+        return {c.labels.get(SERVICE_LABEL, ""): c for c in found}
+
+    def container(self, service: str) -> Container | None:
+        return self.containers(service).get(service)
+
+    def running(self, service: str) -> Container | None:
+        """The service's container if it is running."""
+        container = self.container(service)
+        return container if container is not None and container.status == "running" else None
+
+    def volumes(self) -> list[str]:
+        """The names of this cluster's volumes (Compose labels them with the project)."""
+        return self.engine.volumes([f"{PROJECT_LABEL}={self.name}"])
+
+    def sh(self, service: str, command: str) -> tuple[int, str]:
+        """Run ``command`` with bash in the service's container: exit status, output."""
+        container = self.running(service)
+        if container is None:
+            return 125, f"{service} is not running"
+        try:
+            code, out = self.engine.exec(container, ["bash", "-c", command])
+        except APIError as exc:  # e.g. it began restarting since it was listed
+            return 125, f"{service}: {exc.explanation or exc}"
+        return code, out.strip()
+
+    def exec_argv(self, service: str, command: str) -> list[str]:
+        """`docker exec` of ``command`` with bash in the running service's container."""
+        container = self.running(service)
+        if container is None:
+            raise DeployError(f"{service} of cluster {self.name} is not running")
+        return ["docker", "exec", "-i", container.name, "bash", "-c", command]
+
+    def tail(self, service: str, lines: int = 15) -> str:
+        """The service's last log lines, headed by its container's name and status."""
+        container = self.container(service)
+        if container is None:
+            return f"--- {service}: no container"
+        logs = self.engine.logs(container, lines).rstrip()
+        return f"--- {container.name} ({container.status}), last {lines} log lines:\n{logs}"
+
+    def mounts_from(self, directory: Path) -> bool:
+        """Whether a container of this project mounts ``directory`` or something below it."""
+        mine = directory.resolve()
+        for container in self.containers().values():
+            for mount in container.attrs.get("Mounts") or []:
+                source = Path(mount.get("Source") or "/")
+                if source == mine or mine in source.parents:
+                    return True
+        return False

@@ -1,0 +1,45 @@
+"""Waiting for a local cluster to be in service, as Slurm sees it."""
+
+from __future__ import annotations
+
+import time
+from typing import IO
+
+from slurmforge.deploy.local.compose import Project
+from slurmforge.deploy.roles import CONTROLLER, LOGIN
+from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.spec.model import Cluster
+from slurmforge.errors import DeployError
+
+
+def wait_ready(
+    project: Project, cluster: Cluster, timeout: float, kept: dict[str, str], log: IO[str]
+) -> None:
+    """Until every node is in service (idle, or running jobs), or in the drain ``kept`` says
+    it was in before (which a note names); else name the failing ones, with their last logs."""
+    nodes = [node for _, node in cluster.nodes]
+    watched = {CONTROLLER, LOGIN, *nodes}
+    deadline = time.monotonic() + timeout
+    seen: dict[str, slurmctl.Node] | None = None
+
+    def controller_sh(command: str) -> tuple[int, str]:
+        return project.sh(CONTROLLER, command)
+
+    while time.monotonic() < deadline:
+        for service, container in project.containers().items():
+            if service in watched and container.status in ("exited", "dead"):
+                raise DeployError(
+                    f"container {container.name} stopped (exit code "
+                    f"{container.attrs['State'].get('ExitCode')})\n{project.tail(service)}"
+                )
+        seen = slurmctl.nodes(controller_sh)
+        if slurmctl.ready(seen, nodes, kept):
+            for line in slurmctl.kept_drained(seen or {}, nodes, kept):
+                print(f"note: {line}", file=log)
+            return
+        time.sleep(1)
+    failing = [f"{CONTROLLER} (no answer)"]
+    if seen is not None:
+        failing = slurmctl.unready(seen, nodes, kept)
+    tails = "\n".join(project.tail(shown.split()[0]) for shown in failing[:3])
+    raise DeployError(f"not ready after {timeout:.0f} s: {', '.join(failing)}\n{tails}")
