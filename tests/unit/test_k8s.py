@@ -22,10 +22,12 @@ import yaml
 
 from slurmforge import state
 from slurmforge.deploy import open_target, roles
+from slurmforge.deploy.k8s import apply as k8s_apply
 from slurmforge.deploy.k8s import images as k8s_images
 from slurmforge.deploy.k8s import secrets as k8s_secrets
+from slurmforge.deploy.k8s.kubectl import kubectl_path
 from slurmforge.deploy.k8s.objects import secret_env
-from slurmforge.deploy.k8s.run import Kube, kubectl_path
+from slurmforge.deploy.k8s.run import Kube
 from slurmforge.deploy.slurm import ctl as slurmctl
 from slurmforge.deploy.spec import loader
 from slurmforge.deploy.target import Where
@@ -76,7 +78,7 @@ def _kube(cluster_file: Path, root: Path, run=None, **kw: Any) -> Kube:
     if run is not None:
         kw["run"] = run
     kube = Kube(cluster, root / "out", root, None, **kw)
-    kube.write_kustomization()
+    kube.manifests.write()
     return kube
 
 
@@ -96,7 +98,7 @@ def _pod(obj: dict) -> dict | None:
 def test_every_object_is_valid_and_kustomize_renders_the_directory(checkout) -> None:
     cluster_file, root = checkout
     kube = _kube(cluster_file, root)
-    assert kube.validate() == ["1.29", "1.30", "1.31", "1.32"]
+    assert kube.manifests.validate() == ["1.29", "1.30", "1.31", "1.32"]
     out = subprocess.run(
         [kubectl_path(), "kustomize", str(kube.dir)], capture_output=True, text=True, check=True
     ).stdout
@@ -130,7 +132,7 @@ def test_structure(checkout) -> None:
     kube = _kube(cluster_file, root)
     lock = state.read_images_lock(root)
     pinned = {f"{ref.rsplit(':', 1)[0]}@{digest}" for ref, digest in lock.items()}
-    for name, obj in kube.objects.items():
+    for name, obj in kube.manifests.objects.items():
         labels = obj["metadata"]["labels"]
         for key in ("name", "instance", "component", "version", "part-of"):
             assert labels.get(f"app.kubernetes.io/{key}"), (name, key)
@@ -167,7 +169,7 @@ def test_structure(checkout) -> None:
 
 def test_node_sets_gpus_and_storage_follow_the_model(checkout) -> None:
     cluster_file, root = checkout
-    objects = _kube(cluster_file, root).objects
+    objects = _kube(cluster_file, root).manifests.objects
     gpu = objects["statefulset-a100.yaml"]
     assert gpu["spec"]["replicas"] == 3 and gpu["spec"]["serviceName"] == "slurm-nodes"
     (c,) = gpu["spec"]["template"]["spec"]["containers"]
@@ -227,13 +229,13 @@ def test_populate_job_is_named_after_everything_that_defines_it(checkout, write_
     cluster_file, root = checkout
     kube = _kube(cluster_file, root)
     digest = state.read_images_lock(root)[kube.cluster.images["jail"]]
-    (name,) = [n for n in kube.objects if n.startswith("job-jail-populate-")]
-    job = kube.objects[name]
+    (name,) = [n for n in kube.manifests.objects if n.startswith("job-jail-populate-")]
+    job = kube.manifests.objects[name]
     env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SLURMFORGE_JAIL_DIGEST"] == digest
     # every pod that mounts the jail waits for exactly this populate
     mounting = []
-    for obj_name, obj in kube.objects.items():
+    for obj_name, obj in kube.manifests.objects.items():
         pod = _pod(obj)
         if pod and obj["kind"] != "Job" and any(v["name"] == "jail" for v in pod["volumes"]):
             assert digest in pod["initContainers"][0]["command"][-1], obj_name
@@ -244,9 +246,9 @@ def test_populate_job_is_named_after_everything_that_defines_it(checkout, write_
     ]
     # same inputs, same Job (a redeploy leaves it alone); a changed jail.keep, a new Job, whose
     # template the API server would otherwise refuse to change
-    assert _kube(cluster_file, root).populate_job == kube.populate_job
+    assert _kube(cluster_file, root).manifests.populate_job == kube.manifests.populate_job
     kept = write_cluster({**yaml.safe_load(cluster_file.read_text()), "jail": {"keep": ["/srv/"]}})
-    assert _kube(kept, root).populate_job != kube.populate_job
+    assert _kube(kept, root).manifests.populate_job != kube.manifests.populate_job
 
 
 def test_node_counts_change_the_config_but_roll_no_pod(checkout, write_cluster) -> None:
@@ -254,7 +256,7 @@ def test_node_counts_change_the_config_but_roll_no_pod(checkout, write_cluster) 
     data = yaml.safe_load(cluster_file.read_text())
 
     def rendered(data: dict) -> tuple[dict, dict]:
-        objects = _kube(write_cluster(data), root).objects
+        objects = _kube(write_cluster(data), root).manifests.objects
         hashes = {
             n: _template(o)["metadata"]["annotations"]["slurmforge.io/config-hash"]
             for n, o in objects.items()
@@ -285,7 +287,7 @@ def _template(obj: dict) -> dict:
 def test_pods_get_no_token_and_the_munge_key_collides_with_nothing(checkout) -> None:
     cluster_file, root = checkout
     kube = _kube(cluster_file, root)
-    for name, obj in kube.objects.items():
+    for name, obj in kube.manifests.objects.items():
         pod = _pod(obj)
         if pod is None:
             continue
@@ -306,7 +308,7 @@ def test_pods_get_no_token_and_the_munge_key_collides_with_nothing(checkout) -> 
 
 def test_slurmctld_hands_its_state_volume_to_slurm_with_chown_alone(checkout) -> None:
     cluster_file, root = checkout
-    pod = _pod(_kube(cluster_file, root).objects["statefulset-slurmctld.yaml"])
+    pod = _pod(_kube(cluster_file, root).manifests.objects["statefulset-slurmctld.yaml"])
     owner = next(c for c in pod["initContainers"] if c["name"] == "state-owner")
     assert owner["command"] == ["chown", "slurm:slurm", "/var/spool/slurmctld"]
     assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
@@ -316,11 +318,11 @@ def test_slurmctld_hands_its_state_volume_to_slurm_with_chown_alone(checkout) ->
 def test_overcommit_lowers_what_node_pods_request_not_their_limits(checkout, write_cluster) -> None:
     cluster_file, root = checkout
     limits = {"cpu": "8", "memory": "65536Mi", "nvidia.com/gpu": "5"}  # GPUs are never shared
-    exact = _pod(_kube(cluster_file, root).objects["statefulset-a100.yaml"])
+    exact = _pod(_kube(cluster_file, root).manifests.objects["statefulset-a100.yaml"])
     assert exact["containers"][0]["resources"] == {"requests": limits, "limits": limits}
     data = yaml.safe_load(cluster_file.read_text())
     over = write_cluster({**data, "kubernetes": {**data["kubernetes"], "overcommit": True}})
-    pod = _pod(_kube(over, root).objects["statefulset-a100.yaml"])
+    pod = _pod(_kube(over, root).manifests.objects["statefulset-a100.yaml"])
     assert pod["containers"][0]["resources"] == {
         "requests": {**limits, "cpu": "100m", "memory": "128Mi"},
         "limits": limits,
@@ -329,7 +331,7 @@ def test_overcommit_lowers_what_node_pods_request_not_their_limits(checkout, wri
 
 def test_namespace_admits_privileged_pods_only_by_its_labels(checkout) -> None:
     cluster_file, root = checkout
-    labels = _kube(cluster_file, root).objects["namespace.yaml"]["metadata"]["labels"]
+    labels = _kube(cluster_file, root).manifests.objects["namespace.yaml"]["metadata"]["labels"]
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "privileged"
 
@@ -376,7 +378,7 @@ def test_no_secret_in_the_rendered_directory(checkout) -> None:
     assert re.fullmatch(rb"[A-Za-z0-9_-]{43}", created["db-password"])  # as mariadb-init wants
     files = [Path(c[-1].split("=", 2)[2]) for c in calls if "create" in c]
     assert not [f for f in files if f.exists() or f.parent.exists()]  # the temporary files
-    assert not [o for o in kube.objects.values() if o["kind"] == "Secret"]
+    assert not [o for o in kube.manifests.objects.values() if o["kind"] == "Secret"]
     for path in kube.dir.iterdir():
         data = path.read_bytes()
         for secret in created.values():
@@ -392,7 +394,7 @@ def test_each_secret_is_mounted_only_where_it_is_used(checkout) -> None:
     kube = _kube(cluster_file, root)
     users: dict[str, set[str]] = {}
     by_name = {s.secret: s for s in roles.SECRETS.values()}
-    for obj in kube.objects.values():
+    for obj in kube.manifests.objects.values():
         for c in _containers(obj):
             env = {e["name"]: e.get("value") for e in c.get("env", [])}
             for m in c.get("volumeMounts", []):
@@ -414,7 +416,7 @@ def test_each_secret_is_mounted_only_where_it_is_used(checkout) -> None:
 
 def test_slurmdbd_runs_under_its_dbd_host_and_slurmctld_reaches_it(checkout) -> None:
     cluster_file, root = checkout
-    objects = _kube(cluster_file, root).objects
+    objects = _kube(cluster_file, root).manifests.objects
     dbd_conf = objects["configmap-slurmdbd-config.yaml"]["data"]["slurmdbd.conf"]
     slurm_conf = objects["configmap-slurm-config.yaml"]["data"]["slurm.conf"]
     pod = _pod(objects["deployment-slurmdbd.yaml"])
@@ -445,10 +447,10 @@ def test_an_external_database_replaces_mariadb_and_its_password_follows_the_file
     external = write_cluster(data)
     calls, run, created = _secret_store({"db-password": b"the-old-password-000000"})
     kube = _kube(external, root, run)
-    assert not [n for n in kube.objects if "mariadb" in n]
-    wait = _pod(kube.objects["deployment-slurmdbd.yaml"])["initContainers"][-1]
+    assert not [n for n in kube.manifests.objects if "mariadb" in n]
+    wait = _pod(kube.manifests.objects["deployment-slurmdbd.yaml"])["initContainers"][-1]
     assert "/dev/tcp/db.example.org/3307" in wait["command"][-1]
-    conf = kube.objects["configmap-slurmdbd-config.yaml"]["data"]["slurmdbd.conf"]
+    conf = kube.manifests.objects["configmap-slurmdbd-config.yaml"]["data"]["slurmdbd.conf"]
     assert "StorageHost=db.example.org\nStoragePort=3307\n" in conf
     assert kube.secrets.ensure() is True  # the file changed: the Secret is replaced
     assert created["db-password"] == b"site-password-0123456789"
@@ -475,9 +477,9 @@ def test_accounting_off_renders_no_accounting_object(checkout, write_cluster) ->
     data = yaml.safe_load(cluster_file.read_text())
     data.update(accounting={"enabled": False}, rest={"enabled": False})
     kube = _kube(write_cluster(data), root)
-    names = " ".join(kube.objects)
+    names = " ".join(kube.manifests.objects)
     assert not [w for w in ("mariadb", "slurmdbd", "slurmrestd") if w in names]
-    assert "jwt" not in json.dumps(kube.objects)
+    assert "jwt" not in json.dumps(kube.manifests.objects)
     assert list(kube.secrets.files()) == [roles.MUNGE]
 
 
@@ -531,11 +533,12 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     cluster_file, root = checkout
     calls, run = _server(SERVED_121)
     kube = _kube(cluster_file, root, run, namespace="team-a", context="prod")
-    out = kube.apply(300)
+    out = k8s_apply.apply(kube, 300)
     kubectl = kubectl_path()
     ctx, ns = ["--context", "prod"], ["--context", "prod", "--namespace", "team-a"]
     # the ServiceMonitor and PrometheusRule: this server serves no monitoring.coreos.com/v1
-    files = [str(kube.dir / n) for n, o in kube.objects.items() if "coreos" not in o["apiVersion"]]
+    objects = kube.manifests.objects.items()
+    files = [str(kube.dir / n) for n, o in objects if "coreos" not in o["apiVersion"]]
     apply = [kubectl, *ctx, "apply", "--server-side", "--field-manager=slurmforge"]
     instance, nodes = "app.kubernetes.io/instance=train", "app.kubernetes.io/component=node"
     database = "app.kubernetes.io/component=mariadb"
@@ -565,7 +568,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
                 *ns,
                 "wait",
                 "--for=condition=complete",
-                f"job/{kube.populate_job}",
+                f"job/{kube.manifests.populate_job}",
                 "--timeout=300s",
             ],
             *(
@@ -606,10 +609,11 @@ def test_a_kind_the_server_lacks_is_named_not_applied(checkout, capsys) -> None:
     cluster_file, root = checkout
     calls, run = _server({**SERVED_121, "batch/v1": ["Job"]})  # Kubernetes 1.20
     kube = _kube(cluster_file, root, run)
-    kube.apply(300)
+    k8s_apply.apply(kube, 300)
     applied = [a for c in calls if "apply" in c for a in c if a.endswith(".yaml")]
     assert not [a for a in applied if "cronjob" in a]
-    assert len(applied) == len(kube.objects) - 3  # and the ServiceMonitor and PrometheusRule
+    # and the ServiceMonitor and PrometheusRule
+    assert len(applied) == len(kube.manifests.objects) - 3
     err = capsys.readouterr().err
     assert "cronjob-gpu-health-check.yaml (this server does not serve batch/v1 CronJob)" in err
     lacks = "(this server does not serve monitoring.coreos.com/v1 ServiceMonitor)"
@@ -627,7 +631,7 @@ def test_an_unreachable_server_is_named_before_anything_is_applied(checkout) -> 
 
     kube = _kube(cluster_file, root, run)
     with pytest.raises(DeployError, match=r"serves in v1 failed \(exit 1\):\n  The connection"):
-        kube.apply(300)
+        k8s_apply.apply(kube, 300)
     assert not [c for c in calls if "apply" in c]
 
 
@@ -636,7 +640,7 @@ def test_a_failed_apply_says_every_error_and_what_was_applied(checkout) -> None:
     _, run = _server(SERVED_121, failing="statefulset-slurmctld.yaml")
     kube = _kube(cluster_file, root, run)
     with pytest.raises(DeployError) as exc:
-        kube.apply(300)
+        k8s_apply.apply(kube, 300)
     message = exc.value.message
     assert "Error from server (Invalid): first" in message
     assert "Error from server (Forbidden): second" in message
@@ -658,7 +662,7 @@ def test_a_failing_wait_names_the_job(checkout) -> None:
     with pytest.raises(
         Exception, match=r"waiting for job/jail-populate-.* failed \(exit 1\):\n  error: timed out"
     ):
-        kube.apply(5)
+        k8s_apply.apply(kube, 5)
 
 
 @pytest.mark.parametrize(
@@ -707,7 +711,7 @@ def test_images_neither_pushed_nor_built(write_cluster, tmp_path) -> None:
     versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
     cluster = loader.load(write_cluster(_cluster_data()), versions)
     with pytest.raises(ConfigError, match=r"\(jail\) is neither pushed nor built"):
-        Kube(cluster, tmp_path / "out", tmp_path).write_kustomization()
+        Kube(cluster, tmp_path / "out", tmp_path).manifests.write()
 
 
 def test_registry_override_moves_and_pins_images(write_cluster, tmp_path) -> None:
@@ -733,7 +737,7 @@ def test_validation_catches_a_field_the_schema_lacks(checkout) -> None:
     obj["spec"]["template"]["spec"]["containers"][0]["privilegedd"] = True
     path.write_text(yaml.safe_dump(obj))
     with pytest.raises(Exception, match=r"statefulset-login.yaml: invalid for Kubernetes 1.29 at "):
-        kube.validate()
+        kube.manifests.validate()
 
 
 @pytest.mark.parametrize(

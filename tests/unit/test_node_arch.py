@@ -112,8 +112,8 @@ def test_kubernetes_places_each_arch_on_its_nodes_with_its_jail_usr(
     (tmp_path / "build").mkdir()
     (tmp_path / state.IMAGES_LOCK).write_text(json.dumps(lock))
     kube = _kube(cluster_file, tmp_path)
-    assert kube.validate() == ["1.29", "1.30", "1.31", "1.32"]
-    objects = kube.objects
+    assert kube.manifests.validate() == ["1.29", "1.30", "1.31", "1.32"]
+    objects = kube.manifests.objects
 
     def pod(name: str) -> dict:
         return objects[name]["spec"]["template"]["spec"]

@@ -35,12 +35,12 @@ def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_wha
     write_cluster,
 ) -> None:
     kube = _scheduled(checkout, write_cluster, **SCHEDULE)
-    assert kube.validate() == ["1.29", "1.30", "1.31", "1.32"]  # strict schemas
-    claim = kube.objects["pvc-backups.yaml"]["spec"]
+    assert kube.manifests.validate() == ["1.29", "1.30", "1.31", "1.32"]  # strict schemas
+    claim = kube.manifests.objects["pvc-backups.yaml"]["spec"]
     assert claim["accessModes"] == ["ReadWriteOnce"]
     assert claim["storageClassName"] == "retained"
     assert claim["resources"]["requests"]["storage"] == "50Gi"
-    cron = kube.objects["cronjob-backup.yaml"]
+    cron = kube.manifests.objects["cronjob-backup.yaml"]
     assert cron["spec"]["schedule"] == "15 3 * * *"
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
     pod = _pod(cron)
@@ -51,8 +51,8 @@ def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_wha
     assert command[command.index("--db-host") + 1] == roles.DATABASE
     # on slurmctld's node (StateSave's claim is ReadWriteOnce), which it only reads
     (term,) = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    selector = _pod(kube.objects["statefulset-slurmctld.yaml"])
-    labels = kube.objects["statefulset-slurmctld.yaml"]["spec"]["selector"]["matchLabels"]
+    selector = _pod(kube.manifests.objects["statefulset-slurmctld.yaml"])
+    labels = kube.manifests.objects["statefulset-slurmctld.yaml"]["spec"]["selector"]["matchLabels"]
     assert selector and term["labelSelector"]["matchLabels"] == labels
     assert term["topologyKey"] == "kubernetes.io/hostname"
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -74,7 +74,7 @@ def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_wha
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     # the plan it follows is the one `invoke backup` follows, and each secret it names is where
     # the pod mounts it
-    plan = json.loads(kube.objects["configmap-backup-config.yaml"]["data"]["plan.json"])
+    plan = json.loads(kube.manifests.objects["configmap-backup-config.yaml"]["data"]["plan.json"])
     want = backup.plan(kube.cluster, kube.cluster.cell.slurm)
     assert plan == json.loads(want.dump())
     assert set(plan["secrets"]) == {"munge.key", "jwt_hs256.key", "db-password"}
@@ -85,7 +85,7 @@ def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_wha
 
 def test_no_schedule_renders_nothing_of_it(checkout) -> None:  # noqa: F811
     cluster_file, root = checkout
-    objects = _kube(cluster_file, root).objects
+    objects = _kube(cluster_file, root).manifests.objects
     assert not [n for n in objects if "backup" in n]
 
 

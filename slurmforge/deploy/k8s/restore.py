@@ -11,25 +11,24 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from slurmforge.deploy import roles
 from slurmforge.deploy.backup import archive
 from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.k8s import apply
+from slurmforge.deploy.k8s.apply import Host
 from slurmforge.deploy.k8s.objects import JAIL_CLAIM
 from slurmforge.deploy.k8s.secrets import DATABASE_CLAIM
 from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE
 from slurmforge.errors import ConfigError
-
-if TYPE_CHECKING:
-    from slurmforge.deploy.k8s.run import Kube
 
 HELPER = "slurmforge-restore"
 KINDS = "statefulsets,deployments,daemonsets,jobs,cronjobs,pods,services,configmaps"
 
 
 class Restore:
-    def __init__(self, kube: Kube, path: Path, manifest: archive.Manifest) -> None:
+    def __init__(self, kube: Host, path: Path, manifest: archive.Manifest) -> None:
         self.kube = kube
         self.k = kube.k
         self.path = path
@@ -40,7 +39,7 @@ class Restore:
         """Claim name → the PersistentVolumeClaim the restore fills: the jail's, and the one
         slurmctld's StatefulSet would make for pod slurmctld-0 (it takes one of that name)."""
         out = {}
-        for obj in self.kube.objects.values():
+        for obj in self.kube.manifests.objects.values():
             if obj["kind"] == "PersistentVolumeClaim" and obj["metadata"]["name"] == JAIL_CLAIM:
                 out[JAIL_CLAIM] = obj
             if obj["kind"] == "StatefulSet" and obj["metadata"]["name"] == CONTROLLER:
@@ -84,7 +83,7 @@ class Restore:
         """A pod with the two claims mounted untars the archive's members into them."""
         claims = self.claims()
         self.k.apply_objects(list(claims.values()), "creating the claims to restore into")
-        controller = self.kube.objects_of("StatefulSet", CONTROLLER)
+        controller = self.kube.manifests.of("StatefulSet", CONTROLLER)
         image = controller["spec"]["template"]["spec"]["containers"][0]["image"]
         mounts = {JAIL_CLAIM: "/restore/jail", f"{CONTROLLER_STATE.claim}-{CONTROLLER}-0":
                   "/restore/state"}  # fmt: skip
@@ -122,7 +121,7 @@ class Restore:
             return
         objects = [
             o
-            for o in self.kube.objects.values()
+            for o in self.kube.manifests.objects.values()
             if o["metadata"]["name"] == DATABASE and o["kind"] in ("StatefulSet", "Service")
         ]
         self.k.apply_objects(objects, "starting the accounting database")
@@ -131,12 +130,12 @@ class Restore:
         backup.load_dump(self.kube, self.path, self.manifest)
 
 
-def restore(kube: Kube, path: Path, force: bool, timeout: float) -> list[str]:
+def restore(kube: Host, path: Path, force: bool, timeout: float) -> list[str]:
     start = time.monotonic()
     manifest = archive.verify(path)
     backup.admit(kube.cluster, path, manifest)
-    kube.write_kustomization()  # images not found are refused here, before anything changes
-    kube.validate()
+    kube.manifests.write()  # images not found are refused here, before anything changes
+    kube.manifests.validate()
     job = Restore(kube, path, manifest)
     found = job.existing()
     if found and not force:
@@ -148,11 +147,11 @@ def restore(kube: Kube, path: Path, force: bool, timeout: float) -> list[str]:
         )
     if found:
         job.remove(found)
-    kube.apply_files([n for n, o in kube.objects.items() if o["kind"] == "Namespace"])
+    apply.apply_files(kube, kube.manifests.named("Namespace"))
     job.secrets()
     job.fill()
     job.database()
-    shown = kube.apply(timeout)
+    shown = apply.apply(kube, timeout)
     took = time.monotonic() - start
     return [
         f"restored cluster {manifest.cluster} into namespace {kube.k.namespace} from {path} "

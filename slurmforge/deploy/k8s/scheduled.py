@@ -9,31 +9,30 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from slurmforge.deploy.backup import archive
 from slurmforge.deploy.backup.snapshot import size_text
+from slurmforge.deploy.k8s.kubectl import Kubectl
+from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.objects import security, small_resources
 from slurmforge.deploy.k8s.render import BACKUPS_CLAIM, BACKUPS_DIR
 from slurmforge.deploy.roles import BACKUP
+from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError, DeployError
-
-if TYPE_CHECKING:
-    from slurmforge.deploy.k8s.run import Kube
 
 HELPER = "slurmforge-backups"
 
 
-def fetch(kube: Kube, out: Path) -> list[str]:
-    k, name = kube.k, kube.cluster.name
-    if kube.cluster.spec.kubernetes.backup.schedule is None:
+def fetch(cluster: Cluster, k: Kubectl, manifests: Manifests, out: Path) -> list[str]:
+    name = cluster.name
+    if cluster.spec.kubernetes.backup.schedule is None:
         raise ConfigError(
-            f"{kube.cluster.path}: kubernetes.backup.schedule is not set: cluster {name} has no "
+            f"{cluster.path}: kubernetes.backup.schedule is not set: cluster {name} has no "
             "scheduled backups to copy",
             hint="set it and deploy, or take one now: invoke backup",
         )
-    kube.write_kustomization()  # the image the CronJob runs, as deploy rendered it
-    cron = kube.objects_of("CronJob", BACKUP)
+    manifests.write()  # the image the CronJob runs, as deploy rendered it
+    cron = manifests.of("CronJob", BACKUP)
     image = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"]
     if k.run(k.argv("get", "pvc", BACKUPS_CLAIM, "-o", "name")).returncode:
         raise ConfigError(
@@ -77,7 +76,7 @@ def fetch(kube: Kube, out: Path) -> list[str]:
                 "--from=cronjob/backup backup-now",
             )
         newest = kept[-1][0]
-        path = copy(kube, f"{BACKUPS_DIR}/{newest}", out / newest)
+        path = copy(k, f"{BACKUPS_DIR}/{newest}", out / newest)
     finally:
         # gone before the next copy starts one of the same name (sleep, as PID 1, would sit out
         # the default grace period)
@@ -89,7 +88,7 @@ def fetch(kube: Kube, out: Path) -> list[str]:
     return lines
 
 
-def copy(kube: Kube, source: str, path: Path) -> Path:
+def copy(k: Kubectl, source: str, path: Path) -> Path:
     """``source`` in the helper pod to ``path``, under a partial name until verify passed."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     partial = path.parent / f".{path.name}{archive.PARTIAL}"
@@ -97,7 +96,7 @@ def copy(kube: Kube, source: str, path: Path) -> Path:
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
-            argv = kube.k.argv("exec", HELPER, "--", "cat", source)
+            argv = k.argv("exec", HELPER, "--", "cat", source)
             proc = subprocess.run(argv, stdout=fh, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
             fh.flush()
             os.fsync(fh.fileno())

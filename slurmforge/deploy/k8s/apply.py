@@ -1,0 +1,162 @@
+"""Applying the k8s target's manifests: the accounting database checked; nodes a smaller node
+set leaves out drained; server-side apply of the Namespace, then the missing Secrets
+(secrets.py; each made once, in a private temporary file removed right after, or from an
+external database's password file), then the rest, leaving out (and naming) kinds the server
+does not serve; ``kubectl wait`` for the populate Job; a rollout status per StatefulSet and
+Deployment; running pods brought to the applied config (config_sync.py) and ``scontrol
+reconfigure``; a wait, through ``kubectl exec`` in slurmctld, until every node is in service;
+and with accounting, until slurmdbd knows the cluster (then the default account)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.backup.access import BackupAccess
+from slurmforge.deploy.k8s import config_sync
+from slurmforge.deploy.k8s.kubectl import Kubectl
+from slurmforge.deploy.k8s.manifests import Manifests
+from slurmforge.deploy.k8s.secrets import Secrets
+from slurmforge.deploy.roles import CONTROLLER, DBD, NODE
+from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.slurm import database as accounting_db
+from slurmforge.deploy.slurm import upgrade
+from slurmforge.errors import DeployError
+
+
+class Host(BackupAccess, Protocol):
+    """What applying asks of the k8s target (k8s/run.py's Kube)."""
+
+    dir: Path
+    k: Kubectl
+    manifests: Manifests
+    secrets: Secrets
+    backup_first: bool  # back up before a series change (deploy without --no-backup)
+
+    def controller_sh(self, command: str) -> tuple[int, str]: ...
+
+
+def unsupported(kube: Host) -> dict[str, str]:
+    """File → why the server cannot take it (a kind its version does not serve, such as
+    batch/v1 CronJob before Kubernetes 1.21)."""
+    served: dict[str, set[str]] = {}
+    out = {}
+    for name, obj in kube.manifests.objects.items():
+        version, kind = obj["apiVersion"], obj["kind"]
+        if version not in served:
+            served[version] = kube.k.served_kinds(version)
+        if kind not in served[version]:
+            out[name] = f"this server does not serve {version} {kind}"
+    return out
+
+
+def apply_files(kube: Host, names: list[str]) -> None:
+    """Server-side apply of these files, in this order; on failure, every line kubectl
+    wrote, and which objects were applied and which were not."""
+    argv = ["apply", "--server-side", "--field-manager=slurmforge"]
+    for name in names:
+        argv += ["-f", str(kube.dir / name)]
+    proc = kube.k.run(kube.k.argv(*argv, namespaced=False))
+    if proc.returncode == 0:
+        return
+    done = {ln.split()[0] for ln in proc.stdout.splitlines() if ln.strip()}
+    applied, missing = [], []
+    for name in names:
+        obj = kube.manifests.objects[name]
+        ref = f"{obj['kind'].lower()}/{obj['metadata']['name']}"
+        (applied if any(d.endswith(ref) for d in done) else missing).append(ref)
+    lines = (proc.stderr or "").strip().splitlines()
+    raise DeployError(
+        f"kubectl apply failed (exit {proc.returncode}):"
+        + "".join(f"\n  {ln}" for ln in lines)
+        + f"\n  applied: {', '.join(applied) or 'nothing'}"
+        + f"\n  not applied: {', '.join(missing) or 'nothing'}"
+    )
+
+
+def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
+    """Check the accounting database; drain the nodes a smaller node set leaves out; apply
+    (the Namespace, then the missing Secrets, then the rest, so that nothing waits for what
+    it mounts); wait for populate and the rollouts; hand running pods a changed node list;
+    wait for every node, then for slurmdbd to know the cluster. `sinfo -N -l`."""
+    skipped = unsupported(kube)
+    names = [n for n in kube.manifests.objects if n not in skipped]
+    check_upgrade(kube)
+    kube.secrets.check_database()  # before anything changes (a drain included)
+    removed = removed_nodes(kube) if removed is None else removed
+    seen = slurmctl.nodes(kube.controller_sh)  # None before the first deploy
+    kept = slurmctl.drains(seen)  # an operator's drains outlive the apply
+    known = [n for n in removed if seen and n in seen]
+    if known:
+        slurmctl.drain(kube.controller_sh, known, timeout)
+    first = [n for n in names if kube.manifests.objects[n]["kind"] == "Namespace"]
+    apply_files(kube, first)
+    rotated = kube.secrets.ensure()
+    apply_files(kube, [n for n in names if n not in first])
+    if rotated and kube.k.running_pods(DBD):  # its config takes the password at start
+        kube.k.check(
+            kube.k.argv("rollout", "restart", f"deployment/{DBD}"),
+            "restarting slurmdbd for the new database password",
+        )
+    for name, why in skipped.items():
+        print(f"not applied: {kube.dir / name} ({why})", file=kube.log)
+    wait = f"--timeout={int(timeout)}s"
+    kube.k.check(
+        kube.k.argv("wait", "--for=condition=complete", f"job/{kube.manifests.populate_job}", wait),
+        f"waiting for job/{kube.manifests.populate_job}",
+    )
+    for kind, name in rollouts(kube):
+        kube.k.check(
+            kube.k.argv("rollout", "status", f"{kind}/{name}", wait),
+            f"rollout of {kind}/{name}",
+        )
+    if config_sync.sync_config(kube, timeout):
+        slurmctl.reconfigure(kube.controller_sh)
+    nodes = [node for _, node in kube.cluster.nodes]
+    seen = slurmctl.wait_ready(kube.controller_sh, nodes, kept, timeout)
+    if not slurmctl.ready(seen, nodes, kept):
+        shown = ", ".join(slurmctl.unready(seen, nodes, kept))
+        raise DeployError(f"not every node is in service after {timeout:.0f} s: {shown}")
+    for line in slurmctl.kept_drained(seen or {}, nodes, kept):
+        print(f"note: {line}", file=kube.log)
+    if kube.cluster.spec.accounting.enabled:
+        for line in accounting_db.setup(kube.cluster, kube.controller_sh, timeout):
+            print(f"note: {line}", file=kube.log)
+    return kube.k.check(
+        kube.k.argv("exec", f"{CONTROLLER}-0", "-c", CONTROLLER, "--", "sinfo", "-N", "-l"),
+        "sinfo in slurmctld",
+    )
+
+
+def rollouts(kube: Host) -> list[tuple[str, str]]:
+    """(kind, name) of what runs pods, in the order their rollouts are waited for."""
+    # a node set scaled to zero has no rollout to wait for
+    empty = {ns.name for ns in kube.cluster.spec.nodesets if not ns.replicas}
+    return [
+        (o["kind"].lower(), o["metadata"]["name"])
+        for o in kube.manifests.objects.values()
+        if o["kind"] in ("StatefulSet", "Deployment") and o["metadata"]["name"] not in empty
+    ]
+
+
+def check_upgrade(kube: Host) -> None:
+    """Refuse a Slurm release the running slurmctld cannot move to (upgrade.check). The
+    rollouts then replace the daemons together: Slurm's own order (slurmdbd first) is kept
+    by the local target only."""
+    code, out = kube.controller_sh("scontrol version")
+    running = out.split()[-1] if code == 0 and out.startswith("slurm ") else None
+    if running and upgrade.check_cluster(kube.cluster, running) and kube.backup_first:
+        backup.before_upgrade(kube)
+
+
+def removed_nodes(kube: Host) -> list[str]:
+    """Nodes the server runs that the cluster, as rendered now, leaves out (highest
+    ordinals: a StatefulSet scales down from the top)."""
+    counts = {ns.name: ns.replicas for ns in kube.cluster.spec.nodesets}
+    removed = []
+    for item in kube.k.get("statefulsets", **{"app.kubernetes.io/component": NODE}):
+        name, now = item["metadata"]["name"], item["spec"].get("replicas", 1)
+        if name in counts:
+            removed += [f"{name}-{i}" for i in range(counts[name], now)]
+    return removed

@@ -1,0 +1,95 @@
+"""Bringing the Slurm config every running pod sees up to the applied ConfigMaps.
+
+A pod sees a ConfigMap change once its kubelet re-syncs it, which by default takes up to a minute
+or two; an update of the pod's own object (an annotation naming the config) makes the kubelet
+sync it at once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO, Any, Protocol
+
+from slurmforge.deploy import roles
+from slurmforge.deploy.k8s.kubectl import Kubectl
+from slurmforge.deploy.k8s.manifests import Manifests
+from slurmforge.deploy.spec.model import Cluster
+from slurmforge.errors import DeployError
+
+CONFIG_ANNOTATION = "slurmforge.io/config"  # on a pod: the Slurm config it was told to load
+
+
+class Host(Protocol):
+    cluster: Cluster
+    log: IO[str]
+    k: Kubectl
+    manifests: Manifests
+
+
+def expected_config(objects: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Mount directory → file → sha256 of what the ConfigMaps hold now."""
+    data = {o["metadata"]["name"]: o["data"] for o in objects.values() if o["kind"] == "ConfigMap"}
+    return {
+        config.path: {
+            f: hashlib.sha256(v.encode()).hexdigest() for f, v in data[config.name].items()
+        }
+        for config in (roles.SLURM_CONF, roles.JAIL_CONF)
+    }
+
+
+def sync_config(kube: Host, timeout: float) -> bool:
+    """Bring the config every running Slurm pod sees up to the applied ConfigMaps; True when
+    any pod saw an older one (slurmctld and slurmd must then re-read theirs).
+
+    A pod sees a ConfigMap change once its kubelet re-syncs it, which by default takes up to
+    a minute or two; an update of the pod's own object (an annotation naming the config)
+    makes the kubelet sync it at once."""
+    want = expected_config(kube.manifests.objects)
+    mounting = {  # role → the watched config directories its pods mount
+        role.name: [c.path for c in role.configs if c.path in want]
+        for role in roles.running(kube.cluster.spec, "k8s")
+        if role.workload in ("daemon", "nodes")
+    }
+    pods = {}
+    for item in kube.k.get("pods"):
+        component = item["metadata"]["labels"].get("app.kubernetes.io/component")
+        if not mounting.get(component):
+            continue
+        if item["status"].get("phase") != "Running" or item["metadata"].get("deletionTimestamp"):
+            continue
+        expect = {f"{d}/{f}": h for d in mounting[component] for f, h in want[d].items()}
+        pods[item["metadata"]["name"]] = (item["spec"]["containers"][0]["name"], expect)
+
+    def stale(pod: str) -> bool:
+        container, expect = pods[pod]
+        argv = ["sha256sum", *sorted(expect)]
+        proc = kube.k.exec(pod, container, *argv)
+        seen = {
+            path: digest
+            for digest, path in (ln.split(None, 1) for ln in proc.stdout.splitlines() if ln)
+        }
+        return seen != expect
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        older = [p for p, old in zip(pods, pool.map(stale, pods), strict=True) if old]
+        if not older:
+            return False
+        digest = hashlib.sha256(json.dumps(want, sort_keys=True).encode()).hexdigest()[:16]
+        kube.k.check(
+            kube.k.argv("annotate", "pod", *older, f"{CONFIG_ANNOTATION}={digest}", "--overwrite"),
+            "asking the kubelets to re-sync the Slurm config",
+        )
+        deadline = time.monotonic() + timeout
+        waiting = older
+        while waiting and time.monotonic() < deadline:
+            time.sleep(1)
+            waiting = [p for p, old in zip(waiting, pool.map(stale, waiting), strict=True) if old]
+    if waiting:
+        raise DeployError(
+            f"after {timeout:.0f} s, these pods still see an older Slurm config: "
+            + ", ".join(waiting)
+        )
+    print(f"updated the Slurm config of {', '.join(older)}", file=kube.log)
+    return True
