@@ -12,10 +12,10 @@ from pathlib import Path
 
 from slurmforge.deploy.backup import archive
 from slurmforge.deploy.backup.snapshot import size_text
+from slurmforge.deploy.k8s.jobs import BACKUPS_CLAIM, BACKUPS_DIR
 from slurmforge.deploy.k8s.kubectl import Kubectl
 from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.objects import security, small_resources
-from slurmforge.deploy.k8s.render import BACKUPS_CLAIM, BACKUPS_DIR
 from slurmforge.deploy.roles import BACKUP
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError, DeployError

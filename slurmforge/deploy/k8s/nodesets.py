@@ -1,0 +1,108 @@
+"""The compute nodes: one StatefulSet per node set behind one headless Service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmforge import jail_contract
+from slurmforge.config import GNU_TYPES
+from slurmforge.deploy.k8s.objects import (
+    arch_affinity,
+)
+from slurmforge.deploy.k8s.pods import PodRenderer
+from slurmforge.deploy.roles import (
+    NODE,
+    Role,
+)
+from slurmforge.deploy.spec.model import NodeSet
+
+NODES_SERVICE = "slurm-nodes"
+# a node pod's preStop (drain, wait for the jobs, then DOWN); the seconds of the grace period it
+# leaves slurmd and the kubelet after it
+NODE_STATE, STOP_MARGIN = "/usr/lib/slurmforge/node-state", 5
+DRIVER_ROOT = "/run/nvidia/driver"  # where GPU pods see the node's driver directories
+
+
+def driver_dirs(arch: str) -> tuple[str, ...]:
+    """The node's driver directories a GPU pod mounts, relative to gpu.driver_root."""
+    return (f"usr/lib/{GNU_TYPES[arch]}", "usr/bin")
+
+
+class NodeSetRenderer(PodRenderer):
+    def node_set(self, role: Role, ns: NodeSet, config_hash: str) -> dict[str, Any]:
+        volumes, mounts = self.volumes(role)
+        arch = self.cluster.arch(ns)
+        usr_arch = None if arch == self.cluster.cell.arch else arch
+        if usr_arch:  # the jail, as nodes of its arch see it: with that arch's /usr
+            volumes.append(self.jail_volume(usr_arch))
+            mounts.insert(mounts.index({"name": "jail", "mountPath": jail_contract.ROOT}) + 1,
+                          self.usr_mount(usr_arch))  # fmt: skip
+        env = [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            *({"name": k, "value": v} for k, v in sorted(ns.env.items())),
+        ]
+        limits = {
+            "cpu": str(ns.cpus),
+            "memory": f"{ns.memory_mb}Mi",
+            **({"nvidia.com/gpu": str(ns.gpus)} if ns.gpus else {}),
+        }
+        if ns.gpus:
+            root = self.spec.gpu.driver_root.rstrip("/")
+            for i, sub in enumerate(driver_dirs(arch)):
+                volumes.append(
+                    {
+                        "name": f"driver-{i}",
+                        "hostPath": {"path": f"{root}/{sub}", "type": "Directory"},
+                    }
+                )
+                mounts.append(
+                    {"name": f"driver-{i}", "mountPath": f"{DRIVER_ROOT}/{sub}", "readOnly": True}
+                )
+            env.append({"name": "SLURMFORGE_DRIVER_ROOT", "value": DRIVER_ROOT})
+        # preStop waits for the jobs up to the grace period, less a margin for slurmd's own stop
+        grace = self.k8s.node_grace_seconds
+        env.append({"name": "NODE_STATE_GRACE", "value": str(max(grace - STOP_MARGIN, 0))})
+        args = ["$(POD_NAME)" if a == "{node}" else a for a in role.command]
+        image = self.images.refs[self.cluster.image_key(ns.image, arch)]
+        container = self.container(role, image, mounts, args, env, ns.capabilities)
+        container["resources"] = {"requests": self.node_requests(limits), "limits": limits}
+        # a pod being deleted drains its node and lets its jobs finish within the grace period;
+        # those still running then end as on a lost node (images/slurmd/node-state)
+        container["lifecycle"] = {"preStop": {"exec": {"command": [NODE_STATE, "stopping"]}}}
+        extra: dict[str, Any] = {}
+        terms: list[dict[str, Any]] = []
+        for e in ns.affinity.matchExpressions:
+            terms.append({"key": e.key, "operator": e.operator})
+            if e.values:
+                terms[-1]["values"] = list(e.values)
+        if ns.arch is not None:  # its arch's nodes, which pull its arch's image
+            extra["affinity"] = arch_affinity(ns.arch, terms)
+        elif terms:
+            extra["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": terms}]
+                    }
+                }
+            }
+        # the pod's pause process is PID 1 and reaps what slurmd does not: each slurmstepd
+        # daemonizes (its parent exits), so its exit would leave a zombie under a slurmd PID 1
+        extra["shareProcessNamespace"] = True
+        pod = self.pod_spec([container], volumes, usr_arch=usr_arch, **extra)
+        pod["terminationGracePeriodSeconds"] = grace
+        return self.stateful_set(
+            ns.name,
+            NODE,
+            ns.replicas,
+            pod,
+            config_hash,
+            service=NODES_SERVICE,
+            **{"slurmforge.io/nodeset": ns.name},
+        )
+
+    def node_requests(self, limits: dict[str, str]) -> dict[str, str]:
+        """What a node pod requests: its limits, or with kubernetes.overcommit next to nothing
+        (GPUs are never overcommitted)."""
+        if not self.k8s.overcommit:
+            return dict(limits)
+        return {**limits, "cpu": "100m", "memory": "128Mi"}
