@@ -10,7 +10,8 @@ from typing import Any
 from slurmforge.deploy import roles
 from slurmforge.deploy.k8s.images import Images
 from slurmforge.deploy.roles import Probe, Secret
-from slurmforge.deploy.spec.model import Cluster, VolumeSpec
+from slurmforge.deploy.spec.kubernetes import VolumeSpec
+from slurmforge.deploy.spec.model import Cluster
 
 PART_OF = "slurmforge"
 JAIL_CLAIM = "jail"

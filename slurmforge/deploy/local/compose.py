@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from slurmforge import proc
@@ -93,6 +94,15 @@ class Project:
         if container is None:
             raise DeployError(f"{service} of cluster {self.name} is not running")
         return ["docker", "exec", "-i", container.name, "bash", "-c", command]
+
+    def exec_tty_argv(self, service: str, argv: list[str]) -> list[str]:
+        """`docker exec` of ``argv`` in the running service's container, with a terminal when
+        this process has one."""
+        container = self.running(service)
+        if container is None:
+            raise DeployError(f"the {service} node of {self.name} is not running")
+        tty = ["-it"] if sys.stdin.isatty() else ["-i"]
+        return ["docker", "exec", *tty, container.name, *argv]
 
     def tail(self, service: str, lines: int = 15) -> str:
         """The service's last log lines, headed by its container's name and status."""

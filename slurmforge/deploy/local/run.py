@@ -27,7 +27,7 @@ from slurmforge.deploy.slurm import database as accounting_db
 from slurmforge.deploy.spec.model import Cluster, check_user
 from slurmforge.deploy.target import Target, Where
 from slurmforge.engine import Engine
-from slurmforge.errors import ConfigError, DeployError
+from slurmforge.errors import ConfigError
 
 
 class Local(Target):
@@ -229,10 +229,6 @@ class Local(Target):
         return healthcheck.run(self, min_busbw, command)
 
     def login_argv(self, user: str | None) -> list[str]:
-        container = self.project.running(LOGIN)
-        if container is None:
-            raise DeployError(f"the login node of {self.cluster.name} is not running")
         # `--`: a name is never taken for an option of su (the name is checked too)
         inner = ["su", "--login", "--", check_user(user)] if user else ["/bin/bash", "-l"]
-        tty = ["-it"] if sys.stdin.isatty() else ["-i"]
-        return ["docker", "exec", *tty, container.name, "chroot", jail_contract.ROOT, *inner]
+        return self.project.exec_tty_argv(LOGIN, ["chroot", jail_contract.ROOT, *inner])

@@ -32,6 +32,7 @@ from slurmforge.deploy.spec.fields import (
     Word,
 )
 from slurmforge.deploy.spec.identity import GroupName, IdentitySpec
+from slurmforge.deploy.spec.kubernetes import KubernetesSpec
 from slurmforge.deploy.spec.site import (
     AccountSpec,
     ConfKey,
@@ -135,87 +136,6 @@ class GpuSpec(Model):
     driver_root: AbsPath = "/"
     # the GPU health check drains a node whose all_reduce_perf bus bandwidth is below this (GB/s)
     min_busbw: Annotated[float, Field(strict=True, gt=0)] = 100.0
-
-
-def _quantity(value: str) -> str:
-    if not re.fullmatch(r"[1-9][0-9]*(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?", value):
-        raise ValueError(
-            f"expected a Kubernetes quantity such as 100Gi or 500M, got {quote(value)}"
-        )
-    return value
-
-
-def _subdomain(value: str) -> str:
-    label = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-    if len(value) > 253 or not re.fullmatch(rf"{label}(\.{label})*", value):
-        raise ValueError(
-            "expected a storage class name (lower-case DNS subdomain, e.g. 'nfs-client'), "
-            f"got {quote(value)}"
-        )
-    return value
-
-
-def _kube_version(value: str) -> str:
-    if not re.fullmatch(r"1\.[0-9]{2}", value):
-        raise ValueError(f"expected a Kubernetes minor version such as '1.31', got {quote(value)}")
-    return value
-
-
-Quantity = Annotated[str, StringConstraints(strict=True), AfterValidator(_quantity)]
-StorageClass = Annotated[str, StringConstraints(strict=True), AfterValidator(_subdomain)]
-KubeVersion = Annotated[str, StringConstraints(strict=True), AfterValidator(_kube_version)]
-Cron = Annotated[str, StringConstraints(strict=True), AfterValidator(refs.cron)]
-
-
-class VolumeSpec(Model):
-    # None: the cluster's default storage class
-    storage_class: StorageClass | None = None
-    size: Quantity
-
-
-class HealthCheckSpec(Model):
-    schedule: Cron = "0 */6 * * *"
-    enabled: StrictBool = True
-
-
-class BackupSpec(VolumeSpec):
-    """Scheduled backups (k8s): a CronJob writes an archive of the cluster to a claim of its
-    own, as `invoke backup` would, and keeps the newest ``keep``. No schedule: none."""
-
-    schedule: Cron | None = None
-    keep: Annotated[StrictInt, Field(ge=1, le=1000)] = 7
-    size: Quantity = "20Gi"
-
-
-class KubernetesSpec(Model):
-    """How the `k8s` target renders this cluster (ignored by `local`)."""
-
-    namespace: DNSName | None = None  # default: the cluster's name
-    # the API versions the rendered manifests are validated against (strict schemas)
-    versions: tuple[KubeVersion, ...] = Field(("1.29", "1.30", "1.31", "1.32"), min_length=1)
-    # the shared root every node and login mounts: ReadWriteMany
-    jail: VolumeSpec = VolumeSpec(size="50Gi")
-    # slurmctld's StateSaveLocation: ReadWriteOnce
-    state: VolumeSpec = VolumeSpec(size="1Gi")
-    # the cluster's own accounting database (MariaDB): ReadWriteOnce
-    database: VolumeSpec = VolumeSpec(size="10Gi")
-    login_service: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"
-    # pull the images from this registry prefix instead of the set's (where `push --registry`
-    # put them); images are pinned by digest when build/images.lock.json has them
-    registry: (
-        Annotated[str, StringConstraints(strict=True), AfterValidator(refs.registry_prefix)] | None
-    ) = None
-    image_pull_secrets: tuple[DNSName, ...] = ()
-    health_check: HealthCheckSpec = HealthCheckSpec()
-    backup: BackupSpec = BackupSpec()
-    # a node pod being deleted (drain, rollout, eviction) drains its Slurm node and gives its
-    # running jobs this long to finish (its terminationGracePeriodSeconds); those still running
-    # then end as on a lost node (NODE_FAIL, or requeued where the job allows it)
-    node_grace_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] = 60
-    # node pods request what their node set declares (cpus, memory_mb), as their limits, so
-    # Kubernetes places them where Slurm's view holds; true: they request next to nothing (the
-    # limits stay), so a small cluster (kind on a laptop, a test lab) fits more nodes than cores
-    overcommit: StrictBool = False
 
 
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
