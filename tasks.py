@@ -3,6 +3,7 @@ declared in slurmforge/cli.py and the work happens in the package."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -83,37 +84,12 @@ def build(c, select: Select, fetch, jobs, dry_run, fail_fast):
     if dry_run:
         _print_plan(select.project())
         return
-    if _nothing_to_build(select, fetch):
-        return
-    from slurmforge import buildlock
+    from slurmforge import buildcmd
 
-    with buildlock.held(ROOT):
-        # a build this one waited for may have built the same targets
-        if _nothing_to_build(select, fetch):
-            return
-        results, skipped = select.project().build(fetch, jobs, fail_fast)
-    _print_summary([r.row() for r in results])
-    _print_skipped(skipped, hint=False)
-    failed = [r for r in results if not r.ok]
-    if failed:
-        from slurmforge.errors import BuildError
-
-        raise BuildError(
-            f"{len(failed)} of {len(results)} targets did not build",
-            hint=f"logs in {ROOT / '.cache/logs/latest'}",
-        )
-
-
-def _nothing_to_build(select: Select, fetch) -> bool:
-    """The no-op fast path: True, having printed the summary, when every target is cached."""
-    if fetch.allow_unpinned:
-        return False
-    from slurmforge import fastpath
-
-    rows = fastpath.check(select.config, select.set, select.cells, select.components)
-    if rows is not None:
-        _print_summary(rows)
-    return rows is not None
+    outcome = buildcmd.build(select, fetch, jobs, fail_fast)
+    _print_summary(outcome.rows)
+    _print_skipped(outcome.skipped, hint=False)
+    outcome.check()
 
 
 @task(SELECT)
@@ -247,7 +223,7 @@ def jail_populate(c, select: Select, into, keep):
     from slurmforge import jail
 
     jail.check_into(into)  # refused before Docker is asked anything
-    project = Select(select.config, select.set, select.cells, ("jail",)).project()
+    project = dataclasses.replace(select, components=("jail",)).project()
     jail.populate(project.engine, project.jail_ref, into, keep or ())
 
 

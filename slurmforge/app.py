@@ -30,8 +30,6 @@ from slurmforge.proc import git_origin, git_revision
 from slurmforge.render import ContextFiles, DockerfileRenderer, Rendered
 from slurmforge.sources import Cache, Fetched, resolve_mirror
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where tasks.py and tests/ are
-
 
 @dataclass(frozen=True)
 class Selection:
@@ -39,6 +37,7 @@ class Selection:
     set_name: str = "default"
     cells: tuple[str, ...] = ()
     components: tuple[str, ...] = ()
+    root: Path = Path(".")  # the checkout: where tests/ are
 
 
 class Project:
@@ -205,9 +204,9 @@ class Project:
             "SLURMFORGE_TEST_CELLS": ",".join(s.cells),
             "SLURMFORGE_TEST_CONFIG": str(s.config_path),
         }
-        tests = PROJECT_ROOT / "tests" / tier
+        tests = s.root / "tests" / tier
         argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tests)]
-        return subprocess.call(argv, cwd=PROJECT_ROOT, env={**os.environ, **env})
+        return subprocess.call(argv, cwd=s.root, env={**os.environ, **env})
 
     def build(
         self, fetch: FetchOptions, jobs: int, fail_fast: bool

@@ -68,11 +68,13 @@ class Select:
     set: str
     cells: tuple[str, ...]
     components: tuple[str, ...]
+    root: Path  # the checkout: where tasks.py, tests/ and .cache/ are
 
     def project(self):  # the Project (app.py): made only here
         from slurmforge.app import Project, Selection
 
-        return Project(Selection(self.config, self.set, self.cells, self.components))
+        selection = Selection(self.config, self.set, self.cells, self.components, self.root)
+        return Project(selection)
 
 
 def config_path(config: str | None) -> Path:
@@ -81,7 +83,7 @@ def config_path(config: str | None) -> Path:
 
 def _select(set="default", cell=None, component=None, config=None) -> Select:
     cells = tuple([cell] if isinstance(cell, str) else cell or ())
-    return Select(config_path(config), set, cells, tuple(component or ()))
+    return Select(config_path(config), set, cells, tuple(component or ()), ROOT)
 
 
 SELECT = Group(
