@@ -23,7 +23,7 @@ from slurmforge.config import UNPINNED, Config
 from slurmforge.context import ContextSources, Need, bootstrap_of, needs, parent_refs
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, SourceError
-from slurmforge.matrix import Target
+from slurmforge.matrix import BuildTarget
 from slurmforge.options import FetchOptions
 from slurmforge.plan import Action, Decision, Planner
 from slurmforge.proc import git_origin, git_revision
@@ -65,14 +65,14 @@ class Project:
         self.fetched.update({f.source.key: f.sha256 for f in fetched})
         self._contexts.clear()
 
-    def context(self, target: Target) -> ContextFiles:
+    def context(self, target: BuildTarget) -> ContextFiles:
         """``target``'s upstream build-context entries, and the optional features it lacks."""
         if target.id not in self._contexts:
             sources = ContextSources(self.config, self.cache, self.fetched)
             self._contexts[target.id] = sources(target)
         return self._contexts[target.id]
 
-    def rendered(self, target: Target) -> Rendered | Base:
+    def rendered(self, target: BuildTarget) -> Rendered | Base:
         """What ``target`` is built from: its Dockerfile and context, or a base's bootstrap spec.
 
         The one entry to rendering: parents, sources and the features a parent went without
@@ -97,7 +97,7 @@ class Project:
     # -- sources ---------------------------------------------------------------------------
 
     def fetch(
-        self, options: FetchOptions, targets: Iterable[Target] | None = None
+        self, options: FetchOptions, targets: Iterable[BuildTarget] | None = None
     ) -> list[Fetched]:
         """Required sources, fetched and verified, or an error (optional ones: fetch_optional)."""
         mirror = resolve_mirror(options.mirror)
@@ -241,7 +241,7 @@ class Project:
             )
         return results, skipped
 
-    def publishable(self) -> list[Target]:
+    def publishable(self) -> list[BuildTarget]:
         """The selected public images (named components only, when components were given)."""
         named = self.selection.components
         return [

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from slurmforge import bootstrap, buildlog
 from slurmforge.engine import APIError, Engine, EngineError, ImageInfo
 from slurmforge.errors import SlurmforgeError
-from slurmforge.matrix import Target
+from slurmforge.matrix import BuildTarget
 from slurmforge.plan import Action, Decision, Planner
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) :")
@@ -39,7 +39,7 @@ class Status(StrEnum):
 
 @dataclass(frozen=True)
 class Result:
-    target: Target
+    target: BuildTarget
     status: Status
     seconds: float
     size: int = 0
@@ -92,7 +92,7 @@ class BuildRunner:
         self._lock = threading.Lock()
         self.log_dir = buildlog.new_log_dir(options.log_root)
 
-    def run(self, targets: Sequence[Target]) -> list[Result]:
+    def run(self, targets: Sequence[BuildTarget]) -> list[Result]:
         """Build ``targets`` in dependency order; a result per target, in their order."""
         graph = {t.id: set(t.parents) for t in targets}
         by_id = {t.id: t for t in targets}
@@ -133,10 +133,10 @@ class BuildRunner:
             tqdm.write("\n".join(f"    | {line}" for line in tail), file=sys.stderr)
             tqdm.write(f"    full log: {result.log}", file=sys.stderr)
 
-    def _parents(self, target: Target) -> dict[str, Decision | str]:
+    def _parents(self, target: BuildTarget) -> dict[str, Decision | str]:
         return {p: self.results[p].image_id for p in target.parents}
 
-    def _one(self, target: Target) -> Result:
+    def _one(self, target: BuildTarget) -> Result:
         start = time.monotonic()
         if self.stop.is_set():  # queued before --fail-fast tripped
             return Result(target, Status.CANCELLED, 0.0, note="fail-fast")
@@ -244,7 +244,7 @@ class BuildRunner:
                 if close is not None:
                     close()
 
-    def _tag_all(self, target: Target, image_id: str) -> None:
+    def _tag_all(self, target: BuildTarget, image_id: str) -> None:
         for ref in target.tags:
             self.engine.tag(image_id, ref)
 
@@ -257,7 +257,7 @@ class _BuildFailed(Exception):
     pass
 
 
-def _bar(target: Target, slot: int, **kwargs: Any) -> tqdm:
+def _bar(target: BuildTarget, slot: int, **kwargs: Any) -> tqdm:
     """One progress bar per running target (hidden when stderr is not a terminal)."""
     return tqdm(desc=target.id, position=slot, leave=False, file=sys.stderr, disable=None, **kwargs)
 

@@ -24,7 +24,7 @@ from slurmforge.config import (
     Wheel,
 )
 from slurmforge.errors import ConfigError
-from slurmforge.matrix import COMPONENTS, Axis, Target
+from slurmforge.matrix import COMPONENTS, Axis, BuildTarget
 from slurmforge.render import ContextFile, ContextFiles
 from slurmforge.sources import Cache
 
@@ -53,7 +53,7 @@ class Need:
 
 
 def _userspace(
-    config: Config, target: Target, key: str, space: Userspace, arch: str, **kw: Any
+    config: Config, target: BuildTarget, key: str, space: Userspace, arch: str, **kw: Any
 ) -> list[Need]:
     """One need per file of a user space (a wheel, a package, the apt keyring), named
     '<group>/<index>', for ``arch``: refused in one line when the space has none pinned for it."""
@@ -80,7 +80,7 @@ def _userspace(
     return [Need(f"{group}/{i}", (a,), **kw) for i, a in enumerate(artifacts)]
 
 
-def _source(config: Config, target: Target, name: str, **kw: Any) -> list[Need]:
+def _source(config: Config, target: BuildTarget, name: str, **kw: Any) -> list[Need]:
     """The needs of one upstream source: 'slurm', 'cuda', 'cuda-build' or a tool's name. GPU
     user space is for the target's arch, but the compiler nccl-tests is built with is for the
     arch builds run on ('cuda-build'): another arch's nccl-tests is cross-compiled, linked
@@ -102,7 +102,9 @@ def _source(config: Config, target: Target, name: str, **kw: Any) -> list[Need]:
     return [Need(name, made_of, **kw)]
 
 
-def _refuse(config: Config, target: Target, key: str, why: str, expected: str = "") -> NoReturn:
+def _refuse(
+    config: Config, target: BuildTarget, key: str, why: str, expected: str = ""
+) -> NoReturn:
     """GPU user space that ``target``'s arch cannot load: refused before anything is fetched
     or built, rather than an image whose libraries the node cannot load."""
     cells = ", ".join(c.name for c in target.cells)
@@ -117,7 +119,7 @@ def _refuse(config: Config, target: Target, key: str, why: str, expected: str = 
     )
 
 
-def needs(config: Config, target: Target) -> list[Need]:
+def needs(config: Config, target: BuildTarget) -> list[Need]:
     """A target's upstream artifacts: its component's own sources, then its features'."""
     out: list[Need] = []
     for name in COMPONENTS[target.component].sources:
@@ -152,7 +154,7 @@ class ContextSources:
                 return cand, sha
         return None
 
-    def __call__(self, target: Target) -> ContextFiles:
+    def __call__(self, target: BuildTarget) -> ContextFiles:
         wanted = needs(self.config, target)
         skipped = sorted({n.feature for n in wanted if n.optional and self.cached(n) is None})
         files: dict[str, ContextFile] = {}
@@ -166,7 +168,7 @@ class ContextSources:
         return ContextFiles(files, tuple(skipped))
 
 
-def bootstrap_of(config: Config, target: Target) -> Base | None:
+def bootstrap_of(config: Config, target: BuildTarget) -> Base | None:
     """The mmdebstrap spec of a bootstrapped base, for its arch (None: built from a
     Dockerfile)."""
     if target.component != "base":
@@ -175,6 +177,6 @@ def bootstrap_of(config: Config, target: Target) -> Base | None:
     return None if spec is None else Base(spec, target.arch)
 
 
-def parent_refs(target: Target, targets: dict[str, Target]) -> dict[str, str]:
+def parent_refs(target: BuildTarget, targets: dict[str, BuildTarget]) -> dict[str, str]:
     """Component → image reference of each parent."""
     return {pid.split("/", 1)[0]: targets[pid].ref for pid in target.parents}

@@ -211,7 +211,9 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Target:
+class BuildTarget:
+    """One image to build: a component of one cell (or of every cell that shares its axes)."""
+
     component: str
     coords: tuple[tuple[Axis, str], ...]
     parents: tuple[str, ...]  # target ids
@@ -342,7 +344,7 @@ def check_tags(config: Config) -> None:
 
 def expand(
     config: Config, set_name: str, cells: Sequence[Cell], components: Iterable[str] = ()
-) -> list[Target]:
+) -> list[BuildTarget]:
     """Targets for ``cells`` in dependency order; ``components`` limits to those + parents."""
     mset = config.versions.sets[set_name]
     wanted = list(components)
@@ -381,13 +383,13 @@ def expand(
             if not COMPONENTS[component].cross_only:
                 visit(component, cell)
     targets = {
-        i: Target(d.component, d.coords, d.parents, tuple(d.tags), tuple(d.cells))
+        i: BuildTarget(d.component, d.coords, d.parents, tuple(d.tags), tuple(d.cells))
         for i, d in drafts.items()
     }
     return [targets[i] for i in order(targets.values())]
 
 
-def order(targets: Iterable[Target]) -> list[str]:
+def order(targets: Iterable[BuildTarget]) -> list[str]:
     graph = {t.id: set(t.parents) for t in targets}
     try:
         return list(graphlib.TopologicalSorter(graph).static_order())

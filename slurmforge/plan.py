@@ -17,7 +17,7 @@ from slurmforge import bootstrap
 from slurmforge.bootstrap import Base
 from slurmforge.config import UNPINNED
 from slurmforge.engine import HASH_LABEL, MANIFEST_LABEL, Engine, ImageInfo
-from slurmforge.matrix import Target
+from slurmforge.matrix import BuildTarget
 from slurmforge.render import Rendered, inputs_hash
 
 
@@ -28,7 +28,7 @@ class Action(StrEnum):
 
 @dataclass(frozen=True)
 class Decision:
-    target: Target
+    target: BuildTarget
     action: Action
     reason: str
     inputs_hash: str | None  # None while a parent is still to be built
@@ -71,12 +71,12 @@ class Planner:
     def __init__(
         self,
         engine: Engine,
-        recipe: Callable[[Target], Rendered | Base],
+        recipe: Callable[[BuildTarget], Rendered | Base],
     ) -> None:
         self.engine = engine
         self.recipe = recipe  # Project.rendered
 
-    def evaluate(self, target: Target, parents: dict[str, Decision | str]) -> Decision:
+    def evaluate(self, target: BuildTarget, parents: dict[str, Decision | str]) -> Decision:
         """``parents``: parent target id → its image ID, or its (pending) decision."""
         existing = self.engine.inspect(target.ref)
         pending = [pid for pid, p in parents.items() if isinstance(p, Decision)]

@@ -27,7 +27,7 @@ from slurmforge import manifest_list, matrix, refs, state
 from slurmforge.config import NATIVE_ARCH
 from slurmforge.engine import APIError, ConnectionFailed, Engine
 from slurmforge.errors import ConfigError, SlurmforgeError
-from slurmforge.matrix import Target, arch_suffix
+from slurmforge.matrix import BuildTarget, arch_suffix
 
 if TYPE_CHECKING:
     from slurmforge.app import Project
@@ -91,8 +91,8 @@ def check_registry(value: str) -> str:
 # -- preflight -----------------------------------------------------------------------------------
 
 
-def preflight(project: Project, targets: list[Target], force: bool) -> dict[str, str]:
-    """Target id → local image id, or the error that refuses the whole push before any byte."""
+def preflight(project: Project, targets: list[BuildTarget], force: bool) -> dict[str, str]:
+    """BuildTarget id → local image id, or the error that refuses the whole push before any byte."""
     engine, root = project.engine, project.root
     ids: dict[str, str] = {}
     missing = []
@@ -277,7 +277,7 @@ def push(
     return done, root / state.IMAGES_LOCK
 
 
-def _whole_set(project: Project) -> list[Target]:
+def _whole_set(project: Project) -> list[BuildTarget]:
     """Every target of the selected set's cells, whatever cells the selection names."""
     name = project.selection.set_name
     return matrix.expand(project.config, name, matrix.cells_of(project.config, name))
@@ -341,9 +341,9 @@ def push_lists(
     return done, project.root / state.IMAGES_LOCK
 
 
-def by_published_tags(targets: list[Target]) -> dict[tuple[str, ...], list[Target]]:
+def by_published_tags(targets: list[BuildTarget]) -> dict[tuple[str, ...], list[BuildTarget]]:
     """The tags a push publishes → the images (one per arch) that share them."""
-    groups: dict[tuple[str, ...], list[Target]] = {}
+    groups: dict[tuple[str, ...], list[BuildTarget]] = {}
     for target in targets:
         suffix = arch_suffix(target.arch)
         published = tuple(t.removesuffix(suffix) if suffix else t for t in target.tags)

@@ -15,7 +15,7 @@ import jinja2
 from slurmforge import features, site_layer
 from slurmforge.config import GNU_TYPES, NATIVE_ARCH, Config, Cuda
 from slurmforge.errors import ConfigError
-from slurmforge.matrix import COMPONENTS, Target
+from slurmforge.matrix import COMPONENTS, BuildTarget
 
 TEMPLATE = "Dockerfile.j2"
 _TOOL = Path(__file__).resolve().parent.parent  # where the slurmforge package lies
@@ -39,7 +39,7 @@ class ContextFiles:
 
 @dataclass(frozen=True)
 class Rendered:
-    target: Target
+    target: BuildTarget
     dockerfile: str
     files: tuple[ContextFile, ...]
     lacking: tuple[str, ...] = ()  # features the image would carry but goes without
@@ -154,7 +154,7 @@ class DockerfileRenderer:
 
     def render(
         self,
-        target: Target,
+        target: BuildTarget,
         parent_refs: dict[str, str],
         upstream: ContextFiles | None = None,
         lacking: tuple[str, ...] = (),

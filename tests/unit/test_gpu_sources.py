@@ -240,7 +240,7 @@ def test_bad_gpu_config_names_the_key(shipped: dict, write_config, change, messa
     assert message in exc.value.message
 
 
-def _targets(cfg: config.Config) -> dict[str, matrix.Target]:
+def _targets(cfg: config.Config) -> dict[str, matrix.BuildTarget]:
     cells = matrix.cells_of(cfg, "default")
     return {t.component: t for t in matrix.expand(cfg, "default", cells)}
 

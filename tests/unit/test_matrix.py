@@ -16,7 +16,7 @@ def cfg() -> config.Config:
     return versions.load(ROOT / "versions.yaml")
 
 
-def _ids(targets: list[matrix.Target]) -> list[str]:
+def _ids(targets: list[matrix.BuildTarget]) -> list[str]:
     return [t.id for t in targets]
 
 
@@ -120,8 +120,8 @@ def test_cell_selection(cfg: config.Config) -> None:
 
 
 def test_cycle_is_reported() -> None:
-    a = matrix.Target("a", (), ("b/",), ("x/a",), ())
-    b = matrix.Target("b", (), ("a/",), ("x/b",), ())
+    a = matrix.BuildTarget("a", (), ("b/",), ("x/a",), ())
+    b = matrix.BuildTarget("b", (), ("a/",), ("x/b",), ())
     with pytest.raises(ConfigError, match="cycle"):
         matrix.order([a, b])
 

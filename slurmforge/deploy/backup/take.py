@@ -125,7 +125,7 @@ def before_upgrade(target: BackupAccess) -> None:
     print(f"backup before the upgrade: {path} (invoke restore {path})", file=target.log)
 
 
-class TargetSource:
+class ContainerSource:
     """snapshot.Source through a deploy target: a command in the role's container."""
 
     db = f"--socket={DB_SOCKET}"
@@ -183,7 +183,7 @@ def plan(cluster: Cluster, slurm: str | None = None) -> snapshot.Plan:
 def backup(target: BackupAccess, out: Path | None) -> tuple[Path, list[str]]:
     """Back ``target``'s cluster up into ``out`` (default: default_dir); the archive and the
     summary to show."""
-    source = TargetSource(target)
+    source = ContainerSource(target)
     log = target.log
     where = out or default_dir(target.cluster.name)
     try:
