@@ -10,25 +10,25 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
-from slurmforge import buildlog, fastpath, matrix, options, state, versions
+from slurmforge import buildlog, fastpath, matrix, options, versions
 from slurmforge.bootstrap import Base
 from slurmforge.build import BuildOptions, BuildRunner, Result
-from slurmforge.config import UNPINNED, Config
-from slurmforge.context import ContextSources, Need, bootstrap_of, needs, parent_refs
+from slurmforge.config import Config
+from slurmforge.context import ContextSources, bootstrap_of, parent_refs
 from slurmforge.engine import Engine
-from slurmforge.errors import ConfigError, SourceError
+from slurmforge.errors import ConfigError
+from slurmforge.fetching import Fetching
 from slurmforge.matrix import BuildTarget
 from slurmforge.options import FetchOptions
 from slurmforge.plan import Action, Decision, Planner
 from slurmforge.proc import git_origin, git_revision
 from slurmforge.render import ContextFiles, DockerfileRenderer, Rendered
-from slurmforge.sources import Cache, Fetched, resolve_mirror
+from slurmforge.sources import Cache
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,10 @@ class Selection:
     root: Path = Path(".")  # the checkout: where tests/ are
 
 
-class Project:
+class Project(Fetching):
+    """The selected cells of one matrix set and their build targets: what the build-side
+    tasks ask (fetching their sources: fetching.py)."""
+
     def __init__(self, selection: Selection) -> None:
         self.selection = selection
         self.config: Config = versions.load(selection.config_path)
@@ -59,11 +62,6 @@ class Project:
     @cached_property
     def engine(self) -> Engine:
         return Engine.connect()
-
-    def remember(self, fetched: Iterable[Fetched]) -> None:
-        """Downloads of this run name their artifacts from now on (unpinned ones included)."""
-        self.fetched.update({f.source.key: f.sha256 for f in fetched})
-        self._contexts.clear()
 
     def context(self, target: BuildTarget) -> ContextFiles:
         """``target``'s upstream build-context entries, and the optional features it lacks."""
@@ -93,75 +91,6 @@ class Project:
 
     def planner(self) -> Planner:
         return Planner(self.engine, self.rendered)
-
-    # -- sources ---------------------------------------------------------------------------
-
-    def fetch(
-        self, options: FetchOptions, targets: Iterable[BuildTarget] | None = None
-    ) -> list[Fetched]:
-        """Required sources, fetched and verified, or an error (optional ones: fetch_optional)."""
-        mirror = resolve_mirror(options.mirror)
-        wanted: dict[tuple[str, ...], Need] = {}
-        for target in self.targets if targets is None else targets:
-            for need in needs(self.config, target):
-                if not need.optional:
-                    wanted[tuple(s.key for s in need.candidates)] = need
-        fetched = [self._fetch(need, options, mirror) for need in wanted.values()]
-        self.remember(fetched)
-        return fetched
-
-    def _fetch(self, need: Need, options: FetchOptions, mirror: str | None) -> Fetched:
-        return self.cache.fetch(
-            self.config,
-            need.candidates,
-            mirror=mirror,
-            allow_unpinned=options.allow_unpinned,
-            trusted=options.trusted,
-        )
-
-    def fetch_optional(self, options: FetchOptions) -> tuple[list[Fetched], dict[str, str]]:
-        """Optional features' sources: what could be had, and why each other one was skipped.
-
-        One that is unpinned is not even tried (unless allowed or trusted); one that is pinned but
-        unreachable is tried once per run. Neither fails the build: the images say they lack it.
-        """
-        mirror = resolve_mirror(options.mirror)
-        fetched: list[Fetched] = []
-        skipped: dict[str, str] = {}
-        sources = ContextSources(self.config, self.cache, self.fetched)
-        seen: set[tuple[str, ...]] = set()
-        for target in self.targets:
-            for need in needs(self.config, target):
-                key = tuple(s.key for s in need.candidates)
-                if not need.optional or key in seen or need.feature in skipped:
-                    continue
-                seen.add(key)
-                if sources.cached(need):
-                    continue
-                try:
-                    fetched.append(self._fetch(need, options, mirror))
-                except ConfigError:  # refused: unpinned, neither allowed nor trusted
-                    url = need.candidates[0].url
-                    skipped[need.feature] = f"its sha256 is '{UNPINNED}' ({url}), so not fetched"
-                except SourceError as exc:
-                    skipped[need.feature] = f"could not be fetched: {exc.message}"
-        self.remember(fetched)
-        return fetched, skipped
-
-    def lock(self, options: FetchOptions) -> tuple[list[Fetched], dict[str, str], Path]:
-        if not options.trusted:
-            raise ConfigError(
-                "lock needs at least one --trust ORIGIN (e.g. https://download.schedmd.com/)"
-            )
-        optional, skipped = self.fetch_optional(options)
-        fetched = self.fetch(options) + optional
-        recorded = {
-            f.source.url: f.sha256
-            for f in fetched
-            if self.config.sha256_of(f.source) == UNPINNED
-            and f.source.url.startswith(options.trusted)
-        }
-        return fetched, skipped, state.write_sources_lock(self.config.path, recorded)
 
     # -- plan / build ----------------------------------------------------------------------
 

@@ -13,18 +13,10 @@ from typing import Any, NoReturn
 
 from slurmforge import features
 from slurmforge.bootstrap import Base
-from slurmforge.config import (
-    NATIVE_ARCH,
-    UNPINNED,
-    Config,
-    GitSource,
-    Source,
-    Userspace,
-    UserspaceTool,
-    Wheel,
-)
+from slurmforge.config import Config, Userspace, UserspaceTool, Wheel
 from slurmforge.errors import ConfigError
 from slurmforge.matrix import COMPONENTS, Axis, BuildTarget
+from slurmforge.pins import NATIVE_ARCH, UNPINNED, GitSource, Source
 from slurmforge.render import ContextFile, ContextFiles
 from slurmforge.sources import Cache
 

@@ -116,7 +116,83 @@ class ImageInfo:
             return {}
 
 
-class Engine:
+class _Containers:
+    """The engine's containers and volumes (the deploy side's: one-off runs, a cluster's
+    containers found by label)."""
+
+    client: docker.DockerClient
+
+    def run(
+        self,
+        image: str,
+        command: list[str],
+        environment: dict[str, str],
+        volumes: dict[str, str],
+        labels: dict[str, str],
+        out: IO[str],
+    ) -> int:
+        """Run a one-off container (``volumes``: source → mount point, read-write), stream its
+        output to ``out``, remove it; its exit status."""
+        with _translated():
+            container = self.client.containers.run(
+                image,
+                command=command,
+                environment=environment,
+                volumes={src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()},
+                labels=labels,
+                detach=True,
+            )
+            try:
+                for chunk in container.logs(stream=True, follow=True):
+                    out.write(chunk.decode(errors="replace"))
+                    out.flush()
+                return int(container.wait()["StatusCode"])
+            finally:
+                container.remove(force=True)
+
+    def volume_path(self, name: str) -> str | None:
+        """Where the volume ``name`` lives on the daemon's host; None when it does not exist (or
+        the daemon does not say)."""
+        try:
+            with _translated():
+                return str(self.client.volumes.get(name).attrs["Mountpoint"])
+        except (APIError, KeyError):
+            return None
+
+    def volumes(self, labels: list[str]) -> list[str]:
+        """Names of the volumes carrying every one of ``labels``."""
+        with _translated():
+            return sorted(v.name for v in self.client.volumes.list(filters={"label": labels}))
+
+    def remove_volume(self, name: str) -> None:
+        with _translated():
+            self.client.volumes.get(name).remove()
+
+    def remove_container(self, container: Container) -> None:
+        with _translated():
+            self.client.containers.get(container.id).remove(force=True)
+
+    def containers(self, labels: list[str]) -> list[Container]:
+        """Containers (running or not) carrying every one of ``labels`` (``key=value``)."""
+        with _translated():
+            found = self.client.containers.list(all=True, filters={"label": labels})
+        return [Container(c.id, c.name, c.status, dict(c.labels), c.attrs) for c in found]
+
+    def exec(self, container: Container, argv: list[str]) -> tuple[int, str]:
+        """Run ``argv`` in the container: its exit status and output (stdout and stderr)."""
+        with _translated():
+            code, out = self.client.containers.get(container.id).exec_run(argv)
+        return code, out.decode(errors="replace")
+
+    def logs(self, container: Container, tail: int) -> str:
+        """The container's last ``tail`` lines of output."""
+        with _translated():
+            return self.client.containers.get(container.id).logs(tail=tail).decode(errors="replace")
+
+
+class Engine(_Containers):
+    """The one seam to the Docker engine: images here, containers and volumes in _Containers."""
+
     def __init__(self, client: docker.DockerClient) -> None:
         self.client = client
         self.api = client.api
@@ -279,73 +355,6 @@ class Engine:
         import docker.auth
 
         return bool(docker.auth.resolve_authconfig(self.api._auth_configs, registry))
-
-    def run(
-        self,
-        image: str,
-        command: list[str],
-        environment: dict[str, str],
-        volumes: dict[str, str],
-        labels: dict[str, str],
-        out: IO[str],
-    ) -> int:
-        """Run a one-off container (``volumes``: source → mount point, read-write), stream its
-        output to ``out``, remove it; its exit status."""
-        with _translated():
-            container = self.client.containers.run(
-                image,
-                command=command,
-                environment=environment,
-                volumes={src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()},
-                labels=labels,
-                detach=True,
-            )
-            try:
-                for chunk in container.logs(stream=True, follow=True):
-                    out.write(chunk.decode(errors="replace"))
-                    out.flush()
-                return int(container.wait()["StatusCode"])
-            finally:
-                container.remove(force=True)
-
-    def volume_path(self, name: str) -> str | None:
-        """Where the volume ``name`` lives on the daemon's host; None when it does not exist (or
-        the daemon does not say)."""
-        try:
-            with _translated():
-                return str(self.client.volumes.get(name).attrs["Mountpoint"])
-        except (APIError, KeyError):
-            return None
-
-    def volumes(self, labels: list[str]) -> list[str]:
-        """Names of the volumes carrying every one of ``labels``."""
-        with _translated():
-            return sorted(v.name for v in self.client.volumes.list(filters={"label": labels}))
-
-    def remove_volume(self, name: str) -> None:
-        with _translated():
-            self.client.volumes.get(name).remove()
-
-    def remove_container(self, container: Container) -> None:
-        with _translated():
-            self.client.containers.get(container.id).remove(force=True)
-
-    def containers(self, labels: list[str]) -> list[Container]:
-        """Containers (running or not) carrying every one of ``labels`` (``key=value``)."""
-        with _translated():
-            found = self.client.containers.list(all=True, filters={"label": labels})
-        return [Container(c.id, c.name, c.status, dict(c.labels), c.attrs) for c in found]
-
-    def exec(self, container: Container, argv: list[str]) -> tuple[int, str]:
-        """Run ``argv`` in the container: its exit status and output (stdout and stderr)."""
-        with _translated():
-            code, out = self.client.containers.get(container.id).exec_run(argv)
-        return code, out.decode(errors="replace")
-
-    def logs(self, container: Container, tail: int) -> str:
-        """The container's last ``tail`` lines of output."""
-        with _translated():
-            return self.client.containers.get(container.id).logs(tail=tail).decode(errors="replace")
 
 
 class _UnixConnection(http.client.HTTPConnection):

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmforge.config import GitSource
 from slurmforge.errors import PinError, SourceError
+from slurmforge.pins import GitSource
 
 _GITLINK = "160000"
 # No prompts, no user or system configuration: the fetch means the same on every machine.

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from slurmforge import refs
-from slurmforge.config import NATIVE_ARCH, Config, MatrixSet
+from slurmforge.config import Config, MatrixSet
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import format_path
+from slurmforge.pins import NATIVE_ARCH
 
 INTERNAL_REGISTRY = "slurmforge"
 

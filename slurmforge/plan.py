@@ -15,9 +15,9 @@ from typing import Any
 
 from slurmforge import bootstrap
 from slurmforge.bootstrap import Base
-from slurmforge.config import UNPINNED
 from slurmforge.engine import HASH_LABEL, MANIFEST_LABEL, Engine, ImageInfo
 from slurmforge.matrix import BuildTarget
+from slurmforge.pins import UNPINNED
 from slurmforge.render import Rendered, inputs_hash
 
 

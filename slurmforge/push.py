@@ -24,10 +24,10 @@ from docker_image import reference
 from tqdm import tqdm
 
 from slurmforge import manifest_list, matrix, refs, state
-from slurmforge.config import NATIVE_ARCH
 from slurmforge.engine import APIError, ConnectionFailed, Engine
 from slurmforge.errors import ConfigError, SlurmforgeError
 from slurmforge.matrix import BuildTarget, arch_suffix
+from slurmforge.pins import NATIVE_ARCH
 
 if TYPE_CHECKING:
     from slurmforge.app import Project

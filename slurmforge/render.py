@@ -13,9 +13,10 @@ from typing import IO
 import jinja2
 
 from slurmforge import features, site_layer
-from slurmforge.config import GNU_TYPES, NATIVE_ARCH, Config, Cuda
+from slurmforge.config import Config, Cuda
 from slurmforge.errors import ConfigError
 from slurmforge.matrix import COMPONENTS, BuildTarget
+from slurmforge.pins import GNU_TYPES, NATIVE_ARCH
 
 TEMPLATE = "Dockerfile.j2"
 _TOOL = Path(__file__).resolve().parent.parent  # where the slurmforge package lies

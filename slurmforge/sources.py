@@ -25,8 +25,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from slurmforge import gitsource, refs
-from slurmforge.config import UNPINNED, Config, GitSource, Source, Wheel
+from slurmforge.config import Config, Wheel
 from slurmforge.errors import ChecksumError, ConfigError, PinError, SourceError
+from slurmforge.pins import UNPINNED, GitSource, Source
 
 MIRROR_ENV = "SLURMFORGE_MIRROR"
 _CHUNK = 1 << 20

@@ -10,6 +10,7 @@ import pytest
 
 from slurmforge import config, matrix, versions
 from slurmforge.errors import ConfigError
+from slurmforge.pins import UNPINNED
 from tests.conftest import ROOT
 
 
@@ -31,7 +32,7 @@ def test_shipped_file_loads() -> None:
         if isinstance(tool, config.UserspaceTool):
             spaces = [tool.userspace, *(r.userspace for r in tool.releases.values())]
             pins = [sha for s in spaces if s for w in s.wheels for sha in w.sha256.values()]
-            assert pins and config.UNPINNED not in pins
+            assert pins and UNPINNED not in pins
             continue
         for source in (*tool.sources, *(s for r in tool.releases.values() for s in r.sources)):
             assert source.pinned

@@ -12,8 +12,8 @@ import pytest
 
 from slurmforge import config, versions
 from slurmforge.app import FetchOptions, Project, Selection
-from slurmforge.config import GitSource
 from slurmforge.errors import ConfigError, PinError
+from slurmforge.pins import GitSource
 from slurmforge.sources import Cache, Fetched, resolve_mirror
 from tests.gitrepos import Repo, add_submodule, git, make_repo
 

@@ -420,11 +420,11 @@ def test_shipped_files_still_pass() -> None:
 
 
 def test_a_failed_fetch_leaves_no_directory_it_made(tmp_path: Path) -> None:
-    from slurmforge import config, sources
+    from slurmforge import pins, sources
 
     cfg = versions.load(ROOT / "versions.yaml")
     cache = sources.Cache(tmp_path / "new" / "cache")
-    missing = config.Source(url=(tmp_path / "nowhere.tar.gz").as_uri(), sha256="a" * 64)
+    missing = pins.Source(url=(tmp_path / "nowhere.tar.gz").as_uri(), sha256="a" * 64)
     with pytest.raises(SourceError, match=r"nowhere\.tar\.gz"):
         cache.fetch(cfg, [missing])
     assert not (tmp_path / "new").exists()

@@ -12,8 +12,8 @@ from typing import ClassVar
 import pytest
 
 from slurmforge import config, versions
-from slurmforge.config import Source
 from slurmforge.errors import ChecksumError, ConfigError, SourceError
+from slurmforge.pins import Source
 from slurmforge.sources import Cache, mirror_url
 from slurmforge.state import read_sources_lock, write_sources_lock
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from slurmforge import jail_contract
-from slurmforge.config import GNU_TYPES
 from slurmforge.deploy.k8s.objects import (
     arch_affinity,
 )
@@ -15,6 +14,7 @@ from slurmforge.deploy.roles import (
     Role,
 )
 from slurmforge.deploy.spec.model import NodeSet
+from slurmforge.pins import GNU_TYPES
 
 NODES_SERVICE = "slurm-nodes"
 # a node pod's preStop (drain, wait for the jobs, then DOWN); the seconds of the grace period it

@@ -21,7 +21,6 @@ from pydantic import (
 )
 
 from slurmforge import matrix, refs
-from slurmforge.config import Arch
 from slurmforge.deploy.spec.fields import (
     NODE_DIRS,
     AbsPath,
@@ -45,6 +44,7 @@ from slurmforge.deploy.spec.site import (
 )
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model
+from slurmforge.pins import Arch
 
 # a jail user's name, as the jail's createuser accepts it (and useradd after it)
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
