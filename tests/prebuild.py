@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from tests.cluster import test_mixed_arch
-from tests.cluster.test_upgrade import FROM, TO
+from tests.cluster.helpers import FROM, TO
 from tests.conftest import build, select
 from tests.image.conftest import IMAGE_CELLS
 

@@ -15,22 +15,11 @@ from pathlib import Path
 
 from bench.common import copy_project
 from slurmforge.app import Project, Selection
-from tests.build.test_build_behaviour import _build, _notes
-from tests.image.test_gpu_images import mount_standin_driver
-from tests.image.test_images import SECRET_FILES, STUB_CONF, _layer_files
+from tests.build.helpers import CELL, build_notes, run_build, with_arm64
+from tests.image.helpers import SECRET_FILES, STUB_CONF, layer_files, mount_standin_driver
 
-CELL = "24.05.8-cuda12.2.2-debian12"
 GRACE = "24.05.8-cuda12.9.1-debian12"  # the grace set's cell (CUDA with aarch64 wheels)
 AARCH64 = 0xB7  # ELF e_machine
-
-
-def _with_arm64(root: Path) -> None:
-    """The default set with both arches (the set's cuda line is followed by its arch)."""
-    path = root / "versions.yaml"
-    text = path.read_text()
-    anchor = '      cuda: ["12.2.2"]\n'
-    assert anchor in text
-    path.write_text(text.replace(anchor, anchor + "      arch: [amd64, arm64]\n", 1))
 
 
 def _elf_machine(client, ref: str, path: str) -> int:
@@ -53,10 +42,10 @@ def test_arm64_images_build_under_emulation_beside_the_amd64_ones(
     tmp_path: Path, images, client
 ) -> None:
     root = copy_project(tmp_path)
-    _with_arm64(root)
+    with_arm64(root)
     amd64 = {c: client.images.get(ref).id for c, ref in images.items()}
     args = ("--set", "default", "--cell", f"{CELL}-arm64", "--component", "mariadb")
-    proc = _build(root, *args)
+    proc = run_build(root, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     targets = {t.id: t for t in Project(Selection(root / "versions.yaml", "default")).targets}
     base, mariadb = targets["base/debian12-arm64"], targets["mariadb/debian12-arm64"]
@@ -77,9 +66,9 @@ def test_arm64_images_build_under_emulation_beside_the_amd64_ones(
     assert {c: client.images.get(ref).id for c, ref in images.items()} == amd64
     # nothing changed: both arches are answered without Docker
     for selection in (args, ("--set", "default", "--cell", CELL, "--component", "mariadb")):
-        assert _build(root, *selection).returncode == 0
-        assert _build(root, *selection).returncode == 0
-        assert _notes(root) == {"unchanged since last build"}, selection
+        assert run_build(root, *selection).returncode == 0
+        assert run_build(root, *selection).returncode == 0
+        assert build_notes(root) == {"unchanged since last build"}, selection
     plan = subprocess.run(
         [sys.executable, "-m", "invoke", "--search-root", str(root), "matrix", "--format", "json"],
         cwd=root, capture_output=True, text=True, check=True,
@@ -94,9 +83,9 @@ def test_slurm_for_arm64_is_cross_compiled_and_its_node_image_runs_here(
     plugin, pyxis and enroot), installed into an arm64 image; aarch64 by their ELF headers, every
     plugin finds its libraries, and srun and slurmd run here under emulation."""
     root = copy_project(tmp_path)
-    _with_arm64(root)
+    with_arm64(root)
     args = ("--set", "default", "--cell", f"{CELL}-arm64", "--component", "slurmd")
-    proc = _build(root, *args)
+    proc = run_build(root, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     targets = {t.id: t for t in Project(Selection(root / "versions.yaml", "default")).targets}
     debs = client.images.get(targets["slurm-debs/debian12-24.05.8-arm64"].ref)
@@ -125,7 +114,7 @@ def test_slurm_for_arm64_is_cross_compiled_and_its_node_image_runs_here(
     assert lines[:4] == ["aarch64", "slurm 24.05.8", "slurm 24.05.8", "arm64"], lines
     assert lines[4:] == []  # no plugin misses a library
     # what the image tier checks of every image: no secret, no host key in any layer
-    files = _layer_files(client, slurmd)
+    files = layer_files(client, slurmd)
     assert any(f.endswith("usr/sbin/munged") for f in files)
     names = {*SECRET_FILES, *(f".wh.{n}" for n in SECRET_FILES)}
     assert [f for f in files if f.rsplit("/", 1)[-1] in names or "/ssh_host_" in f] == []
@@ -140,7 +129,7 @@ def test_the_arm64_gpu_worker_runs_cross_compiled_nccl_tests_and_an_aarch64_driv
     way the Kubernetes target mounts it, is bound read-only and loadable under emulation."""
     root = copy_project(tmp_path)
     args = ("--set", "grace", "--cell", f"{GRACE}-arm64", "--component", "worker")
-    proc = _build(root, *args)
+    proc = run_build(root, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     targets = {t.id: t for t in Project(Selection(root / "versions.yaml", "grace")).targets}
     builder = targets["nccl-tests/debian12-12.9.1-arm64"]
@@ -170,7 +159,7 @@ def test_the_arm64_gpu_worker_runs_cross_compiled_nccl_tests_and_an_aarch64_driv
     said = mount_standin_driver(client, worker, tmp_path, "arm64")
     assert "libcuda.so.1 (libc6,AArch64) => /usr/local/nvidia/lib64/libcuda.so.1" in said, said
     # no driver baked in, no secret or host key in any layer
-    files = _layer_files(client, worker)
+    files = layer_files(client, worker)
     assert any(f.endswith("usr/local/bin/all_reduce_perf") for f in files)
     assert not [f for f in files if "/libcuda.so" in f or "/libnvidia-ml.so" in f]
     names = {*SECRET_FILES, *(f".wh.{n}" for n in SECRET_FILES)}

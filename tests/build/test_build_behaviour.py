@@ -6,37 +6,19 @@ so only the target a test breaks is attempted; it fails fast and must leave ever
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from bench.common import copy_project
 from slurmforge.app import Project, Selection
+from tests.build.helpers import build_notes, build_summary, run_build
 from tests.conftest import docker_images
-
-
-def _build(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "--search-root", str(root), "build", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "SLURMFORGE_DEBUG": ""},
-    )
 
 
 def _tag_ids(client, images: dict[str, str]) -> dict[str, str]:
     return {ref: client.images.get(ref).id for ref in images.values()}
-
-
-def _summary(root: Path) -> dict[str, str]:
-    rows = json.loads((root / ".cache/logs/latest/summary.json").read_text())
-    return {r["target"].split("/")[0]: r["status"] for r in rows}
 
 
 def _break(root: Path, component: str) -> None:
@@ -53,7 +35,7 @@ def _failing_build(tmp_path: Path, images, client, broken: tuple[str, ...], *arg
     for component in broken:
         _break(root, component)
     before = _tag_ids(client, images)
-    proc = _build(root, "--set", "default", *args)
+    proc = run_build(root, "--set", "default", *args)
     assert proc.returncode == 1, proc.stderr
     assert _tag_ids(client, images) == before
     return root, proc
@@ -62,7 +44,7 @@ def _failing_build(tmp_path: Path, images, client, broken: tuple[str, ...], *arg
 def test_failed_target_is_contained(tmp_path: Path, images, client) -> None:
     root, proc = _failing_build(tmp_path, images, client, ("login",))
     # every other image of the cell was built by the fixture and stays as it was
-    assert _summary(root) == {**dict.fromkeys(images, "cached"), "login": "failed"}
+    assert build_summary(root) == {**dict.fromkeys(images, "cached"), "login": "failed"}
     assert "broken on purpose" in proc.stderr  # the log tail is shown
     assert "full log: " in proc.stderr and "login_debian12-24.05.8.log" in proc.stderr
     assert "Traceback" not in proc.stderr  # and the old login image kept its tags (above)
@@ -70,7 +52,7 @@ def test_failed_target_is_contained(tmp_path: Path, images, client) -> None:
 
 def test_dependents_of_a_failure_are_not_attempted(tmp_path: Path, images, client) -> None:
     root, _ = _failing_build(tmp_path, images, client, ("runtime",))
-    status = _summary(root)
+    status = build_summary(root)
     assert status["runtime"] == "failed"
     blocked = ("slurmctld", "slurmd", "login", "worker", "slurmdbd", "slurmrestd", "exporter")
     assert {status[c] for c in blocked} == {"blocked"}
@@ -86,41 +68,34 @@ def test_checksum_mismatch_builds_and_tags_nothing(tmp_path: Path, images, clien
     data["sets"]["default"]["registry"] = "badinput.invalid/sf"
     (root / "versions.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     before = docker_images(client)
-    proc = _build(root, "--set", "default")
+    proc = run_build(root, "--set", "default")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and "checksum mismatch" in proc.stderr
     assert docker_images(client) == before
     assert client.images.list(name="badinput.invalid/sf/*") == []
 
 
-def _notes(root: Path) -> set[str]:
-    rows = json.loads((root / ".cache/logs/latest/summary.json").read_text())
-    assert {r["status"] for r in rows} == {"cached"}, rows
-    # what an image goes without (optional features skipped) is said on every path; set it aside
-    return {r["note"].split("; without ")[0] for r in rows}
-
-
 def test_noop_fast_path_and_what_invalidates_it(tmp_path: Path, images, client) -> None:
     root = copy_project(tmp_path)
     fast = {"unchanged since last build"}
-    assert _build(root).returncode == 0
-    assert _notes(root) != fast  # first build in this copy: the full path decided
-    assert _build(root).returncode == 0
-    assert _notes(root) == fast
+    assert run_build(root).returncode == 0
+    assert build_notes(root) != fast  # first build in this copy: the full path decided
+    assert run_build(root).returncode == 0
+    assert build_notes(root) == fast
 
     os.utime(root / "images/login/ssh-host-keys.sh")  # stat changed, content did not
-    assert _build(root).returncode == 0
-    assert _notes(root) != fast
-    assert _build(root).returncode == 0
-    assert _notes(root) == fast
+    assert run_build(root).returncode == 0
+    assert build_notes(root) != fast
+    assert run_build(root).returncode == 0
+    assert build_notes(root) == fast
 
     (login,) = [
         t for t in Project(Selection(root / "versions.yaml")).targets if t.component == "login"
     ]
     moved = login.tags[1]  # the floating tag, e.g. login:24.11-cuda12.2.2-debian12
     client.images.get(images["slurmd"]).tag(moved)  # someone moved a tag behind our back
-    assert _build(root).returncode == 0
-    assert _notes(root) != fast
+    assert run_build(root).returncode == 0
+    assert build_notes(root) != fast
     assert client.images.get(moved).id == client.images.get(images["login"]).id  # repaired
 
 
@@ -128,6 +103,6 @@ def test_fail_fast_stops_at_the_first_failure(tmp_path: Path, images, client) ->
     root, _ = _failing_build(
         tmp_path, images, client, ("slurmctld", "login"), "--fail-fast", "--jobs", "1"
     )
-    status = _summary(root)
+    status = build_summary(root)
     roles = [status[c] for c in ("slurmctld", "slurmd", "login")]
     assert roles.count("failed") == 1 and roles.count("cancelled") == 2, status

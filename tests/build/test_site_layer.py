@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from bench.common import copy_project
-from tests.build.test_build_behaviour import _build, _summary
+from tests.build.helpers import build_summary, run_build
 from tests.ports import published
 
 REGISTRY = "sitelayer.test/sf"
@@ -24,7 +24,7 @@ REGISTRY = "sitelayer.test/sf"
 WHEEL_SHA256 = "9f2a07e8be30a0729e533ec968016807069991ae2fd921a78d42f429ae5f4463"
 
 
-def _invoke(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_invoke(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "invoke", "--search-root", str(root), *args],
         cwd=root,
@@ -36,7 +36,7 @@ def _invoke(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _plan(root: Path) -> dict[str, str]:
-    out = _invoke(root, "plan").stdout
+    out = run_invoke(root, "plan").stdout
     return {ln.split()[0].split("/")[0]: ln for ln in out.splitlines()[2:] if ln.strip()}
 
 
@@ -65,7 +65,7 @@ def test_a_site_layer_rebuilds_what_it_touches_and_reaches_every_node(
     data["sets"]["default"]["registry"] = REGISTRY
     (root / "versions.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     try:
-        first = _build(root)
+        first = run_build(root)
         assert first.returncode == 0, first.stderr
         _site(root, WHEEL_SHA256)
         data["site"] = "site"
@@ -74,12 +74,12 @@ def test_a_site_layer_rebuilds_what_it_touches_and_reaches_every_node(
         assert "changed: site" in plan["jail"] and "changed: site" in plan["worker"]
         assert " cached " in plan["login"] and " cached " in plan["slurmd"]
 
-        layered = _build(root)
+        layered = run_build(root)
         assert layered.returncode == 0, layered.stderr
-        status = _summary(root)
+        status = build_summary(root)
         assert {c for c, s in status.items() if s == "built"} == {"jail", "worker"}, status
         assert {s for c, s in status.items() if c not in ("jail", "worker")} == {"cached"}
-        again = _build(root)
+        again = run_build(root)
         assert again.returncode == 0, again.stderr
         rows = json.loads((root / ".cache/logs/latest/summary.json").read_text())
         assert {r["note"].split(";")[0] for r in rows} == {"unchanged since last build"}
@@ -105,7 +105,7 @@ def test_a_site_layer_rebuilds_what_it_touches_and_reaches_every_node(
         # a requirement whose hash does not match: refused before anything is built
         tags = {ref: client.images.get(ref).id for ref in (jail, worker)}
         _site(root, "0" * 64)
-        bad = _build(root)
+        bad = run_build(root)
         assert bad.returncode == 2, bad.stderr
         assert bad.stderr.startswith("error: ") and "worker.txt: pip download" in bad.stderr
         assert "Traceback" not in bad.stderr
@@ -144,7 +144,7 @@ def _on_every_node(root: Path, client) -> None:
     )
     where = ["--cluster", str(cluster), "--out", str(root / "out")]
     try:
-        proc = _invoke(root, "deploy", *where)
+        proc = run_invoke(root, "deploy", *where)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         labels = [f"com.docker.compose.project={name}", "com.docker.compose.service=login"]
         (login,) = client.containers.list(filters={"label": labels})
@@ -153,4 +153,4 @@ def _on_every_node(root: Path, client) -> None:
         lines = sorted(out.decode().splitlines())
         assert code == 0 and lines == ["cpu-0 tree", "cpu-1 tree"], out.decode()
     finally:
-        _invoke(root, "down", "--volumes", *where)
+        run_invoke(root, "down", "--volumes", *where)

@@ -132,12 +132,47 @@ def write_cluster(root: Path, name: str, port: int, **changes) -> Path:
     return path
 
 
+class Clusters:
+    """The tier's one way to a cluster of its own: ``deploy`` brings up the default cluster with
+    ``changes`` under a throwaway name, port and state directory (in ``root``, or a fresh
+    directory), and every cluster it made is removed, with its volumes, when the fixture that
+    holds it ends."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        tmp_path_factory: pytest.TempPathFactory,
+        stack: contextlib.ExitStack,
+    ) -> None:
+        self.client = client
+        self.tmp_path_factory = tmp_path_factory
+        self.stack = stack
+
+    def root(self, name: str) -> Path:
+        """A fresh directory for a cluster's files (cluster file, layers, site files)."""
+        return self.tmp_path_factory.mktemp(name)
+
+    def deploy(self, prefix: str, root: Path | None = None, **changes) -> Deployed:
+        where = root if root is not None else self.root(prefix)
+        return self.stack.enter_context(deploy(where, prefix, self.client, **changes))
+
+
+@pytest.fixture(scope="module")
+def clusters(
+    client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Clusters]:
+    """Clusters a module's tests share, removed after its last test."""
+    with contextlib.ExitStack() as stack:
+        yield Clusters(client, tmp_path_factory, stack)
+
+
 @pytest.fixture(scope="session")
 def deployed(
     images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployed]:
-    with deploy(tmp_path_factory.mktemp("cluster"), "sftest", client) as cluster:
-        yield cluster
+    """The default cluster, shared by the whole tier's session."""
+    with contextlib.ExitStack() as stack:
+        yield Clusters(client, tmp_path_factory, stack).deploy("sftest")
 
 
 @contextlib.contextmanager

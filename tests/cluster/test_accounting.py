@@ -13,7 +13,7 @@ import pytest
 
 from tests import external_database
 from tests.cluster.conftest import Deployed, deploy, invoke, write_cluster
-from tests.cluster.test_cluster import _clean_failure
+from tests.cluster.helpers import clean_failure, sacct, sbatch_wait
 from tests.ports import free_port
 
 pytestmark = pytest.mark.cluster
@@ -21,36 +21,10 @@ pytestmark = pytest.mark.cluster
 USER = "acctuser"
 
 
-def _sbatch(cluster: Deployed, user: str, script: str) -> str:
-    """Submit ``script`` (wrapped) and wait for it to end; its job ID."""
-    code, out = cluster.sh("login", f"sbatch --parsable --wait --wrap '{script}'", user=user)
-    job = out.strip().splitlines()[0].split(";")[0] if out.strip() else ""
-    assert job.isdigit(), f"sbatch exited {code}: {out}"
-    return job
-
-
-def sacct(cluster: Deployed, user: str, jobs: list[str], timeout: float = 60) -> dict[str, list]:
-    """Job ID → [State, ExitCode, Elapsed] as the user's sacct says, once every job is there
-    and ended (records reach slurmdbd asynchronously)."""
-    deadline = time.monotonic() + timeout
-    rows: dict[str, list] = {}
-    while time.monotonic() < deadline:
-        code, out = cluster.sh(
-            "login",
-            f"sacct -n -P -X -j {','.join(jobs)} -o JobID,State,ExitCode,Elapsed",
-            user=user,
-        )
-        rows = {r.split("|")[0]: r.split("|")[1:] for r in out.splitlines() if "|" in r}
-        if code == 0 and all(j in rows and rows[j][0] not in ("PENDING", "RUNNING") for j in jobs):
-            return rows
-        time.sleep(2)
-    pytest.fail(f"sacct did not list jobs {jobs} within {timeout} s: {rows}")
-
-
 def test_a_users_finished_jobs_are_in_sacct_with_exit_codes(deployed: Deployed) -> None:
     deployed.user(USER)
-    good = _sbatch(deployed, USER, "hostname; sleep 1")
-    bad = _sbatch(deployed, USER, "exit 3")
+    good = sbatch_wait(deployed, USER, "hostname; sleep 1")
+    bad = sbatch_wait(deployed, USER, "exit 3")
     rows = sacct(deployed, USER, [good, bad])
     assert rows[good][:2] == ["COMPLETED", "0:0"], rows
     assert rows[bad][:2] == ["FAILED", "3:0"], rows
@@ -100,11 +74,11 @@ def test_jobs_run_while_slurmdbd_is_down_reach_sacct_after(deployed: Deployed) -
 
 def test_restarting_the_database_and_slurmdbd_loses_no_record(deployed: Deployed) -> None:
     deployed.user(USER)
-    before = _sbatch(deployed, USER, "true")
+    before = sbatch_wait(deployed, USER, "true")
     sacct(deployed, USER, [before])
     for service in ("mariadb", "slurmdbd"):
         deployed.container(service).restart()
-    after = _sbatch(deployed, USER, "true")
+    after = sbatch_wait(deployed, USER, "true")
     rows = sacct(deployed, USER, [before, after], timeout=120)
     assert rows[before][0] == rows[after][0] == "COMPLETED"
 
@@ -137,7 +111,7 @@ def test_records_survive_down_and_deploy(deployed: Deployed) -> None:
     """`invoke down` keeps the database volume and its password: the next deploy finds every
     record (only `down --volumes` deletes them)."""
     deployed.user(USER)
-    job = _sbatch(deployed, USER, "true")
+    job = sbatch_wait(deployed, USER, "true")
     sacct(deployed, USER, [job])
     down = deployed.invoke("down")
     assert down.returncode == 0, down.stderr
@@ -184,7 +158,7 @@ def test_enforcement_rejects_users_without_an_association(enforcing: Deployed) -
     assert code != 0
     assert "Invalid account or account/partition combination specified" in out, out
     enforcing.user("member")
-    _sbatch(enforcing, "member", "true")  # createuser gave it an association: accepted
+    sbatch_wait(enforcing, "member", "true")  # createuser gave it an association: accepted
 
 
 def test_a_qos_max_jobs_limit_holds(enforcing: Deployed) -> None:
@@ -218,7 +192,7 @@ def _refused(deployed: Deployed, tmp_path, name: str, expected: str, **changes) 
     where = ["--cluster", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "out")]
     env = {**deployed.env, "SLURMFORGE_STATE_DIR": str(tmp_path / "state")}
     proc = invoke(env, "deploy", *where)
-    _clean_failure(proc, expected)
+    clean_failure(proc, expected)
     label = f"com.docker.compose.project={name}"
     assert deployed.client.containers.list(all=True, filters={"label": label}) == []
     assert deployed.client.volumes.list(filters={"label": label}) == []
@@ -281,7 +255,7 @@ def test_an_external_database_takes_the_records(site_database, client, tmp_path)
         }
         assert "slurmdbd" in services and "mariadb" not in services, services
         cluster.user(USER)
-        job = _sbatch(cluster, USER, "true")
+        job = sbatch_wait(cluster, USER, "true")
         assert sacct(cluster, USER, [job])[job][:2] == ["COMPLETED", "0:0"]
         assert job in site_database.jobs(cluster.name)
 

@@ -16,16 +16,14 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import pytest
 import yaml
 
 from slurmforge.deploy.backup import archive
 from slurmforge.errors import ConfigError
-from tests.cluster.conftest import ROOT, Deployed, deploy, invoke
+from tests.cluster.conftest import ROOT, Clusters, Deployed, invoke
 from tests.conftest import until
 
 pytestmark = pytest.mark.cluster
@@ -35,11 +33,8 @@ FINISHED = "JobID,State,ExitCode,User,Account,Submit,Start,End,Elapsed,NNodes,No
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployed]:
-    with deploy(tmp_path_factory.mktemp("backup"), "sfbak", client) as deployed:
-        yield deployed
+def cluster(images: dict[str, str], clusters: Clusters) -> Deployed:
+    return clusters.deploy("sfbak", clusters.root("backup"))
 
 
 def _backup(cluster: Deployed, out: Path) -> Path:

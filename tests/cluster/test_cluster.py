@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import Deployed, invoke, write_cluster
+from tests.cluster.helpers import clean_failure
 from tests.conftest import ROOT
 from tests.ports import free_port
 
@@ -177,14 +178,6 @@ def _deploy(deployed: Deployed, root):
     return invoke(deployed.env, "deploy", *where)
 
 
-def _clean_failure(proc, expected: str) -> None:
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("error: ") and expected in proc.stderr.splitlines()[0], (
-        proc.stderr
-    )
-
-
 def test_deploy_refuses_a_port_in_use(deployed: Deployed, tmp_path, client) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -192,7 +185,7 @@ def test_deploy_refuses_a_port_in_use(deployed: Deployed, tmp_path, client) -> N
         port = busy.getsockname()[1]
         write_cluster(tmp_path, "sfbusy", port)
         proc = _deploy(deployed, tmp_path)
-    _clean_failure(proc, f"login.port: 127.0.0.1:{port} is not free")
+    clean_failure(proc, f"login.port: 127.0.0.1:{port} is not free")
     assert (
         client.containers.list(all=True, filters={"label": "com.docker.compose.project=sfbusy"})
         == []
@@ -207,7 +200,7 @@ def test_deploy_before_images_exist_names_the_build(deployed: Deployed, tmp_path
     write_cluster(tmp_path, "sfnoimg", free_port(), images={"set": "unbuilt"})
     where = ["--cluster", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "out")]
     proc = invoke(deployed.env, "deploy", "--config", str(config), *where)
-    _clean_failure(proc, "is not built")
+    clean_failure(proc, "is not built")
     assert "invoke build --set unbuilt" in proc.stderr
     assert not (tmp_path / "out").exists()
 
@@ -216,7 +209,7 @@ def test_scale_of_a_cluster_never_deployed_stores_nothing(deployed: Deployed, tm
     write_cluster(tmp_path, "sfnever", free_port())
     env = {**deployed.env, "SLURMFORGE_STATE_DIR": str(tmp_path / "state")}
     proc = invoke(env, "scale", "cpu=3", "--cluster", str(tmp_path / "cluster.yaml"))
-    _clean_failure(proc, "cluster sfnever is not deployed here")
+    clean_failure(proc, "cluster sfnever is not deployed here")
     assert not (tmp_path / "state").exists()
 
 
@@ -269,6 +262,6 @@ def test_a_dry_run_refuses_the_directory_a_running_cluster_reads(deployed: Deplo
     conf = deployed.root / "out" / "local" / deployed.name / "etc" / "slurm" / "slurm.conf"
     before = conf.read_bytes()
     proc = deployed.invoke("deploy", "--dry-run")
-    _clean_failure(proc, f"cluster {deployed.name} is running from")
+    clean_failure(proc, f"cluster {deployed.name} is running from")
     assert "hint: give --out DIR" in proc.stderr
     assert conf.read_bytes() == before

@@ -9,14 +9,12 @@ import shlex
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import pytest
 
 from tests import driver_root
-from tests.cluster.conftest import Deployed, deploy, write_cluster
+from tests.cluster.conftest import Clusters, Deployed, write_cluster
 from tests.conftest import ROOT
 from tests.ports import free_port
 
@@ -29,15 +27,12 @@ SONAMES = (*driver_root.LIBRARIES.values(), "libcudart.so.12", "libnccl.so.2")
 
 
 @pytest.fixture(scope="module")
-def gpu(
-    images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployed]:
-    root = tmp_path_factory.mktemp("gpucluster")
+def gpu(images: dict[str, str], clusters: Clusters) -> Deployed:
+    root = clusters.root("gpucluster")
     host = driver_root.make(root / "host", gpus=6)
-    with deploy(
-        root,
+    cluster = clusters.deploy(
         "sfgpu",
-        client,
+        root,
         gpu={"driver_root": str(host), "min_busbw": 100.0},
         nodesets=[
             {"name": "cpu", "definitions": ["cpu-small"], "replicas": 1},
@@ -65,8 +60,8 @@ def gpu(
             {"name": "main", "nodesets": ["cpu"], "default": True},
             {"name": "gpu", "nodesets": ["trainer", "dual"]},
         ],
-    ) as cluster:
-        yield cluster
+    )
+    return cluster
 
 
 def _job(gpu: Deployed, node: str, command: str) -> tuple[int, str]:

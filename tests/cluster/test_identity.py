@@ -23,8 +23,8 @@ from slurmforge.deploy.identity import probe
 from slurmforge.deploy.spec import loader
 from slurmforge.versions import load as load_versions
 from tests import site_ldap
-from tests.cluster.conftest import Deployed, deploy, invoke, squashfs_image, write_cluster
-from tests.cluster.test_jobs import HELLO
+from tests.cluster.conftest import Clusters, Deployed, invoke, squashfs_image, write_cluster
+from tests.cluster.helpers import HELLO
 from tests.conftest import ROOT
 from tests.ports import free_port
 from tests.site_ldap import SiteDirectory
@@ -84,10 +84,8 @@ def _seed(keys: dict[str, str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def directory(
-    images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Directory]:
-    root = tmp_path_factory.mktemp("identity")
+def directory(images: dict[str, str], clusters: Clusters) -> Directory:
+    root = clusters.root("identity")
     keys: dict[str, Path] = {}
     public: dict[str, str] = {}
     for user in ("ada", "bob", "carol"):
@@ -105,8 +103,8 @@ def directory(
         "accounts_from_groups": {"physics": "physics-users"},
     }
     identity = {"source": "ldap", "ldap": ldap}
-    with deploy(root, "sfldap", client, identity=identity, accounting=accounting) as cluster:
-        yield Directory(cluster, keys, images, client)
+    cluster = clusters.deploy("sfldap", root, identity=identity, accounting=accounting)
+    return Directory(cluster, keys, images, clusters.client)
 
 
 def test_a_directory_user_logs_in_with_their_key_and_runs_on_every_node(

@@ -16,29 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import Deployed
+from tests.cluster.helpers import HELLO
 
 pytestmark = pytest.mark.cluster
 
-HELLO = r"""
-#include <mpi.h>
-#include <stdio.h>
-#include <unistd.h>
-
-int main(int argc, char **argv)
-{
-	int rank, size, sum = 0;
-	char host[256];
-
-	MPI_Init(&argc, &argv);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &size);
-	MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-	gethostname(host, sizeof(host));
-	printf("rank %d of %d on %s sum %d\n", rank, size, host, sum);
-	MPI_Finalize();
-	return 0;
-}
-"""
 NODE_STATE = "/var/lib/slurmforge/jobs"  # where a node keeps its jobs' /tmp (jail/spank)
 
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import docker
 import pytest
 
 from slurmforge.versions import load as load_versions
-from tests.cluster.conftest import Deployed, deploy, squashfs_image
+from tests.cluster.conftest import Clusters, Deployed, squashfs_image
 from tests.conftest import ROOT, need_sources
 
 pytestmark = pytest.mark.cluster
@@ -71,7 +70,7 @@ srun bash -c 'exec "./hello.$(uname -m)"'
 """
 
 
-def _build(*args: str) -> None:
+def run_build(*args: str) -> None:
     argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "build", "--set", SET]
     proc = subprocess.run([*argv, *args], cwd=ROOT, env={**os.environ, "SLURMFORGE_DEBUG": ""},
                           timeout=3600)  # fmt: skip
@@ -81,8 +80,8 @@ def _build(*args: str) -> None:
 def build_cells() -> None:
     """The amd64 cell's images, and the arm64 cell's node image and jail (Slurm cross-compiled,
     installed under emulation)."""
-    _build("--cell", CELL)
-    _build("--cell", f"{CELL}-arm64", "--component", "slurmd", "--component", "jail")
+    run_build("--cell", CELL)
+    run_build("--cell", f"{CELL}-arm64", "--component", "slurmd", "--component", "jail")
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +93,7 @@ def arm64_base() -> str:
 
 
 @pytest.fixture(scope="module")
-def mixed(
-    arm64_base: str, client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployed]:
+def mixed(arm64_base: str, clusters: Clusters) -> Deployed:
     changes = {
         "images": {"set": SET, "cell": CELL},
         "nodesets": [
@@ -105,9 +102,9 @@ def mixed(
         ],
         "partitions": [{"name": "main", "nodesets": ["cpu", "grace"], "default": True}],
     }
-    with deploy(tmp_path_factory.mktemp("mixed"), "sfarch", client, **changes) as cluster:
-        cluster.user(USER)
-        yield cluster
+    cluster = clusters.deploy("sfarch", clusters.root("mixed"), **changes)
+    cluster.user(USER)
+    return cluster
 
 
 def _srun(cluster: Deployed, args: str) -> str:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.cluster.conftest import Deployed
-from tests.cluster.test_accounting import sacct
+from tests.cluster.helpers import sacct
 
 pytestmark = pytest.mark.cluster
 

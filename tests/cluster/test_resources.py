@@ -8,13 +8,11 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from collections.abc import Iterator
 
-import docker
 import pytest
 
-from tests.cluster.conftest import Deployed, deploy
-from tests.cluster.test_accounting import _sbatch, sacct
+from tests.cluster.conftest import Clusters, Deployed
+from tests.cluster.helpers import sacct, sbatch_wait
 
 pytestmark = pytest.mark.cluster
 
@@ -24,13 +22,10 @@ ALLOCATE = "python3 -c \"x = bytearray({mb} << 20); x[::4096] = b'x' * len(x[::4
 
 
 @pytest.fixture(scope="module")
-def sized(
-    images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployed]:
-    with deploy(
-        tmp_path_factory.mktemp("resources"),
+def sized(images: dict[str, str], clusters: Clusters) -> Deployed:
+    cluster = clusters.deploy(
         "sfres",
-        client,
+        clusters.root("resources"),
         nodesets=[
             {
                 "name": "cpu",
@@ -41,9 +36,9 @@ def sized(
             }
         ],
         rest={"enabled": False},
-    ) as cluster:
-        cluster.user(USER)
-        yield cluster
+    )
+    cluster.user(USER)
+    return cluster
 
 
 def _submit(cluster: Deployed, options: str, script: str) -> str:
@@ -95,7 +90,7 @@ def test_jobs_that_each_need_a_nodes_memory_do_not_share_it(sized: Deployed) -> 
 
 
 def test_a_job_without_mem_gets_its_partitions_memory_per_cpu(sized: Deployed) -> None:
-    job = _sbatch(sized, USER, "true")
+    job = sbatch_wait(sized, USER, "true")
     shown = sized.ok("login", f"scontrol show job {job}", user=USER)
     assert re.search(r"\bMinMemoryCPU=512M\b", shown), shown  # 1024 MB over 2 CPUs
 
@@ -124,9 +119,16 @@ def test_a_job_runs_in_cgroups_of_its_own(sized: Deployed) -> None:
 def test_nothing_a_job_started_outlives_it(sized: Deployed) -> None:
     """A process that leaves its session and its parent (a daemon a user's script starts) is
     still the job's; it ends with the step, on every node, and with a batch job."""
-    escape = "setsid bash -c 'sleep 4242 & disown' < /dev/null > /dev/null 2>&1; sleep 1"
-    sized.ok("login", f'srun -N2 bash -c "{escape}"', user=USER)
-    _sbatch(sized, USER, escape.replace("4242", "4343").replace("'", "'\\''"))
+    # each step says that its escaped process runs before the step ends (the positive control:
+    # without it, processes that never started would pass as processes that were ended)
+    escape = (
+        "setsid bash -c 'sleep 4242 & disown' < /dev/null > /dev/null 2>&1; sleep 1; "
+        "pgrep -a -x sleep | grep -q 4242 && echo escaped"
+    )
+    out = sized.ok("login", f'srun -N2 bash -c "{escape}"', user=USER)
+    assert out.split() == ["escaped", "escaped"], out
+    job = sbatch_wait(sized, USER, escape.replace("4242", "4343").replace("'", "'\\''"))
+    assert sized.ok("login", f"cat slurm-{job}.out", user=USER) == "escaped"
     for node in ("cpu-0", "cpu-1"):
         deadline = time.monotonic() + 20
         while True:

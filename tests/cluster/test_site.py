@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 
-import docker
 import pytest
 import yaml
 
-from tests.cluster.conftest import Deployed, deploy
+from tests.cluster.conftest import Clusters, Deployed
 from tests.conftest import ROOT
 from tests.site_settings import README, site
 
@@ -21,15 +19,13 @@ KEYS = ("slurm", "accounting", "mounts", "topology", "nodesets", "partitions")
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployed]:
-    root = tmp_path_factory.mktemp("site")
+def cluster(images: dict[str, str], clusters: Clusters) -> Deployed:
+    root = clusters.root("site")
     shipped = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
     changes = {k: v for k, v in site(root, shipped).items() if k in KEYS}
-    with deploy(root, "sfsite", client, **changes) as deployed:
-        deployed.user("alice")
-        yield deployed
+    deployed = clusters.deploy("sfsite", root, **changes)
+    deployed.user("alice")
+    return deployed
 
 
 def _config(cluster: Deployed) -> dict[str, str]:

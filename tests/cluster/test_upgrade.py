@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import pytest
 import yaml
 
 from slurmforge.deploy.backup import archive
-from tests.cluster.conftest import Deployed, deploy
+from tests.cluster.conftest import Clusters, Deployed
+from tests.cluster.helpers import FROM, TO
 from tests.cluster.promql import until as until_prometheus
 from tests.conftest import build, select
 
-FROM = ("default", "24.05.8-cuda12.2.2-debian12")
-TO = ("current", "25.11.7-cuda12.2.2-debian12")
 TOO_FAR = ("current", "26.05.3-cuda12.2.2-debian12")
 USER = "ada"
 # the exporter's scheduler series are there, and say which source they came from
@@ -33,14 +30,11 @@ SCHEDULER_FROM = (
 
 
 @pytest.fixture(scope="module")
-def old(
-    client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployed]:
+def old(clusters: Clusters) -> Deployed:
     for set_name, cell in (FROM, TO):
         build(select(set_name, (cell,)))
     images = {"set": FROM[0], "cell": FROM[1]}
-    with deploy(tmp_path_factory.mktemp("upgrade"), "sfupg", client, images=images) as cluster:
-        yield cluster
+    return clusters.deploy("sfupg", clusters.root("upgrade"), images=images)
 
 
 def _use(cluster: Deployed, cell: tuple[str, str]) -> None:

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from slurmforge.app import Project
+from tests.image.helpers import mount_standin_driver
 
 GPU_ROLES = ("worker", "jail")
 PYXIS = "/usr/lib/slurmforge/spank/pyxis.so"
@@ -143,47 +144,3 @@ def test_worker_mounts_a_kubernetes_driver_root(client, images, tmp_path) -> Non
     (a container sees this host's /proc, which has no NVIDIA module)."""
     out = mount_standin_driver(client, images["worker"], tmp_path, "amd64")
     assert "libcuda.so.1 (libc6,x86-64) => /usr/local/nvidia/lib64/libcuda.so.1" in out, out
-
-
-def mount_standin_driver(client, image: str, tmp_path, arch: str) -> str:
-    """What the worker ``image`` says once the entrypoint has mounted an ``arch`` host's
-    stand-in driver; the checks every arch shares are made here."""
-    from tests import driver_root
-
-    root = driver_root.make(tmp_path / "node", devices=False, arch=arch)
-    mounted = "/run/nvidia/driver"
-    volumes = {
-        str(root / sub): {"bind": f"{mounted}/{sub}", "mode": "ro"}
-        for sub in (driver_root.ARCHES[arch][0], "usr/bin")
-    }
-    volumes[str(root / "proc/driver/nvidia/version")] = {"bind": "/run/version", "mode": "ro"}
-    lib = f"/usr/local/nvidia/lib64/libcuda.so.{driver_root.VERSION}"
-    script = "; ".join(
-        [
-            "ldconfig -p | grep -F 'libcuda.so.1 '",
-            "ls /usr/local/nvidia/lib64",
-            f"findmnt -no OPTIONS {lib}",
-            f"echo x >> {lib} 2>&1 || true",
-            "/usr/local/nvidia/bin/nvidia-smi -L",
-        ]
-    )
-    out = client.containers.run(
-        image,
-        ["bash", "-c", script],
-        environment={
-            "SLURMFORGE_DRIVER_ROOT": mounted,
-            "SLURMFORGE_DRIVER_VERSION_FILE": "/run/version",
-        },
-        volumes=volumes,
-        cap_add=["SYS_ADMIN"],
-        security_opt=["apparmor:unconfined"],
-        platform=f"linux/{arch}",
-        remove=True,
-        stderr=True,
-    ).decode()
-    assert f"libcuda.so.{driver_root.VERSION}" in out and driver_root.OLD_VERSION not in out, out
-    options = re.search(r"^(ro,\S+)$", out, re.M)
-    assert options and {"ro", "nosuid", "nodev"} <= set(options.group(1).split(",")), out
-    assert "Read-only file system" in out, out
-    assert "GPU 0" in out, out
-    return out

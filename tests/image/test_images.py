@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import io
 import re
-import tarfile
 
-import docker
 import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
@@ -14,11 +12,8 @@ from elftools.elf.elffile import ELFFile
 from slurmforge import features
 from slurmforge.app import Project
 from tests.image.conftest import ROLES
+from tests.image.helpers import SECRET_FILES, STUB_CONF, layer_files
 
-# Slurm's clients refuse to start without a configuration, even for -V; a stub one is enough.
-STUB_CONF = (
-    "printf 'ClusterName=t\\nSlurmctldHost=localhost\\n' > /tmp/s.conf; SLURM_CONF=/tmp/s.conf"
-)
 DAEMON_VERSION_CMD = {
     "slurmctld": "slurmctld -V",
     "slurmd": "slurmd -V",
@@ -136,45 +131,9 @@ def test_login_has_no_baked_ssh_host_keys(hosts) -> None:
     assert hosts["login"].check_output("ls /etc/ssh/ | grep -c ssh_host_ || true") == "0"
 
 
-def _layer_files(client: docker.DockerClient, ref: str) -> set[str]:
-    """Every path in every layer of ``ref`` (including files later deleted)."""
-    names: set[str] = set()
-    stream = io.BufferedReader(_Chunks(client.images.get(ref).save(named=False)))
-    with tarfile.open(fileobj=stream, mode="r|") as outer:
-        for member in outer:
-            if member.name.endswith("layer.tar") and member.isfile():
-                inner = outer.extractfile(member)
-                assert inner is not None
-                with tarfile.open(fileobj=inner, mode="r|") as layer:
-                    names.update(m.name for m in layer)
-    return names
-
-
-class _Chunks(io.RawIOBase):
-    def __init__(self, chunks) -> None:
-        self._it, self._buf = iter(chunks), b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, out) -> int:
-        while not self._buf:
-            try:
-                self._buf = next(self._it)
-            except StopIteration:
-                return 0
-        n = min(len(out), len(self._buf))
-        out[:n], self._buf = self._buf[:n], self._buf[n:]
-        return n
-
-
-# secrets are given at run time only: none of them, nor a file holding one, is in a layer
-SECRET_FILES = ("munge.key", "jwt_hs256.key", "db-password", "slurmdbd.conf")
-
-
 @pytest.mark.parametrize("role", [*ROLES, "mariadb"])
 def test_no_secret_in_any_layer(client, images, role: str) -> None:
-    files = _layer_files(client, images[role])
+    files = layer_files(client, images[role])
     seen = "usr/sbin/mariadbd" if role == "mariadb" else "usr/sbin/munged"
     assert any(f.endswith(seen) for f in files)  # the scan does see the layers
     names = {*SECRET_FILES, *(f".wh.{n}" for n in SECRET_FILES)}

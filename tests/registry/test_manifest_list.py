@@ -19,10 +19,9 @@ import pytest
 from bench.common import copy_project
 from slurmforge import manifest_list, state
 from slurmforge.app import Project, Selection
-from tests.build.test_arm64 import CELL, _with_arm64
-from tests.build.test_build_behaviour import _build
+from tests.build.helpers import CELL, run_build, with_arm64
 from tests.local_registry import registry
-from tests.registry.test_push import invoke, manifest, record_tested
+from tests.registry.helpers import invoke, manifest, record_tested
 
 COMPONENT = "mariadb"  # public, and built for arm64 without a Slurm compile
 LIST_TYPE = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -30,8 +29,8 @@ LIST_TYPE = "application/vnd.docker.distribution.manifest.list.v2+json"
 
 def test_a_tag_of_two_arches_is_one_manifest_list_of_both(tmp_path: Path, images, client) -> None:
     root = copy_project(tmp_path / "project")
-    _with_arm64(root)
-    built = _build(root, "--set", "default", "--cell", f"{CELL}-arm64", "--component", COMPONENT)
+    with_arm64(root)
+    built = run_build(root, "--set", "default", "--cell", f"{CELL}-arm64", "--component", COMPONENT)
     assert built.returncode == 0, built.stdout + built.stderr
     work = tmp_path / "work"
     work.mkdir()
@@ -106,7 +105,7 @@ def test_a_tag_of_two_arches_is_one_manifest_list_of_both(tmp_path: Path, images
 def test_a_missing_arch_is_refused_before_anything_is_pushed(tmp_path: Path, images) -> None:
     work = tmp_path / "work"
     root = copy_project(tmp_path / "project")
-    _with_arm64(root)
+    with_arm64(root)
     work.mkdir()
     shutil.copy(root / "versions.yaml", work / "versions.yaml")
     with registry(tmp_path / "registry") as host:
@@ -126,6 +125,6 @@ def _manifest(host: str, repo: str, reference: str, accept: str) -> tuple[str, d
 
 
 def _catalog(host: str) -> list[str]:
-    from tests.registry.test_push import catalog
+    from tests.registry.helpers import catalog
 
     return catalog(host)

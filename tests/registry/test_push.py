@@ -8,28 +8,18 @@ tested images and the lock file it writes are its own; the images are the real, 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 
-import docker
 import pytest
 
 from slurmforge import push, state
 from slurmforge.app import Project, Selection
 from tests.conftest import ROOT
 from tests.local_registry import DroppingProxy, free_port, registry
+from tests.registry.helpers import catalog, invoke, manifest, record_tested
 
 COMPONENT = "slurmctld"
-MANIFEST_TYPES = ", ".join(
-    [
-        "application/vnd.docker.distribution.manifest.v2+json",
-        "application/vnd.oci.image.manifest.v1+json",
-    ]
-)
 
 
 @pytest.fixture
@@ -39,38 +29,6 @@ def workdir(tmp_path: Path, images: dict[str, str]) -> Path:
     work.mkdir()
     shutil.copy(ROOT / "versions.yaml", work / "versions.yaml")
     return work
-
-
-def record_tested(work: Path, client: docker.DockerClient, refs: list[str]) -> None:
-    """What the image tier does after all its tests passed (tests/image/conftest.py)."""
-    state.record_tested(work, [(client.images.get(r).id, r) for r in refs], "tests/image")
-
-
-def invoke(work: Path, *args: str, env: dict[str, str] | None = None):
-    argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "push"]
-    argv += ["--config", str(work / "versions.yaml"), *args]
-    return subprocess.run(
-        argv,
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "SLURMFORGE_DEBUG": "", **(env or {})},
-        timeout=900,
-    )
-
-
-def manifest(host: str, repo: str, reference: str, auth: str | None = None) -> tuple[str, dict]:
-    req = urllib.request.Request(f"http://{host}/v2/{repo}/manifests/{reference}")
-    req.add_header("Accept", MANIFEST_TYPES)
-    if auth:
-        req.add_header("Authorization", f"Basic {auth}")
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return resp.headers["Docker-Content-Digest"], json.loads(resp.read())
-
-
-def catalog(host: str) -> list[str]:
-    with urllib.request.urlopen(f"http://{host}/v2/_catalog", timeout=10) as resp:
-        return json.loads(resp.read())["repositories"]
 
 
 def test_push_records_digests_that_pull_back_as_the_same_image(

@@ -17,44 +17,29 @@ import yaml
 from slurmforge import context, matrix, versions
 from tests.conftest import ROOT
 from tests.gitrepos import make_repo
-from tests.unit.inproc import run_cli
+from tests.unit.helpers import assert_clean_failure, run_invoke
 
-INVOKE = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
 NO_DAEMON = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
 
-def _invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The real command line, run in this process (see inproc.py)."""
-    return run_cli(*args, env=env)
-
-
-def _assert_clean_failure(proc: subprocess.CompletedProcess[str], expected: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    first = proc.stderr.splitlines()[0]
-    assert first.startswith("error: "), proc.stderr
-    assert expected in first, proc.stderr
-    assert all(line.startswith(("error: ", "hint: ")) for line in proc.stderr.splitlines())
-
-
 def test_unknown_component() -> None:
-    _assert_clean_failure(_invoke("build", "--component", "gpu"), "--component 'gpu'")
+    assert_clean_failure(run_invoke("build", "--component", "gpu"), "--component 'gpu'")
 
 
 def test_unknown_cell() -> None:
-    _assert_clean_failure(_invoke("plan", "--cell", "9.9.9-cuda1.0.0-x"), "--cell '9.9.9")
+    assert_clean_failure(run_invoke("plan", "--cell", "9.9.9-cuda1.0.0-x"), "--cell '9.9.9")
 
 
 def test_unknown_set() -> None:
-    _assert_clean_failure(_invoke("matrix", "--set", "nightly"), "unknown matrix set 'nightly'")
+    assert_clean_failure(run_invoke("matrix", "--set", "nightly"), "unknown matrix set 'nightly'")
 
 
 def test_unknown_key_in_config(tmp_path: Path, shipped: dict) -> None:
     shipped["slurm"]["24.11.5"]["sources"][0]["sha"] = "x"
     path = tmp_path / "versions.yaml"
     path.write_text(yaml.safe_dump(shipped))
-    _assert_clean_failure(
-        _invoke("build", "--config", str(path)),
+    assert_clean_failure(
+        run_invoke("build", "--config", str(path)),
         f'{path}: slurm."24.11.5".sources[0].sha: unknown key',
     )
 
@@ -70,8 +55,8 @@ def _slurm_only(shipped: dict, tmp_path: Path) -> None:
 
 
 def test_docker_unreachable_says_how_to_start_it() -> None:
-    proc = _invoke("build")
-    _assert_clean_failure(proc, "Docker daemon is not reachable at unix:///nonexistent")
+    proc = run_invoke("build")
+    assert_clean_failure(proc, "Docker daemon is not reachable at unix:///nonexistent")
     assert "hint: start it with `scripts/setup`" in proc.stderr
 
 
@@ -86,8 +71,8 @@ def test_checksum_mismatch_at_fetch_keeps_nothing(tmp_path: Path, shipped: dict)
     before = (
         sorted((ROOT / ".cache/sources").rglob("*")) if (ROOT / ".cache/sources").exists() else []
     )
-    proc = _invoke("fetch", "--config", str(path), "--component", "slurm-debs")
-    _assert_clean_failure(proc, f"checksum mismatch: expected sha256 {'a' * 64}, got {actual}")
+    proc = run_invoke("fetch", "--config", str(path), "--component", "slurm-debs")
+    assert_clean_failure(proc, f"checksum mismatch: expected sha256 {'a' * 64}, got {actual}")
     after = (
         sorted((ROOT / ".cache/sources").rglob("*")) if (ROOT / ".cache/sources").exists() else []
     )
@@ -96,18 +81,18 @@ def test_checksum_mismatch_at_fetch_keeps_nothing(tmp_path: Path, shipped: dict)
 
 @pytest.mark.parametrize("fmt", ["json", "github", "table"])
 def test_matrix_formats(fmt: str) -> None:
-    proc = _invoke("matrix", "--set", "ci", "--format", fmt)
+    proc = run_invoke("matrix", "--set", "ci", "--format", fmt)
     assert proc.returncode == 0, proc.stderr
     assert "24.05.8-cuda12.2.2-debian12" in proc.stdout
     assert "23.11.11-cuda12.2.2-debian12" in proc.stdout
 
 
 def test_matrix_bad_format() -> None:
-    _assert_clean_failure(_invoke("matrix", "--format", "xml"), "--format 'xml'")
+    assert_clean_failure(run_invoke("matrix", "--format", "xml"), "--format 'xml'")
 
 
 def test_render_writes_dockerfiles(tmp_path: Path) -> None:
-    proc = _invoke("render", "--out", str(tmp_path))
+    proc = run_invoke("render", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     login = (tmp_path / "login/debian12-24.05.8/Dockerfile").read_text()
     assert "FROM slurmforge/runtime:debian12-24.05.8" in login
@@ -130,17 +115,17 @@ def test_lock_then_fetch_through_a_mirror_directory(tmp_path: Path, shipped: dic
     config.parent.mkdir()
     config.write_text(yaml.safe_dump(shipped))
 
-    refused = _invoke("fetch", "--config", str(config), "--component", "slurm-debs")
-    _assert_clean_failure(refused, "sha256 is 'unpinned'; refusing to use it")
+    refused = run_invoke("fetch", "--config", str(config), "--component", "slurm-debs")
+    assert_clean_failure(refused, "sha256 is 'unpinned'; refusing to use it")
 
-    untrusted = _invoke(
+    untrusted = run_invoke(
         "lock", "--config", str(config), "--component", "slurm-debs", "--trust", "https://x/"
     )
-    _assert_clean_failure(untrusted, "sha256 is 'unpinned'")
+    assert_clean_failure(untrusted, "sha256 is 'unpinned'")
     assert not (tmp_path / "project/versions.lock").exists()
 
     origin_uri = (tmp_path / "origin").as_uri()
-    locked = _invoke(
+    locked = run_invoke(
         "lock", "--config", str(config), "--component", "slurm-debs", "--trust", origin_uri
     )
     assert locked.returncode == 0, locked.stderr
@@ -155,7 +140,7 @@ def test_lock_then_fetch_through_a_mirror_directory(tmp_path: Path, shipped: dic
     mirror = tmp_path / "mirror"
     (mirror / "download.example/slurm").mkdir(parents=True)
     (mirror / "download.example/slurm/slurm-24.11.5.tar.gz").write_bytes(payload)
-    fetched = _invoke(
+    fetched = run_invoke(
         "fetch", "--config", str(config), "--component", "slurm-debs",
         env={"SLURMFORGE_MIRROR": str(mirror)},
     )  # fmt: skip
@@ -164,8 +149,8 @@ def test_lock_then_fetch_through_a_mirror_directory(tmp_path: Path, shipped: dic
 
 
 def test_push_refuses_a_negative_retry_count() -> None:
-    _assert_clean_failure(
-        _invoke("push", "--retries", "-1"), "--retries '-1': expected an integer >= 0"
+    assert_clean_failure(
+        run_invoke("push", "--retries", "-1"), "--retries '-1': expected an integer >= 0"
     )
 
 
@@ -207,8 +192,8 @@ def test_gpu_user_space_pinned_for_amd64_only_is_refused_for_an_arm64_cell(
     GPU user space are not."""
     path = _arm64_cell(shipped, tmp_path, "12.2.2")
     cell = ("--config", str(path), "--cell", "24.05.8-cuda12.2.2-debian12-arm64")
-    proc = _invoke("fetch", *cell, "--component", "jail", env=NO_DAEMON)
-    _assert_clean_failure(
+    proc = run_invoke("fetch", *cell, "--component", "jail", env=NO_DAEMON)
+    assert_clean_failure(
         proc,
         f'{path}: cuda."12.2.2".runtime.wheels[0].sha256: nvidia-cuda-runtime-cu12==12.2.140 is '
         "pinned for amd64 only, and cell 24.05.8-cuda12.2.2-debian12-arm64 is arm64; expected "
@@ -226,9 +211,9 @@ def test_an_amd64_package_in_arm64_gpu_user_space_is_refused(tmp_path: Path, shi
     toolkit = shipped["cuda"]["12.2.2"]["build"]["debs"][0]
     shipped["cuda"]["12.9.1"]["runtime"]["debs"] = [toolkit]
     path = _arm64_cell(shipped, tmp_path, "12.9.1")
-    proc = _invoke("fetch", "--config", str(path), "--cell", "24.05.8-cuda12.9.1-debian12-arm64",
+    proc = run_invoke("fetch", "--config", str(path), "--cell", "24.05.8-cuda12.9.1-debian12-arm64",
                    "--component", "worker", env=NO_DAEMON)  # fmt: skip
-    _assert_clean_failure(
+    assert_clean_failure(
         proc,
         f'{path}: cuda."12.9.1".runtime.debs[0]: nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb '
         "is for amd64, and cell 24.05.8-cuda12.9.1-debian12-arm64 is arm64",

@@ -20,20 +20,12 @@ from slurmforge.deploy.spec import loader
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
-from tests.unit.test_cli import _assert_clean_failure, _invoke
-
-SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 
 
 @pytest.fixture
 def versions() -> config.Config:
     return load_versions(ROOT / "versions.yaml")
-
-
-def _with(**changes) -> dict:
-    data = yaml.safe_load(yaml.safe_dump(SHIPPED))
-    data.update(changes)
-    return data
 
 
 def test_shipped_cluster_resolves_its_layers(versions) -> None:
@@ -57,7 +49,7 @@ def test_shipped_cluster_resolves_its_layers(versions) -> None:
 
 
 def test_scale_state_overrides_replicas(write_cluster, versions) -> None:
-    path = write_cluster(_with(name="scaled"))
+    path = write_cluster(shipped_with(name="scaled"))
     state.write_scale("scaled", {"cpu": 5})
     assert len(loader.load(path, versions, state.read_scale).nodes) == 5
     assert len(loader.load(path, versions, {"cpu": 3}).nodes) == 3
@@ -65,7 +57,7 @@ def test_scale_state_overrides_replicas(write_cluster, versions) -> None:
 
 def test_loading_a_cluster_file_reads_no_state(write_cluster, versions) -> None:
     """The scale `invoke scale` kept is the caller's to give: loading reads the file alone."""
-    path = write_cluster(_with(name="scaled"))
+    path = write_cluster(shipped_with(name="scaled"))
     state.write_scale("scaled", {"cpu": 5})
     assert len(loader.load(path, versions).nodes) == 2  # the file's own count
 
@@ -88,7 +80,9 @@ def test_loading_a_cluster_file_reads_no_state(write_cluster, versions) -> None:
     ],
 )
 def test_bad_node_sets_are_refused(write_cluster, versions, nodesets, message: str) -> None:
-    path = write_cluster(_with(nodesets=nodesets, partitions=[{"name": "p", "nodesets": ["cpu"]}]))
+    path = write_cluster(
+        shipped_with(nodesets=nodesets, partitions=[{"name": "p", "nodesets": ["cpu"]}])
+    )
     with pytest.raises(ConfigError) as exc:
         loader.load(path, versions)
     assert str(path) in exc.value.message
@@ -97,23 +91,23 @@ def test_bad_node_sets_are_refused(write_cluster, versions, nodesets, message: s
 
 @pytest.mark.parametrize("path", ["/", "/etc/scratch", "/var/scratch", "/home/x", "/tmp", "rel"])
 def test_scratch_must_be_where_jobs_can_write_output(write_cluster, versions, path) -> None:
-    bad = write_cluster(_with(jail={"scratch": [path]}))
+    bad = write_cluster(shipped_with(jail={"scratch": [path]}))
     with pytest.raises(ConfigError, match=r"jail\.scratch\[0\]"):
         loader.load(bad, versions)
 
 
 def test_scratch_is_made_by_login_and_kept_by_populate(write_cluster, versions, tmp_path) -> None:
     cluster = loader.load(
-        write_cluster(_with(jail={"keep": ["/srv/"], "scratch": ["/data/"]})), versions
+        write_cluster(shipped_with(jail={"keep": ["/srv/"], "scratch": ["/data/"]})), versions
     )
     assert cluster.spec.jail.scratch == ("/data",)
-    services = local_render.render(cluster, _secrets(tmp_path), "sha256:abc")["services"]
+    services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
     assert services["login"]["environment"] == {"SLURMFORGE_JAIL_SCRATCH": "/data"}
     assert services["jail-populate"]["environment"]["SLURMFORGE_JAIL_KEEP"] == "/srv/ /data"
 
 
 def test_partition_must_name_known_node_sets(write_cluster, versions) -> None:
-    path = write_cluster(_with(partitions=[{"name": "p", "nodesets": ["gpu"]}]))
+    path = write_cluster(shipped_with(partitions=[{"name": "p", "nodesets": ["gpu"]}]))
     with pytest.raises(ConfigError, match=r"partitions\[0\]\.nodesets\[0\]: unknown node set"):
         loader.load(path, versions)
 
@@ -134,14 +128,14 @@ def test_scale_argument_must_be_a_count(arg: str) -> None:
     ],
 )
 def test_cli_refuses_bad_deploy_input(args: list[str], expected: str) -> None:
-    _assert_clean_failure(_invoke(*args), expected)
+    assert_clean_failure(run_invoke(*args), expected)
 
 
 def test_cli_names_the_cluster_file_and_key(write_cluster) -> None:
     nodesets = [{"name": "cpu", "definitions": ["nope"], "replicas": 1}]
-    path = write_cluster(_with(nodesets=nodesets))
-    proc = _invoke("deploy", "--cluster", str(path))
-    _assert_clean_failure(proc, f"{path}: nodesets[0].definitions[0]: unknown layer 'nope'")
+    path = write_cluster(shipped_with(nodesets=nodesets))
+    proc = run_invoke("deploy", "--cluster", str(path))
+    assert_clean_failure(proc, f"{path}: nodesets[0].definitions[0]: unknown layer 'nope'")
 
 
 def test_hostlist() -> None:
@@ -151,7 +145,7 @@ def test_hostlist() -> None:
 
 
 def _two_sets(write_cluster, versions, slurm_cell: str | None = None):
-    data = _with(
+    data = shipped_with(
         nodesets=[
             {"name": "cpu", "definitions": ["cpu-small"], "replicas": 3},
             {
@@ -236,13 +230,13 @@ def test_cgroup_plugin_follows_the_slurm_version(slurm: str, disabled: bool) -> 
 def test_slurmctld_serves_its_metrics_from_25_11_where_metrics_are_on(
     write_cluster, versions, images: dict, metrics: dict, served: bool
 ) -> None:
-    cluster = loader.load(write_cluster(_with(images=images, metrics=metrics)), versions)
+    cluster = loader.load(write_cluster(shipped_with(images=images, metrics=metrics)), versions)
     conf = slurmconf.render(cluster)["slurm.conf"].splitlines()
     assert ("MetricsType=metrics/openmetrics" in conf) is served
 
 
 def test_without_cgroups_processes_are_tracked_through_proc(write_cluster, versions) -> None:
-    data = _with(slurm={"cgroups": False})
+    data = shipped_with(slurm={"cgroups": False})
     files = slurmconf.render(loader.load(write_cluster(data), versions))
     conf = files["slurm.conf"].splitlines()
     assert "ProctrackType=proctrack/linuxproc" in conf and "TaskPlugin=task/affinity" in conf
@@ -261,13 +255,9 @@ def test_jail_gets_only_the_client_files(write_cluster, versions, tmp_path: Path
     assert "gres.conf" in {p.name for p in (tmp_path / "node").iterdir()}
 
 
-def _secrets(tmp_path: Path) -> dict[str, Path]:
-    return {n: tmp_path / n for n in ("munge.key", "jwt_hs256.key", "db-password")}
-
-
 def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: Path) -> None:
     cluster = _two_sets(write_cluster, versions)
-    data = local_render.render(cluster, _secrets(tmp_path), "sha256:abc")
+    data = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")
     services = data["services"]
     assert set(services) == {
         "slurmctld",
@@ -326,7 +316,7 @@ def test_compose_cli_accepts_the_file(write_cluster, versions, tmp_path: Path) -
     cluster = _two_sets(write_cluster, versions)
     file = tmp_path / "compose.yaml"
     file.write_text(
-        local_render.dump(local_render.render(cluster, _secrets(tmp_path), "sha256:0"), "x")
+        local_render.dump(local_render.render(cluster, secret_files(tmp_path), "sha256:0"), "x")
     )
     for cli in (["docker-compose"], ["docker", "compose"]):
         if (

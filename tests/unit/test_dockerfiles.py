@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-
-HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(
-    "hadolint"
-)
-
+from tests.unit.helpers import HADOLINT
 
 SETS = sorted(yaml.safe_load((ROOT / "versions.yaml").read_text())["sets"])
 

@@ -19,7 +19,7 @@ from slurmforge import gpu_driver
 from slurmforge.errors import ConfigError
 from tests import driver_root
 from tests.conftest import ROOT
-from tests.unit.test_cli import _assert_clean_failure, _invoke
+from tests.unit.helpers import assert_clean_failure, run_invoke
 
 SCHEMA_DIR = ROOT / ".cache" / "cdi-schema"  # from Debian's CDI package (scripts/setup)
 V, OLD = driver_root.VERSION, driver_root.OLD_VERSION
@@ -140,19 +140,19 @@ def test_soname_is_read_from_the_elf_file(host: Path) -> None:
 
 def test_no_driver_is_cpu_mode(tmp_path: Path) -> None:
     assert gpu_driver.discover(tmp_path) is None
-    proc = _invoke("gpu-detect", "--driver-root", str(tmp_path))
+    proc = run_invoke("gpu-detect", "--driver-root", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "CPU mode" in proc.stderr and "Traceback" not in proc.stderr
     assert json.loads(proc.stdout)["mounts"] == []
 
 
 def test_cli_prints_plan_and_cdi_and_warns_about_other_versions(host: Path) -> None:
-    proc = _invoke("gpu-detect", "--driver-root", str(host))
+    proc = run_invoke("gpu-detect", "--driver-root", str(host))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["version"] == V
     warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: ")]
     assert len(warnings) == 2 and all(OLD in w and V in w for w in warnings)
-    cdi = _invoke("gpu-detect", "--driver-root", str(host), "--format", "cdi")
+    cdi = run_invoke("gpu-detect", "--driver-root", str(host), "--format", "cdi")
     assert json.loads(cdi.stdout)["cdiVersion"] == gpu_driver.CDI_VERSION
 
 
@@ -160,8 +160,8 @@ def test_missing_device_nodes_are_refused(tmp_path: Path) -> None:
     root = driver_root.make(tmp_path / "host", devices=False)
     with pytest.raises(ConfigError, match="/dev/nvidiactl is missing"):
         gpu_driver.discover(root)
-    _assert_clean_failure(
-        _invoke("gpu-detect", "--driver-root", str(root)), "/dev/nvidiactl is missing"
+    assert_clean_failure(
+        run_invoke("gpu-detect", "--driver-root", str(root)), "/dev/nvidiactl is missing"
     )
 
 

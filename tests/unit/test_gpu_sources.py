@@ -25,7 +25,7 @@ from slurmforge.errors import ChecksumError, ConfigError, SourceError
 from slurmforge.render import DockerfileRenderer, Rendered
 from slurmforge.sources import Cache
 from tests.conftest import ROOT
-from tests.unit.test_dockerfiles import HADOLINT
+from tests.unit.helpers import HADOLINT
 
 NAME, VERSION = "nvidia-fake-cu12", "1.2.3"
 FILENAME = f"nvidia_fake_cu12-{VERSION}-py3-none-manylinux1_x86_64.whl"

@@ -20,9 +20,8 @@ import yaml
 from slurmforge import jail, refs, versions
 from slurmforge.errors import ConfigError, SourceError
 from tests.conftest import ROOT
+from tests.unit.helpers import INVOKE, assert_clean_failure, shipped_with
 from tests.unit.inproc import run_cli
-from tests.unit.test_cli import INVOKE, _assert_clean_failure
-from tests.unit.test_deploy import _with
 
 
 def _tree_digest(root: Path) -> str:
@@ -45,7 +44,7 @@ def test_populate_refuses_a_directory_with_content_and_leaves_it_untouched(tmp_p
     (target / "sub" / "more").write_bytes(os.urandom(256))
     before = _tree_digest(target)
     proc = run_cli("jail-populate", "--into", str(target))
-    _assert_clean_failure(proc, f"{target} holds files but no .slurmforge/jail")
+    assert_clean_failure(proc, f"{target} holds files but no .slurmforge/jail")
     assert _tree_digest(target) == before
 
 
@@ -61,12 +60,12 @@ def test_populate_refuses_a_directory_with_content_and_leaves_it_untouched(tmp_p
     ],
 )
 def test_populate_refuses_what_cannot_be_a_jail(into: str, expected: str) -> None:
-    _assert_clean_failure(run_cli("jail-populate", "--into", into), expected)
+    assert_clean_failure(run_cli("jail-populate", "--into", into), expected)
 
 
 def test_populate_refuses_a_file(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
-    _assert_clean_failure(
+    assert_clean_failure(
         run_cli("jail-populate", "--into", str(tmp_path / "f")), "exists and is not a directory"
     )
 
@@ -90,19 +89,19 @@ def test_a_jail_is_an_empty_or_marked_directory(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("user", ["-c id", "--help", "Alice", "a b", "x" * 40, ""])
 def test_login_refuses_a_user_name_that_is_not_one(user: str) -> None:
-    _assert_clean_failure(run_cli("login", "--user", user), "--user")
+    assert_clean_failure(run_cli("login", "--user", user), "--user")
 
 
 def test_cluster_and_node_set_names_are_dns_labels(write_cluster) -> None:
-    path = write_cluster(_with(name="My_Cluster"))
-    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), f"{path}: name: expected")
+    path = write_cluster(shipped_with(name="My_Cluster"))
+    assert_clean_failure(run_cli("deploy", "--cluster", str(path)), f"{path}: name: expected")
     nodesets = [{"name": "-cpu", "definitions": ["cpu-small"], "replicas": 1}]
-    path = write_cluster(_with(nodesets=nodesets))
-    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "nodesets[0].name: expected")
+    path = write_cluster(shipped_with(nodesets=nodesets))
+    assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "nodesets[0].name: expected")
     # not even a string (the fuzz test found this one: a list where a name goes)
     nodesets = [{"name": ["cpu"], "definitions": ["cpu-small"], "replicas": 1}]
-    path = write_cluster(_with(nodesets=nodesets))
-    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "nodesets[0].name: ")
+    path = write_cluster(shipped_with(nodesets=nodesets))
+    assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "nodesets[0].name: ")
 
 
 @pytest.mark.parametrize(
@@ -127,16 +126,16 @@ def test_cluster_and_node_set_names_are_dns_labels(write_cluster) -> None:
 def test_bad_accounting_settings_are_refused_before_docker(
     write_cluster, accounting: dict, expected: str
 ) -> None:
-    path = write_cluster(_with(accounting=accounting))
+    path = write_cluster(shipped_with(accounting=accounting))
     proc = run_cli("deploy", "--cluster", str(path))  # run_cli points at no daemon
-    _assert_clean_failure(proc, f"{path}: {expected}")
+    assert_clean_failure(proc, f"{path}: {expected}")
 
 
 def test_rest_needs_accounting_and_a_port_of_its_own(write_cluster) -> None:
-    path = write_cluster(_with(accounting={"enabled": False}))
-    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "rest.enabled: ")
-    path = write_cluster(_with(rest={"port": 2222}))
-    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "rest.port: 2222 is login")
+    path = write_cluster(shipped_with(accounting={"enabled": False}))
+    assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "rest.enabled: ")
+    path = write_cluster(shipped_with(rest={"port": 2222}))
+    assert_clean_failure(run_cli("deploy", "--cluster", str(path)), "rest.port: 2222 is login")
 
 
 def test_an_external_database_port_that_is_no_mysql_server_is_named(tmp_path) -> None:
@@ -179,15 +178,13 @@ def test_credentials_in_a_source_url_are_refused_and_not_printed(write_config, s
     url = "https://alice:s3cr3t-token@example.org/slurm.tar.gz"
     shipped["slurm"]["24.11.5"]["sources"][0]["url"] = url
     proc = run_cli("matrix", "--config", str(write_config(shipped)))
-    _assert_clean_failure(
-        proc, 'slurm."24.11.5".sources[0].url: expected a URL without credentials'
-    )
+    assert_clean_failure(proc, 'slurm."24.11.5".sources[0].url: expected a URL without credentials')
     assert "s3cr3t" not in proc.stderr + proc.stdout
 
 
 def test_credentials_in_the_mirror_are_refused_and_not_printed() -> None:
     proc = run_cli("fetch", env={"SLURMFORGE_MIRROR": "https://bob:hunter2@mirror.example/"})
-    _assert_clean_failure(proc, "$SLURMFORGE_MIRROR: expected a URL without credentials")
+    assert_clean_failure(proc, "$SLURMFORGE_MIRROR: expected a URL without credentials")
     assert "hunter2" not in proc.stderr
     assert "hint: keep credentials out of URLs: ~/.netrc" in proc.stderr
 
@@ -216,7 +213,7 @@ def test_redact_hides_every_credential_in_a_message() -> None:
 def test_tag_templates_must_make_image_references(write_config, shipped, template, why) -> None:
     shipped["sets"]["default"]["tags"] = [template]
     proc = run_cli("matrix", "--config", str(write_config(shipped)))
-    _assert_clean_failure(proc, "sets.default.tags[0]: ")
+    assert_clean_failure(proc, "sets.default.tags[0]: ")
     assert why in proc.stderr
 
 
@@ -226,7 +223,7 @@ def test_tag_templates_must_make_image_references(write_config, shipped, templat
 def test_registries_must_be_registry_prefixes(write_config, shipped, registry) -> None:
     shipped["sets"]["default"]["registry"] = registry
     proc = run_cli("matrix", "--config", str(write_config(shipped)))
-    _assert_clean_failure(proc, "sets.default.registry: expected a registry")
+    assert_clean_failure(proc, "sets.default.registry: expected a registry")
 
 
 @pytest.mark.parametrize(
@@ -243,8 +240,8 @@ def test_registries_must_be_registry_prefixes(write_config, shipped, registry) -
     ],
 )
 def test_cluster_values_by_their_grammars(write_cluster, changes, expected) -> None:
-    path = write_cluster(_with(**changes))
-    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), expected)
+    path = write_cluster(shipped_with(**changes))
+    assert_clean_failure(run_cli("deploy", "--cluster", str(path)), expected)
 
 
 @pytest.mark.parametrize(
@@ -259,7 +256,7 @@ def test_cluster_values_by_their_grammars(write_cluster, changes, expected) -> N
 def test_source_urls_need_a_scheme_and_a_host(write_config, shipped, url, expected) -> None:
     shipped["slurm"]["24.11.5"]["sources"][0]["url"] = url
     proc = run_cli("matrix", "--config", str(write_config(shipped)))
-    _assert_clean_failure(proc, f'slurm."24.11.5".sources[0].url: {expected}')
+    assert_clean_failure(proc, f'slurm."24.11.5".sources[0].url: {expected}')
 
 
 @pytest.mark.parametrize(
@@ -306,13 +303,13 @@ def test_good_values_pass_their_grammars() -> None:
 def test_a_file_that_is_not_utf8_names_the_byte(tmp_path: Path) -> None:
     path = tmp_path / "versions.yaml"
     path.write_bytes(b"sets:\n  caf\xe9: {}\n")
-    _assert_clean_failure(run_cli("matrix", "--config", str(path)), f"{path}: byte 11: not UTF-8")
+    assert_clean_failure(run_cli("matrix", "--config", str(path)), f"{path}: byte 11: not UTF-8")
 
 
 def test_a_key_that_is_a_list(tmp_path: Path) -> None:
     path = tmp_path / "versions.yaml"
     path.write_text("? [a, b]\n: 1\n")
-    _assert_clean_failure(run_cli("matrix", "--config", str(path)), "a key must be a plain value")
+    assert_clean_failure(run_cli("matrix", "--config", str(path)), "a key must be a plain value")
 
 
 def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
@@ -324,7 +321,7 @@ def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
     assert path.stat().st_size < 3000
     start = time.monotonic()
     proc = run_cli("matrix", "--config", str(path))
-    _assert_clean_failure(proc, "aliases expand this document past")
+    assert_clean_failure(proc, "aliases expand this document past")
     assert time.monotonic() - start < 5
 
 
@@ -332,14 +329,14 @@ def test_a_huge_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
     path = tmp_path / "versions.yaml"
     path.write_text("x: " + "a" * (20 << 20) + "\n")
     start = time.monotonic()
-    _assert_clean_failure(run_cli("matrix", "--config", str(path)), "larger than 1024 KiB")
+    assert_clean_failure(run_cli("matrix", "--config", str(path)), "larger than 1024 KiB")
     assert time.monotonic() - start < 2
 
 
 def test_a_long_value_is_quoted_short(write_config, shipped) -> None:
     shipped["slurm"]["24.11.5"]["sources"][0]["sha256"] = "z" * 5000
     proc = run_cli("matrix", "--config", str(write_config(shipped)))
-    _assert_clean_failure(proc, "sha256: expected 64 lowercase hex digits")
+    assert_clean_failure(proc, "sha256: expected 64 lowercase hex digits")
     assert len(proc.stderr.splitlines()[0]) < 300
 
 
@@ -360,14 +357,14 @@ def test_a_long_value_is_quoted_short(write_config, shipped) -> None:
     ],
 )
 def test_options_are_typed_and_unknown_ones_exit_2(args: list[str], expected: str) -> None:
-    _assert_clean_failure(run_cli(*args), expected)
+    assert_clean_failure(run_cli(*args), expected)
 
 
 def test_out_must_be_a_directory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     for args in (["deploy"], ["deploy", "--target", "k8s", "--dry-run"], ["render"]):
         proc = run_cli(*args, "--out", str(tmp_path / "file" / "sub"))
-        _assert_clean_failure(proc, f"{tmp_path / 'file'} is not a directory")
+        assert_clean_failure(proc, f"{tmp_path / 'file'} is not a directory")
 
 
 # -- nothing stored on refusal --------------------------------------------------------------------
@@ -382,7 +379,7 @@ def test_out_must_be_a_directory(tmp_path: Path) -> None:
     ],
 )
 def test_scale_refused_stores_no_count(write_cluster, tmp_path, spec, expected) -> None:
-    path = write_cluster(_with(name="never"))
+    path = write_cluster(shipped_with(name="never"))
     state = tmp_path / "state"
     proc = run_cli("scale", spec, "--cluster", str(path), env={"SLURMFORGE_STATE_DIR": str(state)})
     assert proc.returncode == 2, proc.stderr
@@ -394,13 +391,13 @@ def test_scale_refused_stores_no_count(write_cluster, tmp_path, spec, expected) 
 
 
 def test_a_typo_in_a_layer_file_names_the_layer_file(write_cluster, tmp_path) -> None:
-    path = write_cluster(_with())
+    path = write_cluster(shipped_with())
     layer = tmp_path / "layers" / "cpu-small.yaml"
     layer.write_text(layer.read_text() + "cpuss: 2\n")
     proc = run_cli("deploy", "--cluster", str(path))
-    _assert_clean_failure(proc, f"{layer}: cpuss: unknown key")
+    assert_clean_failure(proc, f"{layer}: cpuss: unknown key")
     layer.write_text("cpus: many\n")
-    _assert_clean_failure(run_cli("deploy", "--cluster", str(path)), f"{layer}: cpus: input should")
+    assert_clean_failure(run_cli("deploy", "--cluster", str(path)), f"{layer}: cpus: input should")
 
 
 def test_a_gpu_node_set_in_no_partition(write_cluster) -> None:
@@ -408,9 +405,9 @@ def test_a_gpu_node_set_in_no_partition(write_cluster) -> None:
         {"name": "cpu", "definitions": ["cpu-small"], "replicas": 1},
         {"name": "a100", "definitions": ["gpu"], "replicas": 1, "gres": ["gpu:a100:1"]},
     ]
-    path = write_cluster(_with(nodesets=nodesets))
+    path = write_cluster(shipped_with(nodesets=nodesets))
     proc = run_cli("deploy", "--target", "k8s", "--dry-run", "--cluster", str(path))
-    _assert_clean_failure(proc, "nodesets[1]: GPU node set 'a100' is in no partition")
+    assert_clean_failure(proc, "nodesets[1]: GPU node set 'a100' is in no partition")
 
 
 def test_shipped_files_still_pass() -> None:
@@ -445,9 +442,9 @@ def test_forgetting_state_deletes_only_state_files(tmp_path: Path, monkeypatch) 
 
 
 def test_a_relative_state_dir_is_refused(write_cluster) -> None:
-    path = write_cluster(_with())
+    path = write_cluster(shipped_with())
     proc = run_cli("scale", "cpu=3", "--cluster", str(path), env={"SLURMFORGE_STATE_DIR": "st"})
-    _assert_clean_failure(proc, "$SLURMFORGE_STATE_DIR 'st': expected an absolute path")
+    assert_clean_failure(proc, "$SLURMFORGE_STATE_DIR 'st': expected an absolute path")
 
 
 def test_rendering_k8s_again_keeps_files_it_did_not_write(tmp_path: Path) -> None:
@@ -467,6 +464,6 @@ def test_the_entry_point_itself_exits_2_with_one_line() -> None:
     proc = subprocess.run(
         [*INVOKE, "build", "--jobs", "many"], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
-    _assert_clean_failure(proc, "--jobs 'many': expected an integer > 0")
+    assert_clean_failure(proc, "--jobs 'many': expected an integer > 0")
     proc = subprocess.run([*INVOKE, "bulid"], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    _assert_clean_failure(proc, "No idea what 'bulid' is")
+    assert_clean_failure(proc, "No idea what 'bulid' is")

@@ -14,8 +14,7 @@ from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.deploy.spec import loader
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
-from tests.unit.test_cli import _assert_clean_failure, _invoke
-from tests.unit.test_deploy import _secrets, _with
+from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 
 
 @pytest.fixture
@@ -58,23 +57,23 @@ def _site(tmp_path: Path, **ldap) -> dict:
 def test_bad_directory_settings_are_refused(
     write_cluster, versions, tmp_path: Path, change: dict, key: str | None, expected: str | None
 ) -> None:
-    path = write_cluster(_with(identity=_site(tmp_path, **change)))
+    path = write_cluster(shipped_with(identity=_site(tmp_path, **change)))
     if key is None:
         loader.load(path, versions)
         return
-    proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
-    _assert_clean_failure(proc, f"{path}: {key}")
+    proc = run_invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    assert_clean_failure(proc, f"{path}: {key}")
     assert expected in proc.stderr
     assert not (tmp_path / "out").exists()
     assert not (tmp_path / "state").exists()
 
 
 def test_an_unreadable_password_file_is_refused(write_cluster, tmp_path: Path) -> None:
-    path = write_cluster(_with(identity=_site(tmp_path)))
+    path = write_cluster(shipped_with(identity=_site(tmp_path)))
     (tmp_path / "bind").unlink()
     (tmp_path / "bind").mkdir()  # unreadable as a file, even to root
-    proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
-    _assert_clean_failure(proc, f"{path}: identity.ldap.bind_password_file: cannot read")
+    proc = run_invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    assert_clean_failure(proc, f"{path}: identity.ldap.bind_password_file: cannot read")
 
 
 @pytest.mark.parametrize(
@@ -99,24 +98,26 @@ def test_an_unreadable_password_file_is_refused(write_cluster, tmp_path: Path) -
 def test_identity_combinations_are_refused(
     write_cluster, tmp_path: Path, data: dict, expected: str
 ) -> None:
-    path = write_cluster(_with(identity=data))
-    proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
-    _assert_clean_failure(proc, f"{path}: {expected}")
+    path = write_cluster(shipped_with(identity=data))
+    proc = run_invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    assert_clean_failure(proc, f"{path}: {expected}")
     assert not (tmp_path / "out").exists()
 
 
 def test_createuser_only_settings_are_refused_with_a_directory(
     write_cluster, tmp_path: Path
 ) -> None:
-    path = write_cluster(_with(identity=_site(tmp_path), accounting={"default_account": "physics"}))
-    proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
-    _assert_clean_failure(proc, f"{path}: accounting.default_account: only createuser uses it")
+    path = write_cluster(
+        shipped_with(identity=_site(tmp_path), accounting={"default_account": "physics"})
+    )
+    proc = run_invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    assert_clean_failure(proc, f"{path}: accounting.default_account: only createuser uses it")
 
 
 def test_sssd_gets_the_directory_but_never_the_password(
     write_cluster, versions, tmp_path: Path
 ) -> None:
-    path = write_cluster(_with(identity=_site(tmp_path, sudo_groups=["hpc-admins"])))
+    path = write_cluster(shipped_with(identity=_site(tmp_path, sudo_groups=["hpc-admins"])))
     cluster = loader.load(path, versions)
     files = identity.files(cluster.spec, path)
     conf = files[identity.SSSD_CONF]
@@ -127,7 +128,7 @@ def test_sssd_gets_the_directory_but_never_the_password(
     assert files[identity.CA_FILE] == CA
     assert files[identity.SUDOERS].splitlines()[1:] == ["%hpc-admins ALL=(ALL:ALL) NOPASSWD: ALL"]
     # the password is the site's own file, mounted read-only where SSSD runs, and nowhere else
-    secrets = {**_secrets(tmp_path), "ldap-bind-password": tmp_path / "bind"}
+    secrets = {**secret_files(tmp_path), "ldap-bind-password": tmp_path / "bind"}
     services = local_render.render(cluster, secrets, "sha256:abc")["services"]
     with_password = {
         name
@@ -145,14 +146,16 @@ def test_sssd_gets_the_directory_but_never_the_password(
 def test_the_embedded_directory_runs_only_when_asked(write_cluster, versions, tmp_path) -> None:
     (tmp_path / "directory.ldif").write_text("dn: dc=example,dc=org\n")
     ldap = {"embedded": True, "base_dn": "dc=example,dc=org"}
-    cluster = loader.load(write_cluster(_with(identity={"source": "ldap", "ldap": ldap})), versions)
-    secrets = {**_secrets(tmp_path), "ldap-bind-password": tmp_path / "ldap-bind-password"}
+    cluster = loader.load(
+        write_cluster(shipped_with(identity={"source": "ldap", "ldap": ldap})), versions
+    )
+    secrets = {**secret_files(tmp_path), "ldap-bind-password": tmp_path / "ldap-bind-password"}
     services = local_render.render(cluster, secrets, "sha256:abc")["services"]
     assert services["slapd"]["environment"] == {"SLAPD_BASE_DN": "dc=example,dc=org"}
     assert "slapd" in services["cpu-0"]["depends_on"]
     assert "ldap_uri = ldap://slapd" in identity.sssd_conf(cluster.spec)
-    local = loader.load(write_cluster(_with()), versions)
-    services = local_render.render(local, _secrets(tmp_path), "sha256:abc")["services"]
+    local = loader.load(write_cluster(shipped_with()), versions)
+    services = local_render.render(local, secret_files(tmp_path), "sha256:abc")["services"]
     assert "slapd" not in services
     assert not any("identity" in v for s in services.values() for v in s.get("volumes", []))
 
@@ -181,33 +184,33 @@ def test_a_group_maps_to_a_declared_account_of_a_directory(
     write_cluster, tmp_path: Path, accounting: dict, identity_of: str, expected: str
 ) -> None:
     identity = _site(tmp_path) if identity_of == "site" else {"source": "local"}
-    path = write_cluster(_with(identity=identity, accounting=accounting))
-    proc = _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
-    _assert_clean_failure(proc, f"{path}: {expected}")
+    path = write_cluster(shipped_with(identity=identity, accounting=accounting))
+    proc = run_invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
+    assert_clean_failure(proc, f"{path}: {expected}")
     assert not (tmp_path / "out").exists()
 
 
 def test_ssh_into_job_nodes_can_be_turned_off_with_its_extern_steps(
     write_cluster, versions, tmp_path: Path
 ) -> None:
-    on = loader.load(write_cluster(_with()), versions)
-    off = loader.load(write_cluster(_with(slurm={"node_ssh": False})), versions)
+    on = loader.load(write_cluster(shipped_with()), versions)
+    off = loader.load(write_cluster(shipped_with(slurm={"node_ssh": False})), versions)
     conf_on, conf_off = (slurmconf.render(c, None, False, None)["slurm.conf"] for c in (on, off))
     assert "\nPrologFlags=Contain\n" in conf_on
     assert "PrologFlags" not in conf_off
-    services = local_render.render(off, _secrets(tmp_path), "sha256:abc")["services"]
+    services = local_render.render(off, secret_files(tmp_path), "sha256:abc")["services"]
     assert services["cpu-0"]["environment"]["SLURMFORGE_NODE_SSHD"] == "0"
-    services = local_render.render(on, _secrets(tmp_path), "sha256:abc")["services"]
+    services = local_render.render(on, secret_files(tmp_path), "sha256:abc")["services"]
     assert "SLURMFORGE_NODE_SSHD" not in services["cpu-0"].get("environment", {})
 
 
 def test_the_embedded_directory_is_refused_on_kubernetes(write_cluster, tmp_path: Path) -> None:
     (tmp_path / "directory.ldif").write_text("dn: dc=example,dc=org\n")
     ldap = {"embedded": True, "base_dn": "dc=example,dc=org"}
-    path = write_cluster(_with(identity={"source": "ldap", "ldap": ldap}))
+    path = write_cluster(shipped_with(identity={"source": "ldap", "ldap": ldap}))
     out = tmp_path / "out"
-    proc = _invoke(
+    proc = run_invoke(
         "deploy", "--target", "k8s", "--dry-run", "--cluster", str(path), "--out", str(out)
     )
-    _assert_clean_failure(proc, f"{path}: identity.ldap.embedded: the k8s target runs no directory")
+    assert_clean_failure(proc, f"{path}: identity.ldap.embedded: the k8s target runs no directory")
     assert not out.exists()

@@ -15,9 +15,8 @@ from slurmforge.deploy.spec import loader
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
-from tests.unit.test_cli import _assert_clean_failure, _invoke
-from tests.unit.test_deploy import _secrets
-from tests.unit.test_k8s import _kube
+from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files
+from tests.unit.kube import rendered_kube
 
 SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
 CELL = "24.05.8-cuda12.9.1-debian12"
@@ -54,7 +53,7 @@ def test_a_node_set_of_another_arch_runs_that_arch_s_image_and_jail(
     # what the nodes of each arch are built from, in one command
     assert cluster.build_hint == f"invoke build --set grace --cell {CELL} --cell {CELL}-arm64"
 
-    services = local_render.render(cluster, _secrets(tmp_path), "sha256:abc")["services"]
+    services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
     usr = f"{local_render.usr_volume('arm64')}:/jail/usr"
     for node in ("grace-0", "grace-1"):
         assert services[node]["platform"] == "linux/arm64"
@@ -65,7 +64,7 @@ def test_a_node_set_of_another_arch_runs_that_arch_s_image_and_jail(
         assert volumes.index(f"jail:{jail_contract.ROOT}") < volumes.index(usr)
     assert "platform" not in services["cpu-0"] and "platform" not in services["login"]
     assert not any(usr in s.get("volumes", []) for n, s in services.items() if "grace" not in n)
-    data = local_render.render(cluster, _secrets(tmp_path), "sha256:abc")
+    data = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")
     assert set(data["volumes"]) >= {"jail", local_render.usr_volume("arm64")}
 
 
@@ -74,7 +73,7 @@ def test_a_node_set_that_names_the_cells_own_arch_is_one_of_its_nodes(
 ) -> None:
     cluster = loader.load(write_cluster(_mixed("amd64")), versions)
     assert cluster.other_arches == []
-    services = local_render.render(cluster, _secrets(tmp_path), "sha256:abc")["services"]
+    services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
     assert services["grace-0"]["platform"] == "linux/amd64"
     assert services["grace-0"]["image"] == services["cpu-0"]["image"]
     assert "jail-usr-amd64" not in str(services)
@@ -82,8 +81,8 @@ def test_a_node_set_that_names_the_cells_own_arch_is_one_of_its_nodes(
 
 def test_an_arch_the_set_has_no_cell_of_is_refused(write_cluster, tmp_path: Path) -> None:
     path = write_cluster(_mixed(set_name="default", cell=None))
-    _assert_clean_failure(
-        _invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out")),
+    assert_clean_failure(
+        run_invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out")),
         f"{path}: nodesets[1].arch: set 'default' has no arm64 cell of Slurm 24.05.8, CUDA "
         "12.2.2 on debian12 (expected amd64, or arm64 in the set's matrix.arch)",
     )
@@ -111,7 +110,7 @@ def test_kubernetes_places_each_arch_on_its_nodes_with_its_jail_usr(
     lock = {ref: f"sha256:{i:064x}" for i, ref in enumerate(sorted(cluster.images.values()))}
     (tmp_path / "build").mkdir()
     (tmp_path / state.IMAGES_LOCK).write_text(json.dumps(lock))
-    kube = _kube(cluster_file, tmp_path)
+    kube = rendered_kube(cluster_file, tmp_path)
     assert kube.manifests.validate() == ["1.29", "1.30", "1.31", "1.32"]
     objects = kube.manifests.objects
 
@@ -170,7 +169,7 @@ def test_an_arm64_cluster_with_amd64_nodes_is_the_mirror_image(
     assert cluster.node_image(other).endswith(f"/slurmd:{CELL}")
     assert cluster.images["login"].endswith(f"/login:{CELL}-arm64")
     assert cluster.image("jail", "amd64").endswith(f"/jail:{CELL}")
-    services = local_render.render(cluster, _secrets(tmp_path), "sha256:abc")["services"]
+    services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
     assert f"{local_render.usr_volume('amd64')}:/jail/usr" in services["grace-0"]["volumes"]
     assert services["grace-0"]["platform"] == "linux/amd64"
     assert not any("/jail/usr" in v for v in services["cpu-0"]["volumes"])

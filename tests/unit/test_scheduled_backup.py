@@ -17,21 +17,21 @@ from slurmforge.deploy import roles
 from slurmforge.deploy.backup import archive, snapshot
 from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.spec.model import as_dict
-from tests.unit.test_cli import _assert_clean_failure, _invoke
-from tests.unit.test_k8s import _cluster_data, _kube, _pod, checkout  # noqa: F401 (a fixture)
+from tests.unit.helpers import assert_clean_failure, run_invoke
+from tests.unit.kube import cluster_data, pod_of, rendered_kube
 
 SCHEDULE = {"schedule": "15 3 * * *", "keep": 3, "storage_class": "retained", "size": "50Gi"}
 
 
-def _scheduled(checkout, write_cluster, **settings):  # noqa: F811 (the fixture)
+def _scheduled(checkout, write_cluster, **settings):
     cluster_file, root = checkout
     data = yaml.safe_load(cluster_file.read_text())
     data["kubernetes"]["backup"] = settings
-    return _kube(write_cluster(data), root)
+    return rendered_kube(write_cluster(data), root)
 
 
 def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_what_it_must(
-    checkout,  # noqa: F811
+    checkout,
     write_cluster,
 ) -> None:
     kube = _scheduled(checkout, write_cluster, **SCHEDULE)
@@ -43,7 +43,7 @@ def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_wha
     cron = kube.manifests.objects["cronjob-backup.yaml"]
     assert cron["spec"]["schedule"] == "15 3 * * *"
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
-    pod = _pod(cron)
+    pod = pod_of(cron)
     (container,) = pod["containers"]
     command = container["command"]
     assert command[:2] == ["slurmforge-backup", "/etc/slurmforge/backup/plan.json"]
@@ -51,7 +51,7 @@ def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_wha
     assert command[command.index("--db-host") + 1] == roles.DATABASE
     # on slurmctld's node (StateSave's claim is ReadWriteOnce), which it only reads
     (term,) = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    selector = _pod(kube.manifests.objects["statefulset-slurmctld.yaml"])
+    selector = pod_of(kube.manifests.objects["statefulset-slurmctld.yaml"])
     labels = kube.manifests.objects["statefulset-slurmctld.yaml"]["spec"]["selector"]["matchLabels"]
     assert selector and term["labelSelector"]["matchLabels"] == labels
     assert term["topologyKey"] == "kubernetes.io/hostname"
@@ -83,9 +83,9 @@ def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_wha
     assert plan["files"]["model.json"] == json.dumps(as_dict(kube.cluster), indent=2) + "\n"
 
 
-def test_no_schedule_renders_nothing_of_it(checkout) -> None:  # noqa: F811
+def test_no_schedule_renders_nothing_of_it(checkout) -> None:
     cluster_file, root = checkout
-    objects = _kube(cluster_file, root).manifests.objects
+    objects = rendered_kube(cluster_file, root).manifests.objects
     assert not [n for n in objects if "backup" in n]
 
 
@@ -99,9 +99,9 @@ def test_no_schedule_renders_nothing_of_it(checkout) -> None:  # noqa: F811
     ],
 )
 def test_bad_backup_settings_are_refused_in_one_line(write_cluster, settings, key, expected):
-    path = write_cluster(_cluster_data(backup=settings))
-    proc = _invoke("deploy", "--target", "k8s", "--dry-run", "--cluster", str(path))
-    _assert_clean_failure(proc, f"{path}: {key}: ")
+    path = write_cluster(cluster_data(backup=settings))
+    proc = run_invoke("deploy", "--target", "k8s", "--dry-run", "--cluster", str(path))
+    assert_clean_failure(proc, f"{path}: {key}: ")
     assert expected in proc.stderr
 
 

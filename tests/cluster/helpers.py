@@ -1,0 +1,71 @@
+"""What the cluster tier's tests share: a clean refusal, a batch job waited for, sacct once the
+records are in, a program users compile, and the cells the upgrade goes between."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.cluster.conftest import Deployed
+
+
+def clean_failure(proc, expected: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and expected in proc.stderr.splitlines()[0], (
+        proc.stderr
+    )
+
+
+def sbatch_wait(cluster: Deployed, user: str, script: str) -> str:
+    """Submit ``script`` (wrapped) and wait for it to end; its job ID."""
+    code, out = cluster.sh("login", f"sbatch --parsable --wait --wrap '{script}'", user=user)
+    job = out.strip().splitlines()[0].split(";")[0] if out.strip() else ""
+    assert job.isdigit(), f"sbatch exited {code}: {out}"
+    return job
+
+
+def sacct(cluster: Deployed, user: str, jobs: list[str], timeout: float = 60) -> dict[str, list]:
+    """Job ID → [State, ExitCode, Elapsed] as the user's sacct says, once every job is there
+    and ended (records reach slurmdbd asynchronously)."""
+    deadline = time.monotonic() + timeout
+    rows: dict[str, list] = {}
+    while time.monotonic() < deadline:
+        code, out = cluster.sh(
+            "login",
+            f"sacct -n -P -X -j {','.join(jobs)} -o JobID,State,ExitCode,Elapsed",
+            user=user,
+        )
+        rows = {r.split("|")[0]: r.split("|")[1:] for r in out.splitlines() if "|" in r}
+        if code == 0 and all(j in rows and rows[j][0] not in ("PENDING", "RUNNING") for j in jobs):
+            return rows
+        time.sleep(2)
+    pytest.fail(f"sacct did not list jobs {jobs} within {timeout} s: {rows}")
+
+
+HELLO = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+	int rank, size, sum = 0;
+	char host[256];
+
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	gethostname(host, sizeof(host));
+	printf("rank %d of %d on %s sum %d\n", rank, size, host, sum);
+	MPI_Finalize();
+	return 0;
+}
+"""
+
+
+# the upgrade test's cells, from and to (tests/prebuild.py builds them early in CI)
+FROM = ("default", "24.05.8-cuda12.2.2-debian12")
+TO = ("current", "25.11.7-cuda12.2.2-debian12")

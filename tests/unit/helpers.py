@@ -1,0 +1,48 @@
+"""What the unit tests share: the real CLI run in-process and its clean refusals, the shipped
+cluster with changes, secret files, hadolint."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import ROOT
+from tests.unit.inproc import run_cli
+
+INVOKE = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
+
+
+def run_invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real command line, run in this process (see inproc.py)."""
+    return run_cli(*args, env=env)
+
+
+def assert_clean_failure(proc: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("error: "), proc.stderr
+    assert expected in first, proc.stderr
+    assert all(line.startswith(("error: ", "hint: ")) for line in proc.stderr.splitlines())
+
+
+SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+
+
+def shipped_with(**changes) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(SHIPPED))
+    data.update(changes)
+    return data
+
+
+def secret_files(tmp_path: Path) -> dict[str, Path]:
+    return {n: tmp_path / n for n in ("munge.key", "jwt_hs256.key", "db-password")}
+
+
+HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(
+    "hadolint"
+)

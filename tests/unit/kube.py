@@ -1,0 +1,59 @@
+"""The k8s target as the unit tests drive it: a cluster of two node sets rendered by a real `Kube`
+whose kubectl calls a test may answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from slurmforge.deploy.k8s.run import Kube
+from slurmforge.deploy.spec import loader
+from slurmforge.versions import load as load_versions
+from tests.unit.helpers import shipped_with
+
+POD_OWNERS = {"StatefulSet", "Deployment", "Job"}
+
+
+def cluster_data(**kubernetes: Any) -> dict:
+    return shipped_with(
+        name="train",
+        nodesets=[
+            {"name": "cpu", "definitions": ["cpu-small"], "replicas": 2},
+            {"name": "a100", "definitions": ["gpu"], "replicas": 3, "gres": ["gpu:a100:4"]},
+        ],
+        partitions=[
+            {"name": "main", "nodesets": ["cpu"], "default": True},
+            {"name": "train", "nodesets": ["a100"]},
+        ],
+        gpu={"driver_root": "/run/nvidia/driver", "min_busbw": 150.0},
+        kubernetes={
+            "namespace": "hpc",
+            "jail": {"storage_class": "nfs-client", "size": "200Gi"},
+            "login_service": "NodePort",
+            **kubernetes,
+        },
+    )
+
+
+def rendered_kube(cluster_file: Path, root: Path, run=None, **kw: Any) -> Kube:
+    versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
+    cluster = loader.load(cluster_file, versions)
+    if run is not None:
+        kw["run"] = run
+    kube = Kube(cluster, root / "out", root, None, **kw)
+    kube.manifests.write()
+    return kube
+
+
+def pod_of(obj: dict) -> dict | None:
+    if obj["kind"] in POD_OWNERS:
+        return obj["spec"]["template"]["spec"]
+    if obj["kind"] == "CronJob":
+        return obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return None
+
+
+def containers_of(obj: dict) -> list[dict]:
+    """Every container of a workload's pod, init containers first."""
+    pod = pod_of(obj)
+    return [*pod.get("initContainers", []), *pod["containers"]] if pod else []

@@ -1,0 +1,228 @@
+"""What `invoke deploy --target k8s` runs against a server: exactly these kubectl commands, and
+what it says when the server lacks a kind, cannot be reached, refuses an apply or a wait fails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmforge.deploy.k8s import apply as k8s_apply
+from slurmforge.deploy.k8s.kubectl import kubectl_path
+from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.errors import ConfigError, DeployError
+from tests.unit.kube import rendered_kube
+
+NODES = ("cpu-0", "cpu-1", "a100-0", "a100-1", "a100-2")  # the cluster of cluster_data
+
+
+def _server(served: dict[str, list[str]], failing: str = ""):
+    """A recording stand-in for kubectl's answers: the kinds served per API version; ``failing``:
+    an apply that names this file fails after applying the files before it. No StatefulSets or
+    pods exist yet, and slurmctld reports every node idle."""
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        if argv[-1] == "json":  # get statefulsets / pods
+            return subprocess.CompletedProcess(argv, 0, json.dumps({"items": []}), "")
+        if slurmctl.NODES in argv:
+            out = "".join(f"{n}|idle|none\n" for n in NODES)
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        if len(argv) > 2 and argv[-2] == "-c" and "sacctmgr -n -P show" in argv[-1]:
+            # slurmdbd knows the cluster and the default account
+            return subprocess.CompletedProcess(argv, 0, argv[-1].split()[5] + "\n", "")
+        if "--raw" in argv:
+            version = argv[-1].split("/", 2)[-1]
+            kinds = served.get(version, [])
+            out = json.dumps({"resources": [{"kind": k} for k in kinds]})
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        if "apply" in argv and failing and any(a.endswith(failing) for a in argv):
+            files = [a for a in argv if a.endswith(".yaml")]
+            done = files[: [f.endswith(failing) for f in files].index(True)]
+            objs = [yaml.safe_load(Path(f).read_text()) for f in done]
+            out = "".join(
+                f"{o['kind'].lower()}/{o['metadata']['name']} serverside-applied\n" for o in objs
+            )
+            err = "Error from server (Invalid): first\nError from server (Forbidden): second\n"
+            return subprocess.CompletedProcess(argv, 1, out, err)
+        out = "NODELIST   NODES PARTITION STATE\ncpu-0 1 main* idle\n" if "sinfo" in argv else ""
+        return subprocess.CompletedProcess(argv, 0, out, "")  # the munge Secret exists already
+
+    return calls, run
+
+
+SERVED_121 = {
+    "v1": ["Namespace", "ConfigMap", "PersistentVolumeClaim", "Service"],
+    "apps/v1": ["StatefulSet", "Deployment"],
+    "batch/v1": ["Job", "CronJob"],
+}
+
+
+def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
+    cluster_file, root = checkout
+    calls, run = _server(SERVED_121)
+    kube = rendered_kube(cluster_file, root, run, namespace="team-a", context="prod")
+    out = k8s_apply.apply(kube, 300)
+    kubectl = kubectl_path()
+    ctx, ns = ["--context", "prod"], ["--context", "prod", "--namespace", "team-a"]
+    # the ServiceMonitor and PrometheusRule: this server serves no monitoring.coreos.com/v1
+    objects = kube.manifests.objects.items()
+    files = [str(kube.dir / n) for n, o in objects if "coreos" not in o["apiVersion"]]
+    apply = [kubectl, *ctx, "apply", "--server-side", "--field-manager=slurmforge"]
+    instance, nodes = "app.kubernetes.io/instance=train", "app.kubernetes.io/component=node"
+    database = "app.kubernetes.io/component=mariadb"
+    exec_ = [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--"]
+    sinfo = slurmctl.NODES
+    assert (
+        calls
+        == [
+            *([kubectl, *ctx, "get", "--raw", path] for path in ("/api/v1", "/apis/batch/v1")),
+            [kubectl, *ctx, "get", "--raw", "/apis/apps/v1"],
+            [kubectl, *ctx, "get", "--raw", "/apis/monitoring.coreos.com/v1"],
+            # the Slurm a running controller has, for upgrade.check (this one answers nothing)
+            [*exec_, "bash", "-c", "scontrol version"],
+            # the cluster's own database: its password Secret exists, mariadb-0 does not run
+            [kubectl, *ns, "get", "secret", "db-password", "-o", "jsonpath={.data.db-password}"],
+            [kubectl, *ns, "get", "pods", "-l", f"{instance},{database}", "-o", "json"],
+            [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{nodes}", "-o", "json"],
+            [*exec_, "bash", "-c", sinfo],  # the drains from before, which outlive the apply
+            [*apply, "-f", files[0]],  # the Namespace first
+            # the Secrets exist already
+            [kubectl, *ns, "get", "secret", "munge-key", "-o", "jsonpath={.data.munge\\.key}"],
+            [kubectl, *ns, "get", "secret", "jwt-key", "-o", "jsonpath={.data.jwt_hs256\\.key}"],
+            [kubectl, *ns, "get", "secret", "db-password", "-o", "jsonpath={.data.db-password}"],
+            [*apply, *(a for f in files[1:] for a in ("-f", f))],
+            [
+                kubectl,
+                *ns,
+                "wait",
+                "--for=condition=complete",
+                f"job/{kube.manifests.populate_job}",
+                "--timeout=300s",
+            ],
+            *(
+                [kubectl, *ns, "rollout", "status", s, "--timeout=300s"]
+                for s in (
+                    *(f"statefulset/{s}" for s in ("slurmctld", "cpu", "a100", "login", "mariadb")),
+                    "deployment/slurmdbd",
+                    "deployment/slurmrestd",
+                    "deployment/exporter",
+                )
+            ),
+            [kubectl, *ns, "get", "pods", "-l", instance, "-o", "json"],  # their Slurm config
+            [*exec_, "bash", "-c", sinfo],  # until every node is in service
+            # slurmdbd has the cluster; the default account exists
+            [*exec_, "bash", "-c", "sacctmgr -n -P show cluster train format=cluster"],
+            [*exec_, "bash", "-c", "sacctmgr -n -P show account default format=account"],
+            [
+                kubectl,
+                *ns,
+                "exec",
+                "slurmctld-0",
+                "-c",
+                "slurmctld",
+                "--",
+                "sinfo",
+                "-N",
+                "-l",
+            ],
+        ]
+    )
+    assert files[0].endswith("namespace.yaml")
+    assert "cpu-0 1 main* idle" in out
+    kustomization = yaml.safe_load((kube.dir / "kustomization.yaml").read_text())
+    assert kustomization["namespace"] == "team-a"
+
+
+def test_a_kind_the_server_lacks_is_named_not_applied(checkout, capsys) -> None:
+    cluster_file, root = checkout
+    calls, run = _server({**SERVED_121, "batch/v1": ["Job"]})  # Kubernetes 1.20
+    kube = rendered_kube(cluster_file, root, run)
+    k8s_apply.apply(kube, 300)
+    applied = [a for c in calls if "apply" in c for a in c if a.endswith(".yaml")]
+    assert not [a for a in applied if "cronjob" in a]
+    # and the ServiceMonitor and PrometheusRule
+    assert len(applied) == len(kube.manifests.objects) - 3
+    err = capsys.readouterr().err
+    assert "cronjob-gpu-health-check.yaml (this server does not serve batch/v1 CronJob)" in err
+    lacks = "(this server does not serve monitoring.coreos.com/v1 ServiceMonitor)"
+    assert f"servicemonitor-exporter.yaml {lacks}" in err
+
+
+def test_an_unreachable_server_is_named_before_anything_is_applied(checkout) -> None:
+    cluster_file, root = checkout
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        refused = "The connection to the server 127.0.0.1:6443 was refused"
+        return subprocess.CompletedProcess(argv, 1, "", refused)
+
+    kube = rendered_kube(cluster_file, root, run)
+    with pytest.raises(DeployError, match=r"serves in v1 failed \(exit 1\):\n  The connection"):
+        k8s_apply.apply(kube, 300)
+    assert not [c for c in calls if "apply" in c]
+
+
+def test_a_failed_apply_says_every_error_and_what_was_applied(checkout) -> None:
+    cluster_file, root = checkout
+    _, run = _server(SERVED_121, failing="statefulset-slurmctld.yaml")
+    kube = rendered_kube(cluster_file, root, run)
+    with pytest.raises(DeployError) as exc:
+        k8s_apply.apply(kube, 300)
+    message = exc.value.message
+    assert "Error from server (Invalid): first" in message
+    assert "Error from server (Forbidden): second" in message
+    applied, missing = message.split("\n  applied: ")[1].split("\n  not applied: ")
+    assert "configmap/slurm-config" in applied and "statefulset/slurmctld" in missing
+    assert "statefulset/login" in missing
+
+
+def test_a_failing_wait_names_the_job(checkout) -> None:
+    cluster_file, root = checkout
+    _, served = _server(SERVED_121)
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        if "wait" in argv:
+            return subprocess.CompletedProcess(argv, 1, "", "error: timed out")
+        return served(argv)
+
+    kube = rendered_kube(cluster_file, root, run)
+    with pytest.raises(
+        Exception, match=r"waiting for job/jail-populate-.* failed \(exit 1\):\n  error: timed out"
+    ):
+        k8s_apply.apply(kube, 5)
+
+
+def test_status_and_login_on_k8s_run_these_kubectl_commands(checkout) -> None:
+    cluster_file, root = checkout
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        out = "slurmctld-0   1/1   Running\n" if "pods" in argv else "cpu-0 1 main* idle\n"
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    kube = rendered_kube(cluster_file, root, run, namespace="team-a", context="prod")
+    calls.clear()
+    status = kube.status()
+    kubectl = kubectl_path()
+    ns = ["--context", "prod", "--namespace", "team-a"]
+    assert calls == [
+        [kubectl, *ns, "get", "pods", "-l", "app.kubernetes.io/instance=train"],
+        [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--", "bash", "-c",
+         "sinfo -N -l; echo; squeue"],
+    ]  # fmt: skip
+    assert status == "slurmctld-0   1/1   Running\n\ncpu-0 1 main* idle"
+    tty = kube.login_argv("alice")[len(ns) + 2]
+    assert tty in ("-i", "-it")
+    assert kube.login_argv("alice") == [
+        kubectl, *ns, "exec", tty, "login-0", "-c", "login", "--",
+        "chroot", "/jail", "su", "--login", "--", "alice",
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="--user 'x y'"):
+        kube.login_argv("x y")
