@@ -41,7 +41,7 @@ def check_namespace(namespace: str | None) -> None:
 def load_cluster(where: Where) -> tuple[Cluster, Path]:
     """The cluster file's model, bound to versions.yaml's images; and that file's directory."""
     from slurmforge import state
-    from slurmforge.deploy.spec import loader
+    from slurmforge.deploy import loader
     from slurmforge.versions import load as load_versions
 
     versions = load_versions(where.versions_file)
@@ -64,7 +64,7 @@ def scale(where: Where, arg: str, timeout: str | None) -> list[str]:
     nodes. The count is kept in the cluster's state and overrides the file's; it is written only
     once the new cluster is valid, fits, and the cluster is deployed."""
     from slurmforge import state
-    from slurmforge.deploy.spec import loader
+    from slurmforge.deploy import loader
     from slurmforge.versions import load as load_versions
 
     seconds = where.parse_timeout(timeout)

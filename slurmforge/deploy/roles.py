@@ -4,7 +4,7 @@ A role is one kind of container in a cluster: the controller, a compute node, th
 slurmdbd and its database, the REST API, the jail populate, the GPU health check. Its record says
 what it is (image, command, ports, readiness), what it is given (secrets, configuration
 directories, the jail, its own data, capabilities, resources) and when a cluster runs it. The
-renderers (local_render.py, k8s_render.py) and runners (local_run.py, k8s_run.py) translate the
+renderers (local/render.py, k8s/render.py) and runners (local/run.py, k8s/run.py) translate the
 records into their target's objects; nothing there restates them.
 
 - Where to add a role: a `Role` in ROLES, and its image under images/. Both targets then render
@@ -136,7 +136,7 @@ DBD_CONF = ConfigDir(
 # the local Prometheus' prometheus.yml and alert rules (deploy/monitoring.py)
 PROMETHEUS_CONF = ConfigDir("prometheus-config", "etc/prometheus", "/etc/slurmforge/prometheus")
 # SSSD's configuration (without its password), the directory's CA and the jail's sudo rule
-# (identity.py); the embedded directory's seed
+# (identity/sssd.py); the embedded directory's seed
 IDENTITY_CONF = ConfigDir("identity-config", "etc/identity", "/etc/slurmforge/identity", when=_ldap)
 DIRECTORY_CONF = ConfigDir(
     "directory-config", "etc/slapd", "/etc/slurmforge/slapd", when=identity.embedded

@@ -19,8 +19,8 @@ import docker
 import pytest
 
 from slurmforge import config
+from slurmforge.deploy import loader
 from slurmforge.deploy.identity import probe
-from slurmforge.deploy.spec import loader
 from slurmforge.versions import load as load_versions
 from tests import site_ldap
 from tests.cluster.conftest import Clusters, Deployed, invoke, squashfs_image, write_cluster

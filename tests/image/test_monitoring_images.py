@@ -9,8 +9,7 @@ from pathlib import Path
 
 import docker
 
-from slurmforge.deploy import generated, monitoring, roles
-from slurmforge.deploy.spec import loader
+from slurmforge.deploy import generated, loader, monitoring, roles
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from slurmforge import state
-from slurmforge.deploy.spec import loader
+from slurmforge.deploy import loader
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 from tests.unit.kube import cluster_data

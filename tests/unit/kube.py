@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from slurmforge.deploy import loader
 from slurmforge.deploy.k8s.run import Kube
-from slurmforge.deploy.spec import loader
 from slurmforge.versions import load as load_versions
 from tests.unit.helpers import shipped_with
 

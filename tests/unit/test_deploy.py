@@ -13,10 +13,9 @@ import pytest
 import yaml
 
 from slurmforge import config, state
-from slurmforge.deploy import parse_scale
+from slurmforge.deploy import loader, parse_scale
 from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.slurm import conf as slurmconf
-from slurmforge.deploy.spec import loader
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT

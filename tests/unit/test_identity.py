@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from slurmforge import config
+from slurmforge.deploy import loader
 from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.slurm import conf as slurmconf
-from slurmforge.deploy.spec import loader
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with

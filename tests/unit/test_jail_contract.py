@@ -50,8 +50,8 @@ def test_the_plugin_takes_every_argument_it_is_given_and_knows_its_modes() -> No
 
 
 def test_plugstack_loads_the_plugin_with_the_contracts_arguments(tmp_path, write_cluster) -> None:
+    from slurmforge.deploy import loader
     from slurmforge.deploy.slurm import conf as slurmconf
-    from slurmforge.deploy.spec import loader
     from slurmforge.versions import load
 
     cluster = loader.load(

@@ -10,11 +10,10 @@ import pytest
 import yaml
 
 from slurmforge import state
-from slurmforge.deploy import roles
+from slurmforge.deploy import loader, roles
 from slurmforge.deploy.k8s import images as k8s_images
 from slurmforge.deploy.k8s.kubectl import kubectl_path
 from slurmforge.deploy.k8s.objects import secret_env
-from slurmforge.deploy.spec import loader
 from slurmforge.versions import load as load_versions
 from tests.unit.kube import POD_OWNERS, cluster_data, containers_of, pod_of, rendered_kube
 
@@ -206,7 +205,7 @@ def test_node_counts_change_the_config_but_roll_no_pod(checkout, write_cluster) 
     for count in (0, 5):  # scaled down to nothing, or up
         data["nodesets"][0]["replicas"] = count
         scaled_conf, scaled_hashes = rendered(data)
-        assert scaled_conf != conf  # the nodes learn the new list (live, see Kube.sync_config)
+        assert scaled_conf != conf  # the nodes learn the new list (live, see k8s/config_sync.py)
         assert scaled_hashes == hashes  # but no pod template changes
     data["partitions"][1]["default"] = True
     data["partitions"][0]["default"] = False

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from slurmforge import config, jail_contract, state
+from slurmforge.deploy import loader
 from slurmforge.deploy.local import render as local_render
-from slurmforge.deploy.spec import loader
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT

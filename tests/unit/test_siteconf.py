@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmforge.deploy import loader
 from slurmforge.deploy.k8s import images as k8s_images
 from slurmforge.deploy.k8s import render as k8s_render
 from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.deploy.slurm import siteconf
-from slurmforge.deploy.spec import loader
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions

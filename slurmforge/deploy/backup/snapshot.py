@@ -1,5 +1,5 @@
 """One consistent copy of a running cluster into an archive (archive.py), made either by
-`invoke backup` through the target's way into its containers (backup.py) or, on a schedule, by a
+`invoke backup` through the target's way into its containers (take.py) or, on a schedule, by a
 pod of the cluster's own that mounts what it copies (`python3 -m slurmforge.deploy.backup.snapshot`,
 the k8s CronJob ``backup``). This module needs nothing beyond Python's standard library, so that
 the database image can carry it with archive.py and errors.py.

@@ -1,6 +1,6 @@
-"""Kubernetes objects as the `k8s` target writes them, whatever the role: labels, security
-contexts, probes, volumes, Services and the workloads that run pods. k8s_render.py fills them in
-from the roles table."""
+"""Kubernetes objects as the `k8s` target writes them, whatever the role: names, labels and
+metadata, security contexts, probes, resources, secrets' volumes and claims. workloads.py builds
+on them; render.py and its role families fill them in from the roles table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `k8s` target's renderer (k8s_run.py runs it): the roles a cluster runs (roles.py), as a
+"""The `k8s` target's renderer (k8s/run.py runs it): the roles a cluster runs (roles.py), as a
 kustomize directory.
 
 One file per object plus ``kustomization.yaml``, under ``deploy/out/k8s/<cluster>/``:
@@ -67,7 +67,7 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer):
         running = roles.running(self.spec, "k8s")
         # The pods' config-hash annotation rolls every pod (and kills its jobs) when the config
         # it mounts changes, except for the node counts: `invoke scale` (and a redeploy with
-        # other replicas) hands running pods the new node list live (Kube.sync_config, then
+        # other replicas) hands running pods the new node list live (config_sync.py, then
         # `scontrol reconfigure`), so the hash is taken over the config of one node per set.
         configs = self.configs(self.cluster, running, pyxis, network)
         # nor for the site's own settings, scripts and topology: reconfigure applies them live

@@ -1,4 +1,4 @@
-"""The `local` target's renderer (local_run.py runs it): the cluster as a Docker Compose file, valid
+"""The `local` target's renderer (local/run.py runs it): the cluster as a Docker Compose file, valid
 for `docker compose` v2 and `docker-compose` v1 (file format 3.8, no features either lacks).
 
 A service per role the cluster runs (roles.py): its record's image, command, published ports,

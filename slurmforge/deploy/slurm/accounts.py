@@ -7,7 +7,7 @@ file names (`sacctmgr modify ... set`); what the file leaves out keeps the value
 that was there before the deploy is ever deleted: once a file declares QoS (accounts), one that
 slurmdbd has and the file does not declare is reported, with the sacctmgr line that removes it.
 
-Commands run through ``sh`` (a shell in slurmctld, as root), as in slurmctl.py.
+Commands run through ``sh`` (a shell in slurmctld, as root), as in ctl.py.
 """
 
 from __future__ import annotations

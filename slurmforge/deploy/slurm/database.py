@@ -3,7 +3,7 @@
 the setup made once slurmdbd answers (the cluster registered, the default account there).
 
 Commands run through ``sh`` (a shell in slurmctld, as root: an administrator for slurmdbd), as in
-slurmctl.py.
+ctl.py.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ check takes that part (site.py, identity.py); what spans parts is here."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
-from slurmforge.deploy.roles import CONTROLLER, LOGIN
 from slurmforge.deploy.spec import identity, site, tres
 from slurmforge.deploy.spec.fields import is_file
 from slurmforge.deploy.spec.model import ClusterSpec
@@ -14,13 +14,13 @@ from slurmforge.errors import ConfigError
 from slurmforge.inputs import format_path
 
 
-def check(path: Path, spec: ClusterSpec) -> None:
+def check(path: Path, spec: ClusterSpec, reserved: Collection[str] = ()) -> None:
     """What the schema cannot say about the whole file: names that refer to each other, ports
-    that collide, settings that need others, and the files it names."""
+    that collide, settings that need others, and the files it names. ``reserved``: names a node
+    set may not take (the roles')."""
     names = [ns.name for ns in spec.nodesets]  # unique: Layers refuses duplicates first
-    taken = {CONTROLLER, LOGIN}
     for i, name in enumerate(names):
-        if name in taken:
+        if name in reserved:
             raise ConfigError(f"{path}: nodesets[{i}].name: {name!r} is reserved")
     seen: set[str] = set()
     for i, part in enumerate(spec.partitions):

@@ -218,7 +218,7 @@ class SlurmSpec(Model):
     # launch slower: bench/b16_identity.py). false: no sshd on the nodes, no extern steps.
     node_ssh: StrictBool = True
     # the site's own settings, merged into the files slurmforge writes; keys slurmforge
-    # manages are refused unless listed in `override` (siteconf.py, README)
+    # manages are refused unless listed in `override` (slurm/siteconf.py, README)
     conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)  # slurm.conf
     cgroup_conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)
     slurmdbd_conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)
@@ -245,7 +245,7 @@ class ClusterSpec(Model):
     metrics: MetricsSpec = MetricsSpec()
     kubernetes: KubernetesSpec = KubernetesSpec()
     slurm: SlurmSpec = SlurmSpec()
-    # where users come from: the jail's own files (createuser) or a directory (identity.py)
+    # where users come from: the jail's own files (createuser) or a directory (spec/identity.py)
     identity: IdentitySpec = IdentitySpec()
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
     mounts: tuple[MountSpec, ...] = ()

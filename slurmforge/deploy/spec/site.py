@@ -1,6 +1,6 @@
-"""The cluster file's site configuration schema (siteconf.py and accounts.py apply it): the
-value types of Slurm settings, the QoS and accounts sacctmgr makes, storage mounted into the
-jail, the topology; and the checks across them that need the whole file."""
+"""The cluster file's site configuration schema (slurm/siteconf.py and slurm/accounts.py apply
+it): the value types of Slurm settings, the QoS and accounts sacctmgr makes, storage mounted into
+the jail, the topology; and each part's own check (checks.py runs them with the whole file)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _line_value(value: str | int | bool) -> str | int | bool:
 
 
 # A site's setting of a Slurm configuration file: `Key: value` as the file writes Key=value
-# (true/false as YES/NO). Keys are checked against the cell's own Slurm (siteconf.py).
+# (true/false as YES/NO). Keys are checked against the cell's own Slurm (slurm/siteconf.py).
 ConfKey = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
 ConfValue = Annotated[StrictStr | StrictInt | StrictBool, AfterValidator(_conf_value)]
 LineValue = Annotated[ConfValue, AfterValidator(_line_value)]

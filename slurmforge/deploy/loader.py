@@ -1,16 +1,60 @@
-"""Binding a cluster file to the images of one build cell of versions.yaml (and, for node sets
-of another arch, that arch's cell of the same set)."""
+"""Reading a cluster file: its node sets' layers applied, node counts overridden, the schema
+validated (spec/), the checks across its parts run (spec/checks.py, with the role names a node
+set may not take), and its images bound to one build cell of versions.yaml (and, for node sets
+of another arch, that arch's cell of the same set). Reads the cluster file and what it names,
+nothing else: the caller gives the node counts `invoke scale` kept."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from slurmforge import features, matrix
 from slurmforge.config import Config
 from slurmforge.deploy import roles
-from slurmforge.deploy.spec.model import ClusterSpec, image_key
+from slurmforge.deploy.spec import checks
+from slurmforge.deploy.spec.layers import Layers
+from slurmforge.deploy.spec.model import Cluster, ClusterSpec, image_key
 from slurmforge.errors import ConfigError
+from slurmforge.inputs import read_yaml, validate
+
+Scale = Callable[[str], Mapping[str, int]]  # the cluster's name → node set → node count
+
+
+def no_scale(name: str) -> Mapping[str, int]:
+    return {}
+
+
+def load(path: Path, config: Config, scale: Scale | Mapping[str, int] = no_scale) -> Cluster:
+    """The cluster in ``path``, with layers applied, node counts from ``scale`` (a mapping, or a
+    function of the cluster's name giving one) over the file's, and images bound."""
+    raw = read_yaml(path)
+    nodesets = raw.get("nodesets")
+    layers = None
+    if isinstance(nodesets, list):
+        layers_dir = path.parent / str(raw.get("layers", "layers"))
+        layers = Layers(path, nodesets, layers_dir)
+        raw["nodesets"] = [layers.resolve(i, ns) for i, ns in enumerate(nodesets)]
+    name = raw.get("name")
+    if isinstance(name, str) and isinstance(raw.get("nodesets"), list):
+        counts = scale if isinstance(scale, Mapping) else scale(name)
+        for ns in raw["nodesets"]:
+            if isinstance(ns, dict) and isinstance(ns.get("name"), str) and ns["name"] in counts:
+                ns["replicas"] = counts[ns["name"]]
+    spec = validate(ClusterSpec, raw, path, blame=layers.blame if layers else None)
+    checks.check(path, spec, reserved=(roles.CONTROLLER, roles.LOGIN))
+    cell, images, hint = bind_images(path, spec, config)
+    if (
+        spec.topology
+        and spec.topology.block_sizes
+        and not matrix.slurm_at_least(cell.slurm, (24, 5))
+    ):
+        raise ConfigError(
+            f"{path}: topology.block_sizes: Slurm {cell.slurm} has no BlockSizes (24.05 and "
+            "later); leave it out"
+        )
+    return Cluster(spec, path, cell, images, hint)
 
 
 def bind_images(

@@ -1,0 +1,90 @@
+"""The package's shape, as README's Layout section states it: the deploy side's parts import
+only the parts above them, no module imports one that imports it back (TYPE_CHECKING imports
+and imports inside functions included), and modules and classes stay a screen or a few long."""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "slurmforge"
+DEPLOY = PACKAGE / "deploy"
+# README's order of the deploy side: a part may import the parts before it
+ORDER = [
+    "spec", "identity", "target", "roles", "slurm", "generated", "monitoring", "backup", "loader",
+    "__init__", "healthcheck", "local", "k8s",
+]  # fmt: skip
+# declared data tables, not counted against the module size (roles.py: the roles table)
+TABLES = {"deploy/roles.py"}
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(path: Path) -> set[str]:
+    """The slurmforge modules ``path`` imports, anywhere in it."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("slurmforge")
+        ):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found = (ROOT / Path(*sub.split("."))).with_suffix(".py").exists()
+                found = found or (ROOT / Path(*sub.split("."))).is_dir()
+                out.add(sub if found else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("slurmforge"))
+    return out
+
+
+def _part(module: str) -> str:
+    rest = module.removeprefix("slurmforge.deploy").lstrip(".")
+    return rest.split(".")[0] if rest else "__init__"
+
+
+def test_the_deploy_sides_parts_import_only_the_parts_above_them() -> None:
+    wrong = []
+    for path in DEPLOY.rglob("*.py"):
+        here = _part(_module(path))
+        for name in _imports(path):
+            inside = name.startswith("slurmforge.deploy") and _part(name) != here
+            if inside and ORDER.index(_part(name)) > ORDER.index(here):
+                wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not wrong, wrong
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {
+        name: {i for i in _imports(path) if i in modules and i != name}
+        for name, path in modules.items()
+    }
+    # a package's __init__ is imported by its modules' import; that edge is Python's, not ours
+    for name in graph:
+        graph[name] = {i for i in graph[name] if not name.startswith(i + ".")}
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        pytest.fail(f"import circle: {' -> '.join(exc.args[1])}")
+
+
+def test_modules_and_classes_fit_on_a_few_screens() -> None:
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(PACKAGE))
+        text = path.read_text()
+        if len(text.splitlines()) > 400 and rel not in TABLES:
+            long.append(f"{rel}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno >= 205:
+                long.append(f"{rel}: class {node.name}, {node.end_lineno - node.lineno + 1} lines")
+    assert not long, long
