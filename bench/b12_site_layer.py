@@ -22,7 +22,7 @@ import docker
 import yaml
 
 from bench.common import built, copy_project, invoke
-from tests.build.test_site_layer import REGISTRY, WHEEL_SHA256, _site
+from tests.build.helpers import REGISTRY, WHEEL_SHA256, site_layer_copy
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
         (root / "versions.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         try:
             invoke("build", root=root)
-            _site(root, WHEEL_SHA256)
+            site_layer_copy(root, WHEEL_SHA256)
             data["site"] = "site"
             (root / "versions.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
             shutil.rmtree(root / ".cache" / "site-wheels", ignore_errors=True)

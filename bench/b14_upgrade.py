@@ -24,7 +24,7 @@ import yaml
 
 from bench.b8_k8s import cluster_file
 from bench.common import container_sh, invoke
-from tests.cluster.test_upgrade import FROM, TO
+from tests.cluster.helpers import FROM, TO
 
 
 class Downtime(threading.Thread):

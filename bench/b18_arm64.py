@@ -29,7 +29,7 @@ import yaml
 
 from bench.b7_jobs import LAUNCHES, cluster_file, in_jail, launch_ms
 from bench.common import copy_project, invoke, summary
-from tests.build.test_arm64 import CELL, GRACE, _with_arm64
+from tests.build.helpers import CELL, GRACE, with_arm64
 
 TEMPLATES = ("macros.j2", "slurm-debs/Dockerfile.j2", "runtime/Dockerfile.j2",
              "slurmd/Dockerfile.j2")  # fmt: skip
@@ -92,7 +92,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="b18-") as tmp:
         root = copy_project(Path(tmp))
-        _with_arm64(root)
+        with_arm64(root)
         _cold(root)
         results = {}
         for arch, cell in (("arm64", f"{CELL}-arm64"), ("amd64", CELL)):

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 
 from bench.common import ROOT
 from tests.unit import test_fuzz
+from tests.unit.helpers import INVOKE
 from tests.unit.inproc import run_cli
-from tests.unit.test_cli import INVOKE
 
 EXAMPLES = int(os.environ.get("SLURMFORGE_FUZZ_EXAMPLES", "300"))
 

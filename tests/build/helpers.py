@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 
 def run_build(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -43,3 +45,30 @@ def with_arm64(root: Path) -> None:
     anchor = '      cuda: ["12.2.2"]\n'
     assert anchor in text
     path.write_text(text.replace(anchor, anchor + "      arch: [amd64, arm64]\n", 1))
+
+
+GRACE = "24.05.8-cuda12.9.1-debian12"  # the grace set's cell (CUDA with aarch64 wheels)
+
+
+REGISTRY = "sitelayer.test/sf"
+
+
+# tomli-w 1.0.0's wheel, as PyPI serves it
+WHEEL_SHA256 = "9f2a07e8be30a0729e533ec968016807069991ae2fd921a78d42f429ae5f4463"
+
+
+def site_layer_copy(root: Path, wheel_sha256: str) -> None:
+    site = root / "site"
+    (site / "files" / "etc").mkdir(parents=True, exist_ok=True)
+    (site / "files" / "etc" / "site-release").write_text("ours\n")
+    (site / "worker.txt").write_text(f"tomli-w==1.0.0 --hash=sha256:{wheel_sha256}\n")
+    (site / "site.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "components": {
+                    "jail": {"debs": ["tree"], "files": "files"},
+                    "worker": {"pip": "worker.txt"},
+                }
+            }
+        )
+    )

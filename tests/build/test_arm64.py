@@ -15,10 +15,9 @@ from pathlib import Path
 
 from bench.common import copy_project
 from slurmforge.app import Project, Selection
-from tests.build.helpers import CELL, build_notes, run_build, with_arm64
+from tests.build.helpers import CELL, GRACE, build_notes, run_build, with_arm64
 from tests.image.helpers import SECRET_FILES, STUB_CONF, layer_files, mount_standin_driver
 
-GRACE = "24.05.8-cuda12.9.1-debian12"  # the grace set's cell (CUDA with aarch64 wheels)
 AARCH64 = 0xB7  # ELF e_machine
 
 

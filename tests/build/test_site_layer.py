@@ -16,12 +16,8 @@ from pathlib import Path
 import yaml
 
 from bench.common import copy_project
-from tests.build.helpers import build_summary, run_build
+from tests.build.helpers import REGISTRY, WHEEL_SHA256, build_summary, run_build, site_layer_copy
 from tests.ports import published
-
-REGISTRY = "sitelayer.test/sf"
-# tomli-w 1.0.0's wheel, as PyPI serves it
-WHEEL_SHA256 = "9f2a07e8be30a0729e533ec968016807069991ae2fd921a78d42f429ae5f4463"
 
 
 def run_invoke(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -40,23 +36,6 @@ def _plan(root: Path) -> dict[str, str]:
     return {ln.split()[0].split("/")[0]: ln for ln in out.splitlines()[2:] if ln.strip()}
 
 
-def _site(root: Path, wheel_sha256: str) -> None:
-    site = root / "site"
-    (site / "files" / "etc").mkdir(parents=True, exist_ok=True)
-    (site / "files" / "etc" / "site-release").write_text("ours\n")
-    (site / "worker.txt").write_text(f"tomli-w==1.0.0 --hash=sha256:{wheel_sha256}\n")
-    (site / "site.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "components": {
-                    "jail": {"debs": ["tree"], "files": "files"},
-                    "worker": {"pip": "worker.txt"},
-                }
-            }
-        )
-    )
-
-
 def test_a_site_layer_rebuilds_what_it_touches_and_reaches_every_node(
     tmp_path: Path, images, client
 ) -> None:
@@ -67,7 +46,7 @@ def test_a_site_layer_rebuilds_what_it_touches_and_reaches_every_node(
     try:
         first = run_build(root)
         assert first.returncode == 0, first.stderr
-        _site(root, WHEEL_SHA256)
+        site_layer_copy(root, WHEEL_SHA256)
         data["site"] = "site"
         (root / "versions.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         plan = _plan(root)
@@ -104,7 +83,7 @@ def test_a_site_layer_rebuilds_what_it_touches_and_reaches_every_node(
         assert " cached " in plan["worker"]
         # a requirement whose hash does not match: refused before anything is built
         tags = {ref: client.images.get(ref).id for ref in (jail, worker)}
-        _site(root, "0" * 64)
+        site_layer_copy(root, "0" * 64)
         bad = run_build(root)
         assert bad.returncode == 2, bad.stderr
         assert bad.stderr.startswith("error: ") and "worker.txt: pip download" in bad.stderr

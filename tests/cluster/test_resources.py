@@ -125,7 +125,7 @@ def test_nothing_a_job_started_outlives_it(sized: Deployed) -> None:
         "setsid bash -c 'sleep 4242 & disown' < /dev/null > /dev/null 2>&1; sleep 1; "
         "pgrep -a -x sleep | grep -q 4242 && echo escaped"
     )
-    out = sized.ok("login", f'srun -N2 bash -c "{escape}"', user=USER)
+    out = sized.ok("login", f'srun -Q -N2 bash -c "{escape}"', user=USER)
     assert out.split() == ["escaped", "escaped"], out
     job = sbatch_wait(sized, USER, escape.replace("4242", "4343").replace("'", "'\\''"))
     assert sized.ok("login", f"cat slurm-{job}.out", user=USER) == "escaped"
