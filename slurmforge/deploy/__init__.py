@@ -1,11 +1,12 @@
 """Deployment: one typed cluster model, rendered to Slurm config and to a target's manifests;
-here, what every deploy-side task asks of the chosen target.
+here, the entry points the deploy-side tasks call.
 
-The packages: spec/ (the cluster file: its schema, reading it, the checks across its parts),
-roles.py (what a cluster runs, for every target: where to add a role or a secret), slurm/
-(Slurm's own files, settings, accounts, database and commands), identity/ (SSSD and the
-directory), backup/ (the archive and taking one), monitoring.py and healthcheck.py, and one
-package per target, local/ and k8s/. target.py says what a target is and where to add one.
+The parts, each importing only those before it (README's Layout; tests/unit/test_layout.py):
+spec/ (the cluster file's schema and the checks across its parts), identity/ (SSSD and the
+directory), target.py (what a target is, and where to add one), roles.py (what a cluster runs,
+for every target: where to add a role or a secret), slurm/ (Slurm's own files, settings,
+accounts, database and commands), monitoring.py, backup/ (the archive and taking one),
+loader.py (reading a cluster file), and one package per target, local/ and k8s/.
 """
 
 from __future__ import annotations
