@@ -124,6 +124,35 @@ def _describe(err: dict[str, Any]) -> str:
     return f"{msg}, got {quote(value)}"
 
 
+def _as_written(data: Any, loc: tuple[str | int, ...], missing: bool) -> tuple[str | int, ...]:
+    """``loc`` as the file spells it: the parts that are keys or indexes of ``data`` along it,
+    pydantic's markers, and (``missing``) the key that is not there. Left out: the names pydantic
+    gives the branches of a union ('str', 'int', 'function-after[...]'), which the user never
+    wrote."""
+    out: list[str | int] = []
+    node = data
+    for i, part in enumerate(loc):
+        if _marker(part):
+            out.append(part)
+            continue
+        if isinstance(node, dict):
+            key = next((k for k in node if k == part or str(k) == str(part)), _ABSENT)
+            if key is not _ABSENT:
+                out.append(part)
+                node = node[key]
+                continue
+            if missing and i == len(loc) - 1:
+                out.append(part)
+            continue
+        if isinstance(node, list | tuple) and isinstance(part, int) and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+    return tuple(out)
+
+
+_ABSENT = object()
+
+
 def _pick(errors: list[dict[str, Any]]) -> dict[str, Any]:
     # pydantic reports every failing branch; the deepest location is the most useful one.
     return max(errors, key=lambda e: len(e["loc"]))
@@ -181,7 +210,8 @@ def validate(
         return model.model_validate(data)
     except ValidationError as exc:
         err = _pick(exc.errors())
-        where = loc + tuple(p for p in err["loc"] if p == "[key]" or not _marker(p))
+        written = _as_written(data, tuple(err["loc"]), err["type"] == "missing")
+        where = loc + tuple(p for p in written if p == "[key]" or not _marker(p))
         if blame is not None:
             path, where = blame(where)
         raise ConfigError(f"{path}: {format_path(where)}: {_describe(err)}") from None

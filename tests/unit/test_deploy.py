@@ -330,3 +330,29 @@ def test_compose_cli_accepts_the_file(write_cluster, versions, tmp_path: Path) -
             check=False,
         )
         assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"slurm": {"conf": {"MaxArraySize": [1000, 2000]}}}, "slurm.conf.MaxArraySize"),
+        (
+            {"slurm": {"cgroup_conf": {"AllowedRAMSpace": {"a": 1}}}},
+            "slurm.cgroup_conf.AllowedRAMSpace",
+        ),
+        (
+            {"nodesets": [{"name": "cpu", "definitions": ["cpu-small"], "slurm": {"Weight": [1]}}]},
+            "nodesets[0].slurm.Weight",
+        ),
+        (
+            {"partitions": [{"name": "main", "nodesets": ["cpu"], "slurm": {"PriorityTier": [1]}}]},
+            "partitions[0].slurm.PriorityTier",
+        ),
+    ],
+)
+def test_a_key_path_names_only_keys_the_file_has(write_cluster, versions, changes, key) -> None:
+    """Not pydantic's names of a union's branches (slurm.conf.MaxArraySize.str)."""
+    path = write_cluster(shipped_with(**changes))
+    with pytest.raises(ConfigError) as refused:
+        loader.load(path, versions)
+    assert refused.value.message.startswith(f"{path}: {key}: "), refused.value.message

@@ -22,6 +22,7 @@ from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT, need_sources
+from tests.unit.helpers import assert_clean_failure, run_invoke, shipped_with
 
 SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
 CONF_KEYS = ROOT / "images" / "slurm-debs" / "conf-keys"
@@ -290,6 +291,14 @@ def test_unknown_and_managed_keys_are_refused_with_the_file_and_key(
             },
             r"accounting\.qos\[0\]\.Preempt: .* loop \(a -> b -> c -> a\)",
         ),
+        (
+            {"accounting": {"qos": [{"name": "small"}, {"name": "big"}, {"name": "small"}]}},
+            r"accounting\.qos\[2\]\.name: 'small' is accounting\.qos\[0\] already",
+        ),
+        (
+            {"accounting": {"accounts": [{"name": "phys"}, {"name": "phys", "QOS": ["normal"]}]}},
+            r"accounting\.accounts\[1\]\.name: 'phys' is accounting\.accounts\[0\] already",
+        ),
     ],
 )
 def test_bad_site_input_is_refused_when_the_file_is_read(
@@ -453,3 +462,15 @@ def test_a_limit_may_name_every_tres_the_cluster_tracks(write_cluster) -> None:
         partitions=[{"name": "main", "nodesets": ["cpu", "fpga"], "default": True}],
     )
     assert "AccountingStorageTRES" not in slurmconf.render(off)["slurm.conf"]
+
+
+@pytest.mark.parametrize("kind", ["qos", "accounts"])
+def test_a_name_declared_twice_writes_no_manifest(write_cluster, tmp_path: Path, kind) -> None:
+    """sacctmgr would add the second after the cluster is up, and fail: refused first."""
+    path = write_cluster(shipped_with(accounting={kind: [{"name": "small"}, {"name": "small"}]}))
+    out = tmp_path / "out"
+    proc = run_invoke(
+        "deploy", "--target", "k8s", "--dry-run", "--cluster", str(path), "--out", str(out)
+    )
+    assert_clean_failure(proc, f"{path}: accounting.{kind}[1].name: 'small' is")
+    assert not out.exists()

@@ -18,6 +18,7 @@ from ldap3.operation.search import parse_filter
 from ldap3.utils.dn import parse_dn
 from pydantic import AfterValidator, Field, StrictBool, StringConstraints
 
+from slurmforge import refs
 from slurmforge.deploy.spec.fields import AbsPath, is_file
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model
@@ -59,6 +60,10 @@ def _uri(value: str) -> str:
         raise ValueError(
             f"expected ldap://HOST[:PORT] (StartTLS) or ldaps://HOST[:PORT], got {quote(value)}"
         )
+    try:  # RFC 3986's host: a DNS name (RFC 1123 labels) or an IP literal
+        refs.host(url.hostname)
+    except ValueError as exc:
+        raise ValueError(f"{exc} in {quote(value)}") from None
     if url.query or url.fragment or url.username:
         raise ValueError(f"expected no user, path, query or fragment, got {quote(value)}")
     return value

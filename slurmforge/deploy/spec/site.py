@@ -252,7 +252,17 @@ def check_topology(path: Path, topology: TopologySpec, names: Sequence[str]) -> 
 
 
 def check_qos(path: Path, qos: Sequence[QosSpec], accounts: Sequence[AccountSpec]) -> None:
-    """QoS and accounts name QoS the file declares (or ``normal``), without a preemption loop."""
+    """QoS and accounts are named once each, name QoS the file declares (or ``normal``), and
+    no QoS preempts itself."""
+    for kind, records in (("qos", qos), ("accounts", accounts)):
+        seen: dict[str, int] = {}
+        for i, record in enumerate(records):
+            if record.name in seen:
+                raise ConfigError(
+                    f"{path}: accounting.{kind}[{i}].name: {record.name!r} is "
+                    f"accounting.{kind}[{seen[record.name]}] already; name each once"
+                )
+            seen[record.name] = i
     names = ["normal", *(q.name for q in qos)]
     for i, q in enumerate(qos):
         for j, other in enumerate(q.Preempt or ()):
