@@ -217,6 +217,7 @@ def test_an_external_database_that_cannot_be_reached_is_refused(deployed: Deploy
     secret = tmp_path / "db-password"
     secret.write_text("s3cret-password-for-the-site")
     secret.chmod(0o600)
+    secret.chmod(0o600)
     database = {"host": "db.slurmforge.invalid", "password_secret": str(secret)}
     _refused(
         deployed,
@@ -265,6 +266,7 @@ def test_an_external_database_that_refuses_the_password_is_refused(
 ) -> None:
     wrong = tmp_path / "wrong-password"
     wrong.write_text("not-the-site-password-0123")
+    wrong.chmod(0o600)
     database = {**site_database.spec(), "password_secret": str(wrong)}
     where = f"{site_database.host}:{site_database.port}"
     _refused(

@@ -226,6 +226,7 @@ def test_a_database_without_its_password_secret_or_with_another_is_refused(
         gone = deployed.deploy()
         other = tmp_path / "db-password"
         other.write_text("another-password-0123456789")
+        other.chmod(0o600)
         kube.run("create", "secret", "generic", "db-password", f"--from-file=db-password={other}")
         other_password = deployed.deploy()
     finally:

@@ -28,6 +28,7 @@ CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 def _site(tmp_path: Path, **ldap) -> dict:
     """A site's directory, its password and CA files written under ``tmp_path``."""
     (tmp_path / "bind").write_text("s3cret\n")
+    (tmp_path / "bind").chmod(0o600)
     (tmp_path / "ca.pem").write_text(CA)
     base = {
         "uri": ["ldaps://ldap.example.org", "ldap://ldap2.example.org:3389"],
@@ -222,3 +223,31 @@ def test_the_embedded_directory_is_refused_on_kubernetes(write_cluster, tmp_path
     )
     assert_clean_failure(proc, f"{path}: identity.ldap.embedded: the k8s target runs no directory")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+@pytest.mark.parametrize("key", ["identity.ldap.bind_password_file", "accounting.database"])
+def test_a_secret_file_others_may_read_is_refused(
+    write_cluster, versions, tmp_path: Path, key, mode
+) -> None:
+    """As ssh refuses an open private key: before anything is written or applied."""
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    secret.chmod(mode)
+    if key == "accounting.database":
+        key = "accounting.database.password_secret"
+        data = shipped_with(
+            accounting={"database": {"host": "127.0.0.1", "password_secret": str(secret)}}
+        )
+    else:
+        data = shipped_with(identity=_site(tmp_path, bind_password_file=str(secret)))
+    path = write_cluster(data)
+    out = tmp_path / "out"
+    proc = run_invoke(
+        "deploy", "--target", "k8s", "--dry-run", "--cluster", str(path), "--out", str(out)
+    )
+    assert_clean_failure(proc, f"{path}: {key}: {secret} is open to others (mode {mode:04o})")
+    assert f"hint: chmod 600 {secret}" in proc.stderr
+    assert not out.exists()
+    secret.chmod(0o600)  # its owner's alone: taken
+    loader.load(path, versions)

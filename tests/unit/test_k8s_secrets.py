@@ -124,6 +124,7 @@ def test_an_external_database_replaces_mariadb_and_its_password_follows_the_file
     cluster_file, root = checkout
     password = tmp_path / "db-password"
     password.write_text("site-password-0123456789")
+    password.chmod(0o600)
     data = yaml.safe_load(cluster_file.read_text())
     database = {"host": "db.example.org", "port": 3307, "password_secret": str(password)}
     data["accounting"] = {"database": database}

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from slurmforge.deploy.spec import identity, site, tres
-from slurmforge.deploy.spec.fields import is_file
+from slurmforge.deploy.spec.fields import check_private, is_file
 from slurmforge.deploy.spec.model import ClusterSpec
 from slurmforge.errors import ConfigError
 from slurmforge.inputs import format_path
@@ -72,6 +72,9 @@ def check(path: Path, spec: ClusterSpec, reserved: Collection[str] = ()) -> None
             hint="write the database password into that file (mode 0600), or leave out "
             "accounting.database to run the cluster's own MariaDB",
         )
+    if spec.accounting.enabled and database:
+        where = f"{path}: accounting.database.password_secret"
+        check_private(where, database.password_secret)
 
 
 def _check_site(path: Path, spec: ClusterSpec, names: list[str]) -> None:

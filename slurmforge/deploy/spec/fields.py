@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, StringConstraints
 
-from slurmforge.errors import quote
+from slurmforge.errors import ConfigError, quote
 
 # node and service names: DNS labels short enough for Slurm node names with a "-<index>" suffix
 DNSName = Annotated[
@@ -42,6 +42,22 @@ def is_file(path: str) -> bool:
         return Path(path).is_file()
     except (OSError, ValueError):  # too long, a NUL byte in it, …: not a file this can read
         return False
+
+
+def check_private(where: str, file: str) -> None:
+    """A secret file the cluster file names (``where``: the file and key) is its owner's
+    alone, as ssh wants a private key: refused when its group or anyone else may read, write or
+    run it."""
+    try:
+        mode = Path(file).stat().st_mode
+    except OSError:
+        return  # whoever reads it says why it cannot be read
+    if mode & 0o077:
+        raise ConfigError(
+            f"{where}: {file} is open to others (mode {mode & 0o777:04o}); a file holding a "
+            "secret must be readable by its owner alone",
+            hint=f"chmod 600 {file}",
+        )
 
 
 AccountName = Annotated[str, StringConstraints(strict=True), AfterValidator(account)]

@@ -19,7 +19,7 @@ from ldap3.utils.dn import parse_dn
 from pydantic import AfterValidator, Field, StrictBool, StringConstraints
 
 from slurmforge import refs
-from slurmforge.deploy.spec.fields import AbsPath, is_file
+from slurmforge.deploy.spec.fields import AbsPath, check_private, is_file
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model
 
@@ -170,6 +170,7 @@ def read_password(path: Path, file: str) -> str:
     where = f"{path}: identity.ldap.bind_password_file"
     try:
         data = Path(file).read_bytes()
+        check_private(where, file)
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read {file} ({exc.strerror})") from None
     text = data.decode("utf-8", errors="replace").removesuffix("\n")
