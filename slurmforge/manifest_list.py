@@ -12,10 +12,11 @@ platform, is refused.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable
 
-from slurmforge.errors import SlurmforgeError
+from slurmforge.errors import ConfigError, SlurmforgeError
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
@@ -25,9 +26,35 @@ class ManifestListError(SlurmforgeError):
     """The registry did not take the list, or holds another one than was pushed."""
 
 
+# what docker (the daemon's push and the CLI's manifest commands alike) says of a registry it
+# cannot reach: bad input (a wrong --registry, one not running), not a failed operation
+UNREACHABLE = re.compile(
+    r"connection reset|connection refused|\bEOF\b|timeout|timed out|no such host"
+    r"|network is unreachable|no route to host",
+    re.IGNORECASE,
+)
+UNREACHABLE_HINT = "check --registry / the set's registry, and that it is running"
+
+
+def unreachable(registry: str, message: str, attempts: int | None = None) -> ConfigError | None:
+    """The one-line refusal for ``message`` when it says ``registry`` cannot be reached; None
+    when it says something else."""
+    if not UNREACHABLE.search(message):
+        return None
+    tries = f" ({attempts} attempts)" if attempts is not None else ""
+    return ConfigError(
+        f"registry {registry} is unreachable{tries}: {message}", hint=UNREACHABLE_HINT
+    )
+
+
 def arch_tag(tag: str, arch: str) -> str:
     """Where one arch's image of a multi-arch ``tag`` is pushed."""
     return f"{tag}-{arch}"
+
+
+def _registry(ref: str) -> str:
+    """The registry of a tag this module handles (each names its registry)."""
+    return ref.split("/", 1)[0]
 
 
 def _insecure(ref: str) -> list[str]:
@@ -40,7 +67,9 @@ def _docker(run: Run, *args: str) -> str:
     proc = run(["docker", *args], capture_output=True, text=True, check=False)
     if proc.returncode:
         said = " / ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        raise ManifestListError(f"docker {' '.join(args[:2])} {args[-1]} failed: {said}")
+        raise unreachable(_registry(args[-1]), said) or ManifestListError(
+            f"docker {' '.join(args[:2])} {args[-1]} failed: {said}"
+        )
     return proc.stdout
 
 
@@ -69,7 +98,10 @@ def image_digest(ref: str, arch: str, run: Run = subprocess.run) -> str | None:
         said = (proc.stderr or proc.stdout).strip()
         if "no such manifest" in said.lower() or "manifest unknown" in said.lower():
             return None
-        raise ManifestListError(f"docker manifest inspect {ref} failed: {said.splitlines()[-1:]}")
+        last = (said.splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise unreachable(_registry(ref), last) or ManifestListError(
+            f"docker manifest inspect {ref} failed: {last}"
+        )
     raw = json.loads(proc.stdout)
     descriptor = raw.get("Descriptor") if isinstance(raw, dict) else None
     if not descriptor:

@@ -38,9 +38,6 @@ TRANSIENT = re.compile(
     r"\b50[0-9]\b|internal server error|bad gateway|service unavailable|no such host",
     re.IGNORECASE,
 )
-UNREACHABLE = re.compile(
-    r"connection reset|connection refused|\bEOF\b|timeout|timed out|no such host", re.IGNORECASE
-)
 AUTH = re.compile(
     r"unauthorized|authentication required|no basic auth credentials|access.*denied|\b401\b",
     re.IGNORECASE,
@@ -168,11 +165,9 @@ class Pusher:
             except _Transient as exc:
                 message = str(exc)
                 if attempt > self.retries:
-                    if UNREACHABLE.search(message):
-                        raise ConfigError(
-                            f"registry {registry} is unreachable ({attempt} attempts): {message}",
-                            hint="check --registry / the set's registry, and that it is running",
-                        ) from None
+                    refused = manifest_list.unreachable(registry, message, attempt)
+                    if refused is not None:
+                        raise refused from None
                     raise PushError(f"pushing {ref} failed {attempt} times: {message}") from None
                 delay = self.backoff * 2 ** (attempt - 1)
                 bar.write(
