@@ -12,7 +12,6 @@ the first submission until the queue is empty. Targets: deploy <= 30 s, and with
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 import docker
 import yaml
 
-from bench.common import ROOT, invoke
+from bench.common import ROOT, free_ports, invoke
 
 JOBS = 200
 VARIANTS = {
@@ -30,23 +29,13 @@ VARIANTS = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def measure(name: str, changes: dict) -> tuple[float, float, float, float]:
     """First deploy, redeploy (s), end-to-end jobs/s, submission alone (s)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "layers").symlink_to(ROOT / "deploy" / "layers")
         data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
-        data.update(
-            name=name,
-            login={"address": "127.0.0.1", "port": free_port()},
-            **{"rest": {"port": free_port()}, **changes},
-        )
+        data = free_ports({**data, "name": name, **changes})
         (root / "cluster.yaml").write_text(yaml.safe_dump(data))
         os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
         where = ["--cluster", str(root / "cluster.yaml"), "--out", str(root / "out")]

@@ -24,7 +24,6 @@ Figures, each partition in turn, from a jail user on the login node:
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 import docker
 import yaml
 
-from bench.common import ROOT, invoke
+from bench.common import ROOT, free_ports, invoke
 
 JOBS = 200
 LAUNCHES = 20
@@ -43,15 +42,11 @@ MODES = {"tasktmp": "task-tmp", "bare": "off"}  # node set: SLURMFORGE_JAIL
 
 
 def cluster_file(root: Path, name: str, cgroups: bool = True) -> Path:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
     (shipped,) = data["nodesets"]
     partitions = PARTITIONS if cgroups else {"main": "cpu"}
     data.update(
         name=name,
-        login={"address": "127.0.0.1", "port": port},
         slurm={"cgroups": cgroups},
         nodesets=[
             shipped,
@@ -68,7 +63,7 @@ def cluster_file(root: Path, name: str, cgroups: bool = True) -> Path:
     )
     (root / "layers").symlink_to(ROOT / "deploy" / "layers")
     path = root / "cluster.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(free_ports(data)))
     return path
 
 

@@ -12,7 +12,6 @@ returns with the new node idle (on k8s, the running pods re-read the config with
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,16 +20,10 @@ from subprocess import PIPE
 
 import yaml
 
-from bench.common import ROOT, invoke
+from bench.common import ROOT, free_ports, invoke
 from tests.k8s import lab
 
 INVOKE = (str(ROOT / ".venv/bin/python"), "-m", "invoke", "--search-root", str(ROOT))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def cluster_file(root: Path, name: str, accounting: bool = True) -> Path:
@@ -40,15 +33,13 @@ def cluster_file(root: Path, name: str, accounting: bool = True) -> Path:
     data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
     data.update(
         name=name,
-        login={"address": "127.0.0.1", "port": free_port()},
-        rest={"port": free_port(), "enabled": accounting},
-        metrics={"prometheus": {"port": free_port()}},
+        rest={"enabled": accounting},
         kubernetes={"overcommit": True, "login_service": "ClusterIP"},
     )
     if not accounting:
         data["accounting"] = {"enabled": False}
     (root / "layers").symlink_to(ROOT / "deploy" / "layers")
-    (root / "cluster.yaml").write_text(yaml.safe_dump(data))
+    (root / "cluster.yaml").write_text(yaml.safe_dump(free_ports(data)))
     return root / "cluster.yaml"
 
 

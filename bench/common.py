@@ -8,21 +8,50 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from tests.ports import published
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+class InvokeFailed(RuntimeError):
+    """An `invoke` a benchmark ran failed; the message holds its command and what it said."""
+
+
 def invoke(*args: str, root: Path = ROOT, quiet: bool = True) -> float:
-    """Run ``invoke ARGS`` in ``root``; return wall seconds; raise if it failed."""
+    """Run ``invoke ARGS`` in ``root``; return wall seconds. A failure raises InvokeFailed with
+    its `error:` and `hint:` lines (``quiet``: its output is kept from the terminal, not those)."""
     start = time.perf_counter()
-    subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "-m", "invoke", "--search-root", str(root), *args],
         cwd=root,
-        check=True,
         stdout=subprocess.DEVNULL if quiet else None,
-        stderr=subprocess.DEVNULL if quiet else None,
+        stderr=subprocess.PIPE if quiet else None,
+        text=True,
+        check=False,
     )
+    if proc.returncode:
+        said = [ln for ln in (proc.stderr or "").splitlines() if ln.startswith(("error:", "hint:"))]
+        shown = "\n".join(said or (proc.stderr or "").splitlines()[-5:])
+        raise InvokeFailed(f"invoke {' '.join(args)} exited {proc.returncode}\n{shown}".rstrip())
     return time.perf_counter() - start
+
+
+def free_ports(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a cluster file's) with every port a local cluster publishes a free one, so a
+    benchmark's cluster runs beside README's (login 2222, REST 6820, Prometheus 9090)."""
+    ports = published()
+    metrics = data.get("metrics") or {}
+    return {
+        **data,
+        "login": {**(data.get("login") or {}), **ports["login"]},
+        "rest": {**(data.get("rest") or {}), **ports["rest"]},
+        "metrics": {
+            **metrics,
+            "prometheus": {**(metrics.get("prometheus") or {}), **ports["metrics"]["prometheus"]},
+        },
+    }
 
 
 def container_argv(project: str, service: str, command: str) -> list[str]:
