@@ -95,7 +95,7 @@ class Project(Fetching):
     # -- plan / build ----------------------------------------------------------------------
 
     def plan(self) -> list[Decision]:
-        planner = self.planner()
+        planner = Planner(self.engine, self.rendered, self.engine.tagged())
         decisions: dict[str, Decision] = {}
         for target in self.targets:
             parents: dict[str, Decision | str] = {}

@@ -231,6 +231,20 @@ class Engine(_Containers):
             tuple(data.get("RepoTags") or ()),
         )
 
+    def tagged(self) -> dict[str, ImageInfo]:
+        """Every tagged image here, by each of its tags: one call to the daemon (what inspect
+        says of a tag, for a planner that asks about thousands)."""
+        with _translated():
+            listed = self.api.images()
+        out = {}
+        for data in listed:
+            tags = tuple(t for t in data.get("RepoTags") or () if t != "<none>:<none>")
+            info = ImageInfo(
+                data["Id"], dict(data.get("Labels") or {}), int(data.get("Size", 0)), tags
+            )
+            out.update(dict.fromkeys(tags, info))
+        return out
+
     def read_files(self, ref: str, directory: str) -> dict[str, bytes]:
         """The regular files directly in ``directory`` of image ``ref`` (name → content), read
         from a container that is created but never started; {} when the image lacks it."""

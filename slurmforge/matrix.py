@@ -358,8 +358,11 @@ def expand(
     wanted = wanted or list(COMPONENTS)
 
     drafts: dict[str, _Draft] = {}
+    visited: dict[tuple[str, Cell], str] = {}  # a (component, cell) and its parents, once
 
     def visit(component: str, cell: Cell) -> str:
+        if (component, cell) in visited:
+            return visited[component, cell]
         comp = COMPONENTS[component]
         coords = tuple((a, cell.value(a)) for a in comp.axes)
         if cell.arch != NATIVE_ARCH:
@@ -377,6 +380,7 @@ def expand(
         else:
             tags = [f"{INTERNAL_REGISTRY}/{target_id.replace('/', ':', 1)}"]
         draft.tags.extend(t for t in tags if t not in draft.tags)
+        visited[component, cell] = target_id
         return target_id
 
     for cell in cells:

@@ -72,13 +72,20 @@ class Planner:
         self,
         engine: Engine,
         recipe: Callable[[BuildTarget], Rendered | Base],
+        images: dict[str, ImageInfo] | None = None,
     ) -> None:
         self.engine = engine
         self.recipe = recipe  # Project.rendered
+        # the images as they are now, by tag (a plan that changes nothing reads them once);
+        # None: ask the engine each time (a build, whose images change as it goes)
+        self.images = images
 
     def evaluate(self, target: BuildTarget, parents: dict[str, Decision | str]) -> Decision:
         """``parents``: parent target id → its image ID, or its (pending) decision."""
-        existing = self.engine.inspect(target.ref)
+        if self.images is None:
+            existing = self.engine.inspect(target.ref)
+        else:
+            existing = self.images.get(target.ref)
         pending = [pid for pid, p in parents.items() if isinstance(p, Decision)]
         recipe = self.recipe(target)
         if isinstance(recipe, Rendered):

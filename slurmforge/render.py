@@ -137,10 +137,16 @@ class DockerfileRenderer:
             keep_trailing_newline=True,
             autoescape=False,
         )
+        self._files: dict[str, list[ContextFile]] = {}
 
     def component_files(self, component: str) -> list[ContextFile]:
         """images/<component>/ at the context root, plus its extra project directories and
-        files by path."""
+        files by path; read and hashed once per renderer (every cell's target shares them)."""
+        if component not in self._files:
+            self._files[component] = self._component_files(component)
+        return list(self._files[component])
+
+    def _component_files(self, component: str) -> list[ContextFile]:
         files = _tree(self.images_dir / component, "")
         for extra in COMPONENTS[component].context:
             # the project's files beside images/; slurmforge's own code from this slurmforge
