@@ -5,19 +5,15 @@ Building, importing, tagging, inspecting and removing images, pushing them, runn
 container, finding a volume's directory, and the containers of a Compose project (`Container`,
 with `Engine.exec` and `Engine.logs`). Every failure of the engine is an ``EngineError``: an
 ``APIError`` when the daemon answered with an error (``.explanation`` says why), a
-``ConnectionFailed`` when its connection dropped mid-stream (a push). `image_ids` asks the daemon
-for tags' image IDs over its unix socket with the standard library alone, for the no-op build's
-fast path, which cannot afford the SDK's import.
+``ConnectionFailed`` when its connection dropped mid-stream (a push). The no-op build's fast
+path asks the daemon over its unix socket with the standard library alone (fastpath.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
-import socket
-import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -369,39 +365,3 @@ class Engine(_Containers):
         import docker.auth
 
         return bool(docker.auth.resolve_authconfig(self.api._auth_configs, registry))
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=5)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(5)
-        sock.connect(self._path)
-        self.sock = sock
-
-
-def image_ids(refs: list[str]) -> dict[str, str] | None:
-    """Tag → image ID for every one of ``refs``, asked of the daemon over its unix socket with
-    the standard library; None when any is missing or the daemon is not on a unix socket (or
-    does not answer)."""
-    host = os.environ.get("DOCKER_HOST", DEFAULT_HOST)
-    if not host.startswith("unix://"):
-        return None
-    conn = _UnixConnection(host.removeprefix("unix://"))
-    ids = {}
-    try:
-        for ref in refs:
-            conn.request("GET", f"/images/{urllib.parse.quote(ref, safe='/:')}/json")
-            response = conn.getresponse()
-            body = response.read()
-            if response.status != 200:
-                return None
-            ids[ref] = json.loads(body)["Id"]
-    except (OSError, http.client.HTTPException, ValueError, KeyError):
-        return None
-    finally:
-        conn.close()
-    return ids

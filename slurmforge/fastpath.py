@@ -9,17 +9,23 @@ stamp's summary is the answer. Anything else (a touched file, a moved tag, an un
 a daemon not on a unix socket) falls through to the full path, which re-hashes contents and says
 why.
 
-Standard library only (engine.py imports the Docker SDK only when an Engine connects): importing
-pydantic, jinja2 and the SDK costs more than the check.
+Standard library only, the daemon asked over its unix socket (image_ids below): importing
+pydantic, jinja2 and the Docker SDK costs more than the check.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
+import os
+import socket
+import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from slurmforge import buildlog, engine, state
+from slurmforge import buildlog, state
+from slurmforge.engine import DEFAULT_HOST
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -69,7 +75,7 @@ def check(
     if data is None or data.get("inputs") != _snapshot(config_path, data.get("trees") or ()):
         return None
     images = data.get("images") or {}
-    if not images or engine.image_ids(sorted(images)) != images:
+    if not images or image_ids(sorted(images)) != images:
         return None
     rows = [
         {**row, "status": "cached", "seconds": 0.0, "note": "unchanged since last build"}
@@ -77,3 +83,39 @@ def check(
     ]
     buildlog.write_summary(buildlog.new_log_dir(buildlog.root(config_path.parent)), rows)
     return rows
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=5)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def image_ids(refs: list[str]) -> dict[str, str] | None:
+    """Tag → image ID for every one of ``refs``, asked of the daemon over its unix socket with
+    the standard library; None when any is missing or the daemon is not on a unix socket (or
+    does not answer)."""
+    host = os.environ.get("DOCKER_HOST", DEFAULT_HOST)
+    if not host.startswith("unix://"):
+        return None
+    conn = _UnixConnection(host.removeprefix("unix://"))
+    ids = {}
+    try:
+        for ref in refs:
+            conn.request("GET", f"/images/{urllib.parse.quote(ref, safe='/:')}/json")
+            response = conn.getresponse()
+            body = response.read()
+            if response.status != 200:
+                return None
+            ids[ref] = json.loads(body)["Id"]
+    except (OSError, http.client.HTTPException, ValueError, KeyError):
+        return None
+    finally:
+        conn.close()
+    return ids

@@ -2,8 +2,7 @@
 
 A component is declared once, as data: which axes identify it (a component that does not depend
 on CUDA is built once and tagged for every CUDA version of its cells), which components it is
-built from, and whether it is published. Later components (worker) slot in here.
-"""
+built from, and whether it is published."""
 
 from __future__ import annotations
 
@@ -356,12 +355,11 @@ def expand(
                 f"--component {name!r}: unknown component; expected one of {', '.join(public)}"
             )
     wanted = wanted or list(COMPONENTS)
-
     drafts: dict[str, _Draft] = {}
     visited: dict[tuple[str, Cell], str] = {}  # a (component, cell) and its parents, once
 
     def visit(component: str, cell: Cell) -> str:
-        if (component, cell) in visited:
+        if (component, cell) in visited:  # its parents and tags are there already
             return visited[component, cell]
         comp = COMPONENTS[component]
         coords = tuple((a, cell.value(a)) for a in comp.axes)

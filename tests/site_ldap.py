@@ -71,6 +71,7 @@ def run(
     (root / "bind").write_text("the-right-one\n")
     (root / "bind").chmod(0o600)  # a secret: its owner's alone, or deploy refuses it
     (root / "wrong").write_text("not-it\n")
+    (root / "wrong").chmod(0o600)
     base = f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\no: Site\ndc: site\n"
     (root / "seed.ldif").write_text(base + (f"\n{entries}" if entries else ""))
     secure, plain = free_port(host), free_port(host)
