@@ -1,14 +1,17 @@
 """What the local target checks before a deploy, scale or restore changes anything: the images
 are built, the published ports are free, the database takes the kept password, the site's
-settings and mounts fit this host, and the Slurm series may follow the running one."""
+settings and mounts fit this host, the GPU node sets fit its GPUs, and the Slurm series may
+follow the running one."""
 
 from __future__ import annotations
 
+import functools
 import socket
 from pathlib import Path
 
 from slurmforge import state
 from slurmforge.deploy import roles
+from slurmforge.deploy.local import gpu_assign
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.roles import CONTROLLER
 from slurmforge.deploy.slurm import database as accounting_db
@@ -22,6 +25,23 @@ class Preflight:
         self.cluster = cluster
         self.project = project
         self.engine = project.engine
+
+    def everything(self) -> tuple[bool, dict[str, str]]:
+        """Every check, in this order: whether the deploy changes the Slurm series (before
+        anything, even before the images are looked up), the GPUs, the database, the ports,
+        the images (their IDs), the site's settings."""
+        upgrading = self.upgrade()
+        _ = self.gpus  # GPU node sets without GPUs are refused before anything happens
+        self.database()
+        self.ports()
+        ids = self.image_ids()
+        self.site()
+        return upgrading, ids
+
+    @functools.cached_property
+    def gpus(self) -> gpu_assign.Assignment:
+        """Which of this host's GPUs each node gets; more than it has is refused."""
+        return gpu_assign.assign(self.cluster)
 
     def image_ids(self) -> dict[str, str]:
         """Component → the ID of its built image; an image not built is refused, naming the

@@ -5,7 +5,6 @@ restore.py (an archive put back)."""
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from pathlib import Path
@@ -63,11 +62,10 @@ class Local(Target):
         self.cluster = cluster
         self.check = Preflight(cluster, self.project)
         self.files = Files(cluster, self.dir, self.project, self.log, self.dry_run)
-        self.__dict__.pop("gpus", None)  # the GPU assignment follows the node counts
 
-    @functools.cached_property
+    @property
     def gpus(self) -> gpu_assign.Assignment:
-        return gpu_assign.assign(self.cluster)
+        return self.check.gpus  # follows the node counts: a scale binds a new Preflight
 
     # --- what backups and the health check ask: BackupAccess ------------------------------------
 
@@ -104,7 +102,7 @@ class Local(Target):
         """`deploy --dry-run`: the same checks and the same files as a deploy, written where it
         would write them; nothing is started, populated, signalled or made (no secret, no
         volume). The directory a running cluster's containers read is refused: --out elsewhere."""
-        _, ids = self.preflight()
+        _, ids = self.check.everything()
         if self.project.mounts_from(self.dir):
             raise ConfigError(
                 f"deploy --dry-run: cluster {self.cluster.name} is running from {self.dir}, and "
@@ -119,23 +117,12 @@ class Local(Target):
             "(`invoke deploy` without --dry-run applies them)"
         ]
 
-    def preflight(self) -> tuple[bool, dict[str, str]]:
-        """Every check before anything changes: whether the Slurm series changes, and the
-        images' IDs."""
-        upgrading = self.check.upgrade()  # before anything, even before the images are looked up
-        _ = self.gpus  # GPU node sets without GPUs are refused before anything happens
-        self.check.database()
-        self.check.ports()
-        ids = self.check.image_ids()
-        self.check.site()
-        return upgrading, ids
-
     def start(self, timeout: float, back_up: bool = False, upgrading: bool = False) -> float:
         """Render, populate the jail, start everything, wait for every node; seconds taken.
         ``back_up``: take one first when the deploy changes the Slurm series. ``upgrading``: a
         restore onto a newer series (the daemons start in Slurm's order)."""
         start = time.monotonic()
-        series_change, ids = self.preflight()
+        series_change, ids = self.check.everything()
         upgrading = series_change or upgrading
         for note in probe.probe(self.cluster.path, self.cluster.spec):
             print(f"note: {note}", file=self.log)
