@@ -37,6 +37,8 @@ from slurmforge.errors import ConfigError
 
 SCHEMA = 1  # the layout above; raised when a restore could not read an older archive
 MANIFEST, MANIFEST_SUM = "MANIFEST.json", "MANIFEST.sha256"
+TOP_MEMBERS = ("database.sql", "state.tar", "jail.tar", MANIFEST, MANIFEST_SUM)
+FOLDERS = ("cluster", "secrets")  # each holds plain files, one level deep
 PARTIAL = ".partial"
 BLOCK = tarfile.BLOCKSIZE
 CHUNK = 1 << 20
@@ -71,6 +73,23 @@ class Manifest:
             return cls(**raw)
         except (ValueError, TypeError, AttributeError):
             raise ConfigError(f"{where}: {MANIFEST} is not a slurmforge manifest") from None
+
+
+def layout_error(name: object) -> str | None:
+    """Why ``name`` is no member the layout above has; None when it is one. Nothing else is
+    ever read from an archive or written out of one: no absolute path, no "..", no folder of
+    its own, whatever a manifest says."""
+    if name in TOP_MEMBERS:
+        return None
+    if isinstance(name, str):
+        folder, _, file = name.partition("/")
+        if folder in FOLDERS and file not in ("", ".", "..") and "/" not in file:
+            if file.isprintable() and "\\" not in file:
+                return None
+    return (
+        f"member {name!r} is not one of the archive's layout ("
+        f"{', '.join(f'{f}/<file>' for f in FOLDERS)}, {', '.join(TOP_MEMBERS)})"
+    )
 
 
 def _header(name: str, size: int, mode: int) -> bytes:
@@ -114,7 +133,7 @@ class Writer:
 
     def add(self, name: str, chunks: Iterable[bytes], mode: int = 0o600) -> int:
         """Append a member made of ``chunks``; its size."""
-        if len(name.encode()) >= 100 or name in self.manifest.members:
+        if len(name.encode()) >= 100 or name in self.manifest.members or layout_error(name):
             raise ValueError(f"member name {name!r}")
         start = self.fh.tell()
         self.fh.write(_header(name, 0, mode))  # patched below, once the size is known
@@ -189,6 +208,9 @@ def verify(path: Path) -> Manifest:
     try:
         with tarfile.open(path, "r:") as tar, path.open("rb") as raw:
             for info in tar:
+                why = layout_error(info.name)
+                if why:
+                    raise _refuse(path, why)
                 raw.seek(info.offset)
                 if (
                     not info.isfile()
@@ -227,6 +249,12 @@ def verify(path: Path) -> Manifest:
     if manifest_sum != _sum_line(manifest_data):
         raise _refuse(path, f"{MANIFEST} does not match {MANIFEST_SUM}")
     manifest = Manifest.load(str(path), manifest_data)
+    if not isinstance(manifest.members, dict):
+        raise _refuse(path, f"{MANIFEST} lists no members")
+    for name in manifest.members:
+        why = layout_error(name)
+        if why or name in (MANIFEST, MANIFEST_SUM):
+            raise _refuse(path, f"{MANIFEST} lists {why or f'member {name!r} as its own'}")
     found = {k: v for k, v in seen.items() if k not in (MANIFEST, MANIFEST_SUM)}
     for name, want in manifest.members.items():
         got = found.get(name)
