@@ -79,7 +79,10 @@ class Kube:
             if all(states.get(n) == s for n, s in want.items()):
                 return time.monotonic() - start
             time.sleep(1)
-        pytest.fail(f"wanted {want}, Slurm says {states}")
+        # the reasons a node is out of service, which name the cause when this fails on CI
+        reasons = self.run("exec", "slurmctld-0", "-c", "slurmctld", "--", "sinfo", "-R",
+                           "-o", "%N %t %E %H", check=False)  # fmt: skip
+        pytest.fail(f"wanted {want}, Slurm says {states}; sinfo -R: {reasons}")
 
 
 @pytest.fixture(scope="session")

@@ -83,9 +83,9 @@ def layout_error(name: object) -> str | None:
         return None
     if isinstance(name, str):
         folder, _, file = name.partition("/")
-        if folder in FOLDERS and file not in ("", ".", "..") and "/" not in file:
-            if file.isprintable() and "\\" not in file:
-                return None
+        plain = file not in ("", ".", "..") and file.isprintable() and not set(file) & {"/", "\\"}
+        if folder in FOLDERS and plain:
+            return None
     return (
         f"member {name!r} is not one of the archive's layout ("
         f"{', '.join(f'{f}/<file>' for f in FOLDERS)}, {', '.join(TOP_MEMBERS)})"

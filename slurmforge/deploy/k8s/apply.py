@@ -111,6 +111,13 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
             kube.k.argv("rollout", "status", f"{kind}/{name}", wait),
             f"rollout of {kind}/{name}",
         )
+    # a removed node's pod is gone before this returns (the StatefulSet only starts deleting
+    # it): its preStop has run and nothing of it is left to reach the jobs or the API
+    for node in removed:
+        kube.k.check(
+            kube.k.argv("wait", "--for=delete", f"pod/{node}", wait),
+            f"waiting for pod/{node} to go",
+        )
     if config_sync.sync_config(kube, timeout):
         slurmctl.reconfigure(kube.controller_sh)
     nodes = [node for _, node in kube.cluster.nodes]
