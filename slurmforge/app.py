@@ -25,7 +25,7 @@ from slurmforge.errors import ConfigError
 from slurmforge.fetching import Fetching
 from slurmforge.matrix import BuildTarget
 from slurmforge.options import FetchOptions
-from slurmforge.plan import Action, Decision, Planner
+from slurmforge.plan import Action, Decision, Planner, decide
 from slurmforge.proc import git_origin, git_revision
 from slurmforge.render import ContextFiles, DockerfileRenderer, Rendered
 from slurmforge.sources import Cache
@@ -58,6 +58,7 @@ class Project(Fetching):
         self.renderer = DockerfileRenderer(self.config)
         self.fetched: dict[str, str] = {}  # artifact key → sha256 of what this run downloaded
         self._contexts: dict[str, ContextFiles] = {}
+        self._sources = ContextSources(self.config, self.cache, self.fetched)
 
     @cached_property
     def engine(self) -> Engine:
@@ -66,8 +67,7 @@ class Project(Fetching):
     def context(self, target: BuildTarget) -> ContextFiles:
         """``target``'s upstream build-context entries, and the optional features it lacks."""
         if target.id not in self._contexts:
-            sources = ContextSources(self.config, self.cache, self.fetched)
-            self._contexts[target.id] = sources(target)
+            self._contexts[target.id] = self._sources(target)
         return self._contexts[target.id]
 
     def rendered(self, target: BuildTarget) -> Rendered | Base:
@@ -95,15 +95,7 @@ class Project(Fetching):
     # -- plan / build ----------------------------------------------------------------------
 
     def plan(self) -> list[Decision]:
-        planner = Planner(self.engine, self.rendered, self.engine.tagged())
-        decisions: dict[str, Decision] = {}
-        for target in self.targets:
-            parents: dict[str, Decision | str] = {}
-            for pid in target.parents:
-                d = decisions[pid]
-                parents[pid] = d.existing.id if d.action is Action.CACHED and d.existing else d
-            decisions[target.id] = planner.evaluate(target, parents)
-        return [decisions[t.id] for t in self.targets]
+        return decide(self.targets, self.engine, self.rendered)
 
     @property
     def stamp_key(self) -> list[str]:

@@ -342,8 +342,10 @@ class Versions(Model):
         if not tool.releases:
             assert tool.version is not None
             return tool.version, getattr(tool, kind)
-        cell = {"slurm": slurm, "cuda": cuda}[features.FEATURES[name].axis]
-        version = self.picks(name)[cell or ""][name]  # checked at load time
+        axis = features.FEATURES[name].axis
+        entries: dict[str, Slurm | Cuda] = getattr(self, axis)
+        cell = {"slurm": slurm, "cuda": cuda}[axis]
+        version = dict(entries[cell or ""].tools)[name]  # checked at load time
         return version, getattr(tool.releases[version], kind)
 
 

@@ -9,6 +9,7 @@ goes without. Whether to build or reuse is decided elsewhere (plan.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 from slurmforge import features
@@ -134,15 +135,31 @@ class ContextSources:
     def __init__(self, config: Config, cache: Cache, fetched: dict[str, str] | None = None) -> None:
         self.config = config
         self.cache = cache
-        self.fetched = fetched or {}  # artifact key → sha256 of what this run downloaded
+        self.fetched = fetched if fetched is not None else {}  # key → sha256 fetched this run
+        self._found: dict[tuple[str, str], bool] = {}  # (sha256, filename) → in the cache
+        self._paths: dict[tuple[str, str], Path] = {}
 
     def _sha(self, source: Artifact) -> str:
         return self.fetched.get(source.key) or self.config.sha256_of(source)
 
+    def _in_cache(self, sha: str, filename: str) -> bool:
+        """Looked up once per artifact: a plan of thousands of targets shares a few dozen.
+        (Only ever found, never lost: a fetch adds to the cache and deletes nothing.)"""
+        key = (sha, filename)
+        if not self._found.get(key):
+            self._found[key] = self.cache.lookup(sha, filename) is not None
+        return self._found[key]
+
+    def _path(self, sha: str, filename: str) -> Path:
+        key = (sha, filename)
+        if key not in self._paths:
+            self._paths[key] = self.cache.root / sha / filename
+        return self._paths[key]
+
     def cached(self, need: Need) -> tuple[Artifact, str] | None:
         for cand in need.candidates:
             sha = self._sha(cand)
-            if sha != UNPINNED and self.cache.lookup(sha, cand.filename):
+            if sha != UNPINNED and self._in_cache(sha, cand.filename):
                 return cand, sha
         return None
 
@@ -155,7 +172,7 @@ class ContextSources:
                 continue
             first = need.candidates[0]
             source, sha = self.cached(need) or (first, self._sha(first))
-            path = self.cache.root / sha / source.filename
+            path = self._path(sha, source.filename)
             files[need.name] = ContextFile(need.arcname(source), path, sha, 0o644)
         return ContextFiles(files, tuple(skipped))
 

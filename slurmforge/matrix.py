@@ -12,10 +12,10 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
-from slurmforge import refs
 from slurmforge.config import Config, MatrixSet
-from slurmforge.errors import ConfigError, quote
+from slurmforge.errors import ConfigError
 from slurmforge.inputs import format_path
 from slurmforge.pins import NATIVE_ARCH
 
@@ -220,20 +220,25 @@ class BuildTarget:
     tags: tuple[str, ...]  # first one is where the image is looked up
     cells: tuple[Cell, ...] = field(compare=False)
 
-    @property
+    # computed once per target (a plan of thousands of cells asks each many times)
+    @cached_property
     def id(self) -> str:
         return f"{self.component}/{'-'.join(v for _, v in self.coords)}"
+
+    @cached_property
+    def _axes(self) -> dict[Axis, str]:
+        return dict(self.coords)
 
     @property
     def ref(self) -> str:
         return self.tags[0]
 
     def coord(self, axis: Axis) -> str | None:
-        return dict(self.coords).get(axis)
+        return self._axes.get(axis)
 
     @property
     def distro(self) -> str:  # every component has the distro axis
-        return dict(self.coords)[Axis.DISTRO]
+        return self._axes[Axis.DISTRO]
 
     @property
     def slurm(self) -> str | None:
@@ -258,8 +263,9 @@ class _Draft:
     component: str
     coords: tuple[tuple[Axis, str], ...]
     parents: tuple[str, ...] = ()
-    tags: list[str] = field(default_factory=list)
-    cells: list[Cell] = field(default_factory=list)
+    # ordered sets (a dict's keys): a base shared by hundreds of cells is met once per cell
+    tags: dict[str, None] = field(default_factory=dict)
+    cells: dict[Cell, None] = field(default_factory=dict)
 
 
 def cells_of(config: Config, set_name: str) -> list[Cell]:
@@ -298,7 +304,7 @@ def select_cells(cells: Sequence[Cell], names: Iterable[str], set_name: str) -> 
     return [by_name[n] for n in dict.fromkeys(names)]
 
 
-def _values(component: str, cell: Cell) -> dict[str, str]:
+def tag_values(component: str, cell: Cell) -> dict[str, str]:
     return {
         "component": component,
         "slurm": cell.slurm,
@@ -312,7 +318,7 @@ def _values(component: str, cell: Cell) -> dict[str, str]:
 def published_tags(mset: MatrixSet, component: str, cell: Cell) -> list[str]:
     """The tags a push publishes for ``cell``'s ``component``: one manifest list each, shared
     by the cell's siblings of every arch."""
-    values = _values(component, cell)
+    values = tag_values(component, cell)
     return [f"{mset.registry}/{component}:{t.format(**values)}" for t in mset.tags]
 
 
@@ -321,25 +327,6 @@ def tags_for(mset: MatrixSet, component: str, cell: Cell) -> list[str]:
     local tag holds one arch's image; the list that joins them exists only in a registry)."""
     suffix = arch_suffix(cell.arch)
     return [f"{tag}{suffix}" for tag in published_tags(mset, component, cell)]
-
-
-def check_tags(config: Config) -> None:
-    """Every tag every set makes, for each of its cells and public components, is a valid image
-    reference (the distribution grammar): refused when versions.yaml is loaded, not by the
-    daemon halfway through a build."""
-    for set_name, mset in config.versions.sets.items():
-        cells = cells_of(config, set_name)
-        for component in (n for n, c in COMPONENTS.items() if c.public):
-            for cell in cells:
-                for i, template in enumerate(mset.tags):
-                    tag = template.format(**_values(component, cell)) + arch_suffix(cell.arch)
-                    try:
-                        refs.tagged(mset.registry, component, tag)
-                    except ValueError as exc:
-                        raise ConfigError(
-                            f"{config.path}: {format_path(('sets', set_name, 'tags', i))}: "
-                            f"{quote(template)} for {component} of {cell.name} {exc}"
-                        ) from None
 
 
 def expand(
@@ -371,13 +358,12 @@ def expand(
         draft.parents = tuple(visit(p, native if comp.builder else cell) for p in comp.parents)
         if cell.arch != NATIVE_ARCH:
             draft.parents += tuple(visit(p, cell) for p in comp.cross_parents)
-        if cell not in draft.cells:
-            draft.cells.append(cell)
+        draft.cells[cell] = None
         if comp.public:
             tags = tags_for(mset, component, cell)
         else:
             tags = [f"{INTERNAL_REGISTRY}/{target_id.replace('/', ':', 1)}"]
-        draft.tags.extend(t for t in tags if t not in draft.tags)
+        draft.tags.update(dict.fromkeys(tags))
         visited[component, cell] = target_id
         return target_id
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -33,7 +34,9 @@ class Decision:
     reason: str
     inputs_hash: str | None  # None while a parent is still to be built
     manifest: dict[str, Any] | None
-    recipe: Rendered | Base  # a Dockerfile and its context, or a bootstrapped base's spec
+    # a Dockerfile and its context, or a bootstrapped base's spec; None while a parent is still
+    # to be built (the build renders it once that parent is, with the parent's ID)
+    recipe: Rendered | Base | None
     existing: ImageInfo | None
 
     @property
@@ -87,6 +90,9 @@ class Planner:
         else:
             existing = self.images.get(target.ref)
         pending = [pid for pid, p in parents.items() if isinstance(p, Decision)]
+        if pending:  # the hash cannot be known yet, nor need it be rendered
+            why = f"parent {pending[0]} will be rebuilt"
+            return Decision(target, Action.BUILD, why, None, None, None, existing)
         recipe = self.recipe(target)
         if isinstance(recipe, Rendered):
             ids = {pid: p for pid, p in parents.items() if isinstance(p, str)}
@@ -94,8 +100,8 @@ class Planner:
             unpinned = any(f.sha256 == UNPINNED for f in recipe.files)
         else:
             manifest, unpinned = bootstrap.manifest(recipe), False
-        if pending or unpinned:  # the hash cannot be known yet
-            why = f"parent {pending[0]} will be rebuilt" if pending else "source not pinned yet"
+        if unpinned:  # the hash cannot be known yet
+            why = "source not pinned yet"
             return Decision(target, Action.BUILD, why, None, None, recipe, existing)
         digest = inputs_hash(manifest)
         if existing is None:
@@ -108,3 +114,37 @@ class Planner:
             changed = changes(existing.manifest, manifest) or ["inputs"]
             reason, action = "changed: " + ", ".join(changed), Action.BUILD
         return Decision(target, action, reason, digest, manifest, recipe, existing)
+
+
+def decide(
+    targets: list[BuildTarget],
+    engine: Engine,
+    rendered: Callable[[BuildTarget], Rendered | Base],
+) -> list[Decision]:
+    """What a build of ``targets`` (in dependency order) would do with each, from the images
+    the engine holds now (one listing). While the daemon lists them (its own work, most of the
+    wait) the targets are rendered here in order; the rest once a decision needs them (one
+    whose parent is to be rebuilt needs none). Each is rendered once."""
+    recipes: dict[str, Rendered | Base] = {}
+    with ThreadPoolExecutor(1) as pool:
+        listing = pool.submit(engine.tagged)
+        for target in targets:
+            if listing.done():
+                break
+            recipes[target.id] = rendered(target)
+        images = listing.result()
+
+    def recipe(target: BuildTarget) -> Rendered | Base:
+        if target.id not in recipes:
+            recipes[target.id] = rendered(target)
+        return recipes[target.id]
+
+    planner = Planner(engine, recipe, images)
+    decisions: dict[str, Decision] = {}
+    for target in targets:
+        parents: dict[str, Decision | str] = {}
+        for pid in target.parents:
+            d = decisions[pid]
+            parents[pid] = d.existing.id if d.action is Action.CACHED and d.existing else d
+        decisions[target.id] = planner.evaluate(target, parents)
+    return [decisions[t.id] for t in targets]

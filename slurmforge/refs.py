@@ -10,6 +10,7 @@ validators and option parsing alike.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import urllib.parse
@@ -62,9 +63,24 @@ def registry_prefix(value: str) -> str:
     return value
 
 
+@functools.cache
+def _named(registry: str, name: str) -> bool:
+    """``registry/name`` is a valid name of the reference grammar (parsed once per pair)."""
+    try:
+        reference.Reference.parse_normalized_named(f"{registry}/{name}:tag")
+    except Exception:
+        return False
+    return True
+
+
 def tagged(registry: str, name: str, tag: str) -> str:
     """``registry/name:tag``, refused unless the tag (made from a template) is a valid tag."""
     ref = f"{registry}/{name}:{tag}"
+    # the grammar's name and tag are independent: a set of thousands of cells repeats one name
+    # per component, so the name is parsed once and each tag matched alone, by the library's own
+    # tag expression; anything that fails is parsed whole, for the library's reason
+    if _named(registry, name) and reference.ImageRegexps.ANCHORED_TAG_REGEXP.fullmatch(tag):
+        return ref
     try:
         parsed = reference.Reference.parse_normalized_named(ref)
     except Exception as exc:

@@ -136,6 +136,7 @@ class DockerfileRenderer:
             undefined=jinja2.StrictUndefined,
             keep_trailing_newline=True,
             autoescape=False,
+            auto_reload=False,  # one run renders thousands of targets from unchanged templates
         )
         self._files: dict[str, list[ContextFile]] = {}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from slurmforge import features, matrix, state
+from slurmforge import features, matrix, refs, state
 from slurmforge.config import Config, Versions
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import format_path, read_yaml, validate
@@ -17,7 +17,7 @@ def load(path: Path) -> Config:
     versions = validate(Versions, read_yaml(path), path)
     _check_references(path, versions)
     config = Config(path=path, versions=versions, locked=state.read_sources_lock(path))
-    matrix.check_tags(config)
+    _check_tags(config)
     return config
 
 
@@ -103,3 +103,23 @@ def _unknown(
         f"{path}: {format_path(loc)}: unknown {what} {quote(value)}; "
         f"expected one of {', '.join(sorted(known))}"
     )
+
+
+def _check_tags(config: Config) -> None:
+    """Every tag every set makes, for each of its cells and public components, is a valid image
+    reference (the distribution grammar): refused when versions.yaml is loaded, not by the
+    daemon halfway through a build."""
+    for set_name, mset in config.versions.sets.items():
+        cells = matrix.cells_of(config, set_name)
+        for component in (n for n, c in matrix.COMPONENTS.items() if c.public):
+            for cell in cells:
+                values = matrix.tag_values(component, cell)
+                for i, template in enumerate(mset.tags):
+                    tag = template.format(**values) + matrix.arch_suffix(cell.arch)
+                    try:
+                        refs.tagged(mset.registry, component, tag)
+                    except ValueError as exc:
+                        raise ConfigError(
+                            f"{config.path}: {format_path(('sets', set_name, 'tags', i))}: "
+                            f"{quote(template)} for {component} of {cell.name} {exc}"
+                        ) from None
