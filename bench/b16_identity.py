@@ -8,7 +8,8 @@ Three throwaway clusters from the shipped cluster file, one after the other:
   exists only there. A createuser user on the same cluster gives the local-key login baseline.
 
 Figures, from a user's login session in the jail:
-- step launch: `srun -N2 true`, median of 20; target: ldap <= 1.05 x local;
+- step launch: `srun -N2 true`, median of 20, each a job of its own; target: ldap <= 1.05 x
+  local; and `srun -N2 true` as steps of one running job (under salloc);
 - throughput: 200 `sbatch --wrap=true`, first submission to empty queue; target ldap >= 0.95 x;
 - login: `ssh user@login true` with the user's key, median of 10, key from the directory
   (sss_ssh_authorizedkeys) against a key in ~/.ssh/authorized_keys, on the ldap cluster.
@@ -26,7 +27,7 @@ from pathlib import Path
 import docker
 import yaml
 
-from bench.b7_jobs import jobs_per_s, launch_ms
+from bench.b7_jobs import jobs_per_s, launch_ms, step_ms
 from bench.common import ROOT, invoke
 from tests.ports import published
 
@@ -104,6 +105,7 @@ def measure(root: Path, name: str, key: Path | None, node_ssh: bool = True) -> d
             out["ssh local"] = ssh_ms(port, "bench", key)
         _, run = session(client, name, user)
         out["launch"] = launch_ms(run, "-p main -N2")
+        out["step"] = step_ms(run, "-p main -N2")
         out["jobs"] = jobs_per_s(run, "main", user)
     finally:
         invoke("down", "--volumes", *where)
@@ -130,6 +132,8 @@ def main() -> None:
     print(f"  launch {local['launch']:.0f} vs {plain['launch']:.0f} ms: "
           f"{local['launch'] / plain['launch']:.2f} x; {local['jobs']:.1f} vs "
           f"{plain['jobs']:.1f} jobs/s: {local['jobs'] / plain['jobs']:.2f} x")  # fmt: skip
+    print(f"  a step inside a running job (srun -N2 true under salloc): {local['step']:.0f} vs "
+          f"{plain['step']:.0f} ms: {local['step'] / plain['step']:.2f} x")  # fmt: skip
     print(f"ssh with a key to `true`, median of {LOGINS} (ldap cluster):")
     ssh_local, ssh_ldap = ldap["ssh local"], ldap["ssh ldap"]
     print(f"  key in ~/.ssh {ssh_local:6.0f} ms   key in the directory {ssh_ldap:6.0f} ms   "

@@ -134,6 +134,16 @@ def launch_ms(jail, where: str) -> float:
     return statistics.median(int(ns) for ns in out.split()) / 1e6
 
 
+def step_ms(jail, where: str) -> float:
+    """Median ms of `srun -Q true` inside one allocation (`salloc WHERE`): a step of a job that
+    already runs, as in a batch script, with no job to start or end per launch."""
+    out = jail(
+        f"salloc -Q {where} bash -c 'srun -Q true; for i in $(seq {LAUNCHES}); do "
+        "s=$(date +%s%N); srun -Q true; echo $(( $(date +%s%N) - s )); done'"
+    )
+    return statistics.median(int(ns) for ns in out.split()) / 1e6
+
+
 def jobs_per_s(jail, part: str, user: str = "bench") -> float:
     start = time.perf_counter()
     jail(f"for i in $(seq {JOBS}); do sbatch -Q -p {part} -o /dev/null --wrap=true; done")
