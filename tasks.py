@@ -272,8 +272,9 @@ def backup(c, where, out, from_schedule):
 )
 def restore(c, where, archive, force, timeout):
     """Bring a cluster back from its archive, on this host: every record, job, user and file."""
-    seconds = where.parse_timeout(timeout)
-    for line in _open(where).restore(Path(archive).resolve(), force, seconds):
+    from slurmforge.deploy import restore as restore_cluster
+
+    for line in restore_cluster(where, Path(archive).resolve(), force, timeout):
         print(line)
 
 

@@ -139,7 +139,8 @@ def _where(
 
     out_root = out_dir("--out", out, ROOT / "deploy" / "out")
     cluster_file = Path(cluster).resolve() if cluster else ROOT / "deploy" / "cluster.yaml"
-    return Where(cluster_file, config_path(config), out_root, target, context, namespace, dry_run)
+    return Where(cluster_file, config_path(config), out_root, target, context, namespace, dry_run,
+                 cluster_given=cluster is not None)  # fmt: skip
 
 
 TARGET = Group(

@@ -34,6 +34,17 @@ TESTED = Path("build") / "tested.json"
 SCALE_FILE = "replicas.json"
 
 
+def write_private(path: Path, data: bytes) -> None:
+    """``data`` into ``path``, mode 0600 from the start: written beside it and renamed over
+    it, so never partial."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ loader.py (reading a cluster file), and one package per target, local/ and k8s/.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +33,20 @@ def deploy(where: Where, timeout: str | None, back_up: bool = True) -> list[str]
     """`invoke deploy` on the chosen target; the lines to show the user."""
     seconds = where.parse_timeout(timeout)
     return open_target(where).deploy(seconds, back_up)
+
+
+def restore(where: Where, archive: Path, force: bool, timeout: str | None) -> list[str]:
+    """`invoke restore` on the chosen target. Given no cluster file, it takes the archive's
+    own (written into the cluster's state directory, and said where)."""
+    seconds = where.parse_timeout(timeout)
+    lines = []
+    if not where.cluster_given:
+        from slurmforge.deploy.backup import take
+
+        file = take.unpack_cluster(archive)
+        where = dataclasses.replace(where, cluster_file=file, cluster_given=True)
+        lines.append(f"cluster file: {file} (the archive's; later commands take --cluster {file})")
+    return [*lines, *open_target(where).restore(archive, force, seconds)]
 
 
 def check_namespace(namespace: str | None) -> None:

@@ -14,7 +14,7 @@ from slurmforge import features, matrix
 from slurmforge.config import Config
 from slurmforge.deploy import roles
 from slurmforge.deploy.spec import checks
-from slurmforge.deploy.spec.layers import Layers
+from slurmforge.deploy.spec import layers as spec_layers
 from slurmforge.deploy.spec.model import Cluster, ClusterSpec, image_key
 from slurmforge.errors import ConfigError
 from slurmforge.inputs import read_yaml, validate
@@ -30,12 +30,7 @@ def load(path: Path, config: Config, scale: Scale | Mapping[str, int] = no_scale
     """The cluster in ``path``, with layers applied, node counts from ``scale`` (a mapping, or a
     function of the cluster's name giving one) over the file's, and images bound."""
     raw = read_yaml(path)
-    nodesets = raw.get("nodesets")
-    layers = None
-    if isinstance(nodesets, list):
-        layers_dir = path.parent / str(raw.get("layers", "layers"))
-        layers = Layers(path, nodesets, layers_dir)
-        raw["nodesets"] = [layers.resolve(i, ns) for i, ns in enumerate(nodesets)]
+    layers = spec_layers.apply(path, raw)
     name = raw.get("name")
     if isinstance(name, str) and isinstance(raw.get("nodesets"), list):
         counts = scale if isinstance(scale, Mapping) else scale(name)

@@ -39,6 +39,7 @@ class Where:
     context: str | None = None
     namespace: str | None = None
     dry_run: bool = False
+    cluster_given: bool = True  # False: --cluster was left to its default
 
     def target_class(self) -> type[Target]:
         """The chosen target's class; a bad --target, or an option the target does not take,

@@ -209,6 +209,57 @@ def test_mpi_a_container_and_accounting_as_a_directory_user(directory: Directory
     assert _sacct(directory.cluster, "ada", job) == "physics|COMPLETED"
 
 
+def test_a_host_lost_after_users_were_added_over_ldap_comes_back_from_the_archive_alone(
+    directory: Directory, tmp_path: Path
+) -> None:
+    """dora is added over LDAP after the first deploy (as README says a site adds people). The
+    cluster is backed up, the host "lost" (containers, volumes, secrets, the cluster file and
+    its seed), and `invoke restore` given the archive alone brings it back with dora in it."""
+    cluster = directory.cluster
+    key = tmp_path / "dora_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "dora", "-f", str(key)],
+                   check=True)  # fmt: skip
+    dora = (
+        f"dn: uid=dora,ou=people,{BASE}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
+        "objectClass: ldapPublicKey\nuid: dora\ncn: dora\nsn: dora\nuidNumber: 31010\n"
+        "gidNumber: 30000\nhomeDirectory: /home/dora\nloginShell: /bin/bash\n"
+        f"sshPublicKey: {key.with_suffix('.pub').read_text().strip()}\n\n"
+        f"dn: cn=hpc-admins,ou=groups,{BASE}\nchangetype: modify\nadd: memberUid\nmemberUid: dora\n"
+    )
+    slapd = cluster.container("slapd").id
+    subprocess.run(
+        ["docker", "exec", "-i", slapd, "ldapmodify", "-a", "-Q", "-Y", "EXTERNAL", "-H", "ldapi:///"],
+        input=dora, text=True, check=True, capture_output=True,
+    )  # fmt: skip
+    directory.keys["dora"] = key
+    assert directory.ok("dora", "id -un; id -Gn") == "dora\nphysics-users hpc-admins"
+
+    out = tmp_path / "backups"
+    proc = invoke(cluster.env, "backup", "--cluster", str(cluster.cluster_file), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = out.glob("*.tar")
+    proc = cluster.invoke("down", "--volumes")
+    assert proc.returncode == 0, proc.stderr
+    away = tmp_path / "away"
+    away.mkdir()
+    files = [cluster.cluster_file, cluster.root / "directory.ldif"]
+    for file in files:
+        file.rename(away / file.name)
+    try:
+        # no --cluster: the archive's own file, written beside the cluster's secrets
+        proc = invoke(cluster.env, "restore", str(path), "--out", str(cluster.root / "out"))
+    finally:
+        for file in files:  # (the helpers read the login port from it)
+            (away / file.name).rename(file)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    written = Path(cluster.env["SLURMFORGE_STATE_DIR"]) / cluster.name / "cluster"
+    assert f"cluster file: {written / cluster.name}.yaml" in proc.stdout
+    # dora, her key, her groups: the directory as it was, not as it was seeded
+    assert directory.ok("dora", "id -un; id -Gn") == "dora\nphysics-users hpc-admins"
+    assert directory.ok("ada", "srun -N2 id -un").split() == ["ada", "ada"]
+    directory.keys.pop("dora")
+
+
 def test_a_user_who_leaves_the_group_loses_the_association_not_the_records(
     directory: Directory,
 ) -> None:

@@ -4,9 +4,11 @@ Layout (every member a plain file):
 
 | member | what |
 | --- | --- |
-| cluster/<file> | the cluster file as it was, and model.json: what it resolved to |
+| cluster/<file> | the cluster file as it was; model.json, what it resolved to; one a restore |
+| | can use alone (<name>.standalone.yaml: take.standalone); the directory's seed |
 | secrets/<file> | the secrets slurmforge made for the cluster (mode 0600) |
 | database.sql | the accounting database (mariadb-dump --single-transaction), own database only |
+| directory.ldif | the embedded directory's entries (slapcat), when the cluster has one |
 | state.tar | slurmctld's StateSaveLocation |
 | jail.tar | the jail's user state: homes, /opt/user, kept paths, accounts, SSH host keys |
 | MANIFEST.json | the versions and each member's size and sha256 |
@@ -23,6 +25,7 @@ leaves no file that looks complete, and one that was cut short or changed is ref
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import io
 import json
@@ -37,7 +40,7 @@ from slurmforge.errors import ConfigError
 
 SCHEMA = 1  # the layout above; raised when a restore could not read an older archive
 MANIFEST, MANIFEST_SUM = "MANIFEST.json", "MANIFEST.sha256"
-TOP_MEMBERS = ("database.sql", "state.tar", "jail.tar", MANIFEST, MANIFEST_SUM)
+TOP_MEMBERS = ("database.sql", "directory.ldif", "state.tar", "jail.tar", MANIFEST, MANIFEST_SUM)
 FOLDERS = ("cluster", "secrets")  # each holds plain files, one level deep
 PARTIAL = ".partial"
 BLOCK = tarfile.BLOCKSIZE
@@ -56,6 +59,8 @@ class Manifest:
     # the live database's next job record index once StateSave was copied (restore starts the
     # restored table there, so no new job takes an index a job in StateSave already holds)
     job_index: int | None = None
+    # the cluster/ member a restore given no cluster file writes and uses (take.standalone)
+    standalone: str | None = None
     schema: int = SCHEMA
 
     def dump(self) -> bytes:
@@ -198,11 +203,25 @@ def _refuse(path: Path, why: str) -> ConfigError:
     return ConfigError(f"{path}: {why}; not a complete slurmforge backup, nothing was restored")
 
 
+# archives this process has read whole, by what identifies the file unchanged since then
+_verified: dict[tuple[str, int, int, int], Manifest] = {}
+
+
 def verify(path: Path) -> Manifest:
     """Read the whole archive: every member's size and sha256 as the manifest says, the manifest
-    as its checksum says, nothing missing and nothing more. The manifest, or one error line."""
+    as its checksum says, nothing missing and nothing more. The manifest, or one error line.
+    (A second call on the same unchanged file, as a restore that first took the cluster file
+    from it makes, answers without reading it again.)"""
     if not path.is_file():
         raise ConfigError(f"{path}: no such archive")
+    st = path.stat()
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _verified:
+        _verified[key] = _verify(path)
+    return copy.deepcopy(_verified[key])
+
+
+def _verify(path: Path) -> Manifest:
     seen: dict[str, dict[str, Any]] = {}
     manifest_data = manifest_sum = None
     try:

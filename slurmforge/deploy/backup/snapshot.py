@@ -41,8 +41,12 @@ from slurmforge.errors import ConfigError, DeployError
 SAVE_MAX_WAIT = 5.0  # seconds between two saves of slurmctld's save thread (state_save.c)
 # what that thread writes (a trigger's state too, when there are triggers)
 STATE_FILES = ("job_state", "node_state", "part_state", "resv_state", "trigger_state")
-# Where a Source runs a command: beside StateSave (slurmctld), the database, or the jail.
-STATE, DATABASE, JAIL = "state", "database", "jail"
+# Where a Source runs a command: beside StateSave (slurmctld), the database, the jail, or the
+# embedded directory (slapd).
+STATE, DATABASE, JAIL, DIRECTORY = "state", "database", "jail", "directory"
+# the configuration images/slapd/slapd-init writes at each start (slapcat reads it), and the
+# member the directory's entries are in
+SLAPD_CONF, DIRECTORY_MEMBER = "/run/slapd/slapd.conf", "directory.ldif"
 
 
 @dataclass
@@ -60,6 +64,8 @@ class Plan:
     jail: list[str]  # relative to the jail: its user state (globs allowed)
     database: str | None  # the cluster's own accounting database's name; None: not ours
     notes: list[str] = field(default_factory=list)  # what the archive leaves out, and why
+    directory: bool = False  # the cluster's own directory (slapd) is copied
+    standalone: str | None = None  # which of ``files`` a restore writes when given no other
 
     def dump(self) -> str:
         return json.dumps(self.__dict__, indent=2, sort_keys=True) + "\n"
@@ -70,7 +76,7 @@ class Plan:
 
 
 class Source(Protocol):
-    """How a backup reaches the cluster: ``where`` is STATE, DATABASE or JAIL."""
+    """How a backup reaches the cluster: ``where`` is STATE, DATABASE, JAIL or DIRECTORY."""
 
     # mariadb client options that reach the database (first on the command line)
     db: str
@@ -151,6 +157,7 @@ class Snapshot:
             slurmforge=plan.slurmforge,
             images=dict(plan.images),
             notes=list(plan.notes),
+            standalone=f"cluster/{plan.standalone}" if plan.standalone else None,
         )
         name = archive.archive_name(plan.cluster, now.strftime("%Y%m%dT%H%M%SZ"))
         start = time.monotonic()
@@ -163,6 +170,7 @@ class Snapshot:
                     raise DeployError(f"cluster {plan.cluster} has no {file} to back up")
                 writer.add_bytes(f"secrets/{file}", data, 0o600)
             began = self.database(writer)
+            self.directory(writer)
             self.jail(writer)  # while slurmctld saves what the dump holds (the wait below)
             self.state(writer, began)
             manifest.job_index = self.next_job_index()
@@ -205,6 +213,15 @@ class Snapshot:
             with self.bar("database") as bar:
                 writer.add("database.sql", dump.chunks(bar.update))
         return time.time()
+
+    def directory(self, writer: archive.Writer) -> None:
+        """The embedded directory's entries, every attribute a site added over LDAP included
+        (passwords, keys, groups). slapcat reads back-mdb's own snapshot while slapd serves:
+        consistent without a stop, and what slapadd loads back."""
+        if self.plan.directory:
+            dump = self.stream(DIRECTORY, f"slapcat -f {SLAPD_CONF} -o ldif-wrap=no")
+            with self.bar("directory") as bar:
+                writer.add(DIRECTORY_MEMBER, dump.chunks(bar.update))
 
     def next_job_index(self) -> int | None:
         """The job table's next index in the live database, read after StateSave was copied."""

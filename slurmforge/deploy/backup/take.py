@@ -7,6 +7,7 @@ target's scheduled backup pod.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import tempfile
@@ -16,22 +17,29 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, ClassVar
 
+import yaml
 from tqdm import tqdm
 
 from slurmforge import jail_contract, state
 from slurmforge.deploy import roles
 from slurmforge.deploy.backup import archive, snapshot
 from slurmforge.deploy.backup.snapshot import job_table
+from slurmforge.deploy.identity import sssd
 from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE, LOGIN
 from slurmforge.deploy.slurm import upgrade
+from slurmforge.deploy.spec import layers as spec_layers
 from slurmforge.deploy.spec.model import as_dict
 from slurmforge.errors import ConfigError, DeployError
+from slurmforge.inputs import read_yaml
 
 if TYPE_CHECKING:
     from slurmforge.deploy.backup.access import BackupAccess
     from slurmforge.deploy.spec.model import Cluster
 
 STATE_DIR = CONTROLLER_STATE.path
+# the embedded directory's entries in an archive, and the file a restore leaves in slapd's data
+# volume for images/slapd/slapd-init to load in place of the seed
+DIRECTORY_MEMBER, DIRECTORY_RESTORE = snapshot.DIRECTORY_MEMBER, "restore.ldif"
 DB_SOCKET = "/run/mysqld/mysqld.sock"
 # the jail's user state, relative to the jail: what populate keeps, and the accounts it merges
 JAIL_STATE = (
@@ -119,6 +127,75 @@ def load_dump(
             raise DeployError(f"{DATABASE}: {sql} failed: {out}")
 
 
+RESTORED = "cluster"  # under the cluster's state directory: its file, as the archive holds it
+
+
+def unpack_cluster(path: Path) -> Path:
+    """For a restore given no cluster file: the archive's own (take.standalone) and the seed
+    it names, written into the cluster's state directory (0700, beside its secrets); the
+    file's path. A file there that differs from the archive's is refused, never replaced."""
+    manifest = archive.verify(path)
+    member = manifest.standalone
+    if member is None or member not in manifest.members:
+        raise ConfigError(
+            f"{path}: the archive holds no cluster file a restore can use alone (a backup "
+            "before slurmforge kept one)",
+            hint=f"extract cluster/ from it (tar -xf {path} cluster/) and give --cluster",
+        )
+    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", manifest.cluster):  # the cluster file's rule
+        raise ConfigError(f"{path}: {archive.MANIFEST} names cluster {manifest.cluster!r}")
+    directory = state.cluster_dir(manifest.cluster) / RESTORED
+    text = _member_text(path, manifest, member)
+    wanted = {f"{manifest.cluster}.yaml": text}
+    seed = ((yaml.safe_load(text) or {}).get("identity") or {}).get("ldap", {}).get("seed")
+    if seed is not None:
+        wanted[str(seed)] = _member_text(path, manifest, f"cluster/{seed}")
+    for name, content in wanted.items():
+        file = directory / name
+        if file.exists() and file.read_text() != content:
+            raise ConfigError(
+                f"{file}: differs from the cluster file in {path.name} (an earlier restore's, "
+                "since changed?)",
+                hint=f"restore with --cluster {file}, or move it away",
+            )
+    directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # it holds the secrets
+    directory.mkdir(exist_ok=True, mode=0o700)
+    for name, content in wanted.items():
+        state.write_private(directory / name, content.encode())
+    return directory / f"{manifest.cluster}.yaml"
+
+
+def _member_text(path: Path, manifest: archive.Manifest, member: str) -> str:
+    """A cluster/ member's text (one the archive holds, and named as its layout names one)."""
+    if (
+        archive.layout_error(member)
+        or not member.startswith("cluster/")
+        or (member not in manifest.members)
+    ):
+        raise ConfigError(f"{path}: the archive's cluster file names {member!r}, which it lacks")
+    with archive.member(path, member) as source:
+        try:
+            return source.read().decode()
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: {member} is not UTF-8 text") from None
+
+
+def restores_directory(cluster: Cluster, manifest: archive.Manifest) -> bool:
+    """The archive's directory goes into ``cluster``'s own slapd (one that has none: a note
+    says the archive's is left out)."""
+    if DIRECTORY_MEMBER not in manifest.members:
+        return False
+    if not sssd.embedded(cluster.spec):
+        note = (
+            f"the archive's directory is not restored: {cluster.path} has no embedded one "
+            "(identity.ldap.embedded)"
+        )
+        if note not in manifest.notes:
+            manifest.notes.append(note)
+        return False
+    return True
+
+
 def before_upgrade(target: BackupAccess) -> None:
     """Slurm's upgrade guide: back up the database and StateSave before a series change."""
     path, _ = backup(target, None)
@@ -133,6 +210,7 @@ class ContainerSource:
         snapshot.STATE: CONTROLLER,
         snapshot.DATABASE: DATABASE,
         snapshot.JAIL: LOGIN,
+        snapshot.DIRECTORY: roles.DIRECTORY,
     }
 
     def __init__(self, target: BackupAccess) -> None:
@@ -148,9 +226,42 @@ class ContainerSource:
         return self.target.secret(roles.SECRETS[file])
 
 
+def standalone(cluster: Cluster, seed: str | None) -> str:
+    """The cluster file as a restore writes it when it is given no other: its node sets with
+    their layers applied and the node counts the cluster runs with (a scale is kept on the
+    host that is gone), and its directory's seed named ``seed`` (written beside it). What else
+    it names (site scripts, mounts, certificates) stays a path on the host."""
+    raw = read_yaml(cluster.path)
+    spec_layers.apply(cluster.path, raw)
+    raw.pop("layers", None)
+    counts = {ns.name: ns.replicas for ns in cluster.spec.nodesets}
+    for ns in raw.get("nodesets", []):
+        ns["replicas"] = counts[ns["name"]]
+    if seed is not None:
+        raw["identity"]["ldap"]["seed"] = seed
+    head = (
+        f"# cluster {cluster.name} as backed up from {cluster.path}: node sets with their layers\n"
+        "# applied and the node counts it ran with (slurmforge backup)\n"
+    )
+    return head + yaml.safe_dump(raw, sort_keys=False)
+
+
 def plan(cluster: Cluster, slurm: str | None = None) -> snapshot.Plan:
     """What a backup of ``cluster`` copies (``slurm``: the version it runs, None to ask)."""
     spec = cluster.spec
+    files = {
+        cluster.path.name: cluster.path.read_text(),
+        "model.json": json.dumps(as_dict(cluster), indent=2) + "\n",
+    }
+    seed = None
+    if sssd.embedded(spec):
+        ldap = sssd.ldap_of(spec)
+        assert ldap is not None
+        seed = Path(ldap.seed).name
+        seed = seed if seed not in files else f"seed-{seed}"
+        files[seed] = (cluster.path.parent / ldap.seed).read_text()
+    own = f"{cluster.name}.standalone.yaml"
+    files[own] = standalone(cluster, seed)
     secrets, notes = {}, []
     for secret, source in roles.cluster_secrets(spec).items():
         if source is None:
@@ -167,10 +278,9 @@ def plan(cluster: Cluster, slurm: str | None = None) -> snapshot.Plan:
         slurm=slurm,
         slurmforge=_version(),
         images=dict(cluster.images),
-        files={
-            cluster.path.name: cluster.path.read_text(),
-            "model.json": json.dumps(as_dict(cluster), indent=2) + "\n",
-        },
+        files=files,
+        standalone=own,
+        directory=seed is not None,
         secrets=secrets,
         state_dir=STATE_DIR,
         jail_root=jail_contract.ROOT,

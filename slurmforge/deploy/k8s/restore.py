@@ -136,6 +136,7 @@ def restore(kube: Host, path: Path, force: bool, timeout: float) -> list[str]:
     backup.admit(kube.cluster, path, manifest)
     kube.manifests.write()  # images not found are refused here, before anything changes
     kube.manifests.validate()
+    backup.restores_directory(kube.cluster, manifest)  # none here: a note says so
     job = Restore(kube, path, manifest)
     found = job.existing()
     if found and not force:

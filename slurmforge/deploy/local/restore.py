@@ -17,7 +17,13 @@ from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.backup.access import BackupAccess
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.local.preflight import Preflight
-from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE, JAIL
+from slurmforge.deploy.roles import (
+    CONTROLLER,
+    CONTROLLER_STATE,
+    DATABASE,
+    DIRECTORY_DATA,
+    JAIL,
+)
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, DeployError
 
@@ -109,6 +115,20 @@ class Restore:
         name = self.local.cluster.name
         self._untar(f"{name}_{CONTROLLER_STATE.local}", "state.tar")
         self._untar(f"{name}_{JAIL}", "jail.tar")
+        if backup.restores_directory(self.local.cluster, self.manifest):
+            # slapd-init loads it in place of the seed at slapd's first start, before any
+            # node's SSSD asks
+            self._write(f"{name}_{DIRECTORY_DATA.local}", backup.DIRECTORY_MEMBER,
+                        backup.DIRECTORY_RESTORE)  # fmt: skip
+
+    def _write(self, volume: str, member: str, file: str) -> None:
+        image = self.local.cluster.images[CONTROLLER]
+        argv = [
+            "docker", "run", "--rm", "-i", "--network", "none", "-v", f"{volume}:/dst",
+            "--entrypoint", "sh", image, "-c", f"umask 077 && cat > /dst/{file}",
+        ]  # fmt: skip
+        what = f"{member} into volume {volume}"
+        backup.feed_member(self.path, self.manifest, member, argv, what, self.local.log)
 
     def database(self) -> None:
         """Start the cluster's own database alone and load the dump into it."""

@@ -182,3 +182,15 @@ def _has_path(data: Any, loc: tuple[str | int, ...]) -> bool:
             return False
         data = data[part]
     return True
+
+
+def apply(path: Path, raw: dict[str, Any]) -> Layers | None:
+    """The cluster file ``path``'s mapping ``raw`` with each node set's definitions applied (in
+    place; its layers directory is ``layers:``, default ``layers`` beside the file); the
+    Layers that did it (for ``blame``), None when there are no node sets to resolve."""
+    nodesets = raw.get("nodesets")
+    if not isinstance(nodesets, list):
+        return None
+    layers = Layers(path, nodesets, path.parent / str(raw.get("layers", "layers")))
+    raw["nodesets"] = [layers.resolve(i, ns) for i, ns in enumerate(nodesets)]
+    return layers
