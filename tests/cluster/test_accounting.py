@@ -125,7 +125,8 @@ def test_a_deploy_with_another_database_password_is_refused(deployed: Deployed) 
     changes, with the way back; the running cluster is left as it was."""
     secret = deployed.root / "state" / deployed.name / "db-password"
     kept = secret.read_bytes()
-    before = {c.name: c.id for c in deployed.client.containers.list()}
+    ours = {"label": f"com.docker.compose.project={deployed.name}"}  # (other tiers run beside)
+    before = {c.name: c.id for c in deployed.client.containers.list(filters=ours)}
     secret.chmod(0o600)
     secret.write_bytes(b"x" * 43)
     try:
@@ -137,7 +138,7 @@ def test_a_deploy_with_another_database_password_is_refused(deployed: Deployed) 
     first = proc.stderr.splitlines()[0]
     assert "was created with another password" in first and "Traceback" not in proc.stderr
     assert "invoke down --volumes" in proc.stderr  # the hint names the way out, and its cost
-    assert {c.name: c.id for c in deployed.client.containers.list()} == before
+    assert {c.name: c.id for c in deployed.client.containers.list(filters=ours)} == before
 
 
 @pytest.fixture(scope="module")

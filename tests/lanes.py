@@ -1,0 +1,117 @@
+"""The Kubernetes tier in a lane of its own. A run that collects it beside other tiers (README's
+test command) runs tests/k8s in a second pytest process, started when the session first reaches
+a tier past the build tier (the cluster tier, whose tests mostly wait on their daemons, as the
+k8s tier's wait on their pods), and fails when that process fails. The lane's output goes to
+.cache/k8s-lane.log; its summary, failures and slowest tests are printed at the end of the run.
+
+A run of the k8s tier alone (`pytest tests/k8s`), or with SLURMFORGE_K8S_LANE=0, runs it inline.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+K8S, BUILD = ROOT / "tests" / "k8s", ROOT / "tests" / "build"
+LOG = ROOT / ".cache" / "k8s-lane.log"
+
+
+def _under(item: pytest.Item, tier: Path) -> bool:
+    return tier in Path(item.fspath).resolve().parents
+
+
+class Lane:
+    """tests/k8s's selected tests in a pytest process of their own."""
+
+    def __init__(self, nodeids: list[str]) -> None:
+        self.nodeids = nodeids
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.code: int | None = None
+
+    def start(self) -> None:
+        if self.proc is not None:
+            return
+        LOG.parent.mkdir(parents=True, exist_ok=True)
+        with LOG.open("wb") as log:
+            argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *self.nodeids]
+            self.proc = subprocess.Popen(
+                argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def wait(self) -> int:
+        self.start()
+        assert self.proc is not None
+        if self.code is None:
+            self.code = self.proc.wait()
+        return self.code
+
+    def stop(self) -> None:
+        """The whole lane, at once (a run that was interrupted)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait()
+
+    def summary(self) -> list[str]:
+        """The lane's slowest tests, failures and final line, as it printed them."""
+        lines = LOG.read_text(errors="replace").splitlines() if LOG.exists() else []
+        start = next((i for i, ln in enumerate(lines) if "slowest" in ln and "==" in ln), None)
+        if start is None:  # it stopped before its summary
+            start = max(0, len(lines) - 40)
+        return lines[start:]
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    if os.environ.get("SLURMFORGE_K8S_LANE") == "0" or config.option.collectonly:
+        return
+    k8s = [item for item in items if _under(item, K8S)]
+    if not k8s or len(k8s) == len(items):
+        return
+    items[:] = [item for item in items if not _under(item, K8S)]
+    config.hook.pytest_deselected(items=k8s)
+    config.stash[_LANE] = Lane([item.nodeid for item in k8s])
+
+
+_LANE = pytest.StashKey[Lane]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    lane = item.config.stash.get(_LANE, None)
+    if lane is not None and not _under(item, BUILD):
+        lane.start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    lane = session.config.stash.get(_LANE, None)
+    if lane is None:
+        return
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        lane.stop()
+        return
+    if lane.wait() != 0 and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    lane = config.stash.get(_LANE, None)
+    if lane is None or lane.code is None:
+        return
+    verdict = "passed" if lane.code == 0 else f"FAILED (exit {lane.code})"
+    terminalreporter.section(f"the k8s tier, run beside the others: {verdict} (log: {LOG})")
+    for line in lane.summary():
+        terminalreporter.write_line(line)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    lane = config.stash.get(_LANE, None)
+    if lane is not None:
+        lane.stop()
