@@ -88,6 +88,8 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
             # the cluster's own database: its password Secret exists, mariadb-0 does not run
             [kubectl, *ns, "get", "secret", "db-password", "-o", "jsonpath={.data.db-password}"],
             [kubectl, *ns, "get", "pods", "-l", f"{instance},{database}", "-o", "json"],
+            # the Slurm config the running daemons were given (none yet here)
+            [kubectl, *ns, "get", "configmaps", "-l", instance, "-o", "json"],
             [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{nodes}", "-o", "json"],
             [*exec_, "bash", "-c", sinfo],  # the drains from before, which outlive the apply
             [*apply, "-f", files[0]],  # the Namespace first
@@ -136,6 +138,33 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     assert "cpu-0 1 main* idle" in out
     kustomization = yaml.safe_load((kube.dir / "kustomization.yaml").read_text())
     assert kustomization["namespace"] == "team-a"
+
+
+@pytest.mark.parametrize("older", [True, False])
+def test_the_daemons_reread_a_changed_config_even_where_every_pod_already_sees_it(
+    checkout, older: bool
+) -> None:
+    """A scale's ConfigMap may reach every running pod's files (its kubelet's own re-sync)
+    before deploy looks at them: what the server held before the apply says whether the
+    daemons run an older config, and then they are told to re-read it."""
+    cluster_file, root = checkout
+    calls, fake = _server(SERVED_121)
+    kube = rendered_kube(cluster_file, root, fake, namespace="team-a", context="prod")
+    live = [dict(o) for o in kube.manifests.objects.values() if o["kind"] == "ConfigMap"]
+    if older:  # the node list before a scale
+        slurm = next(o for o in live if o["metadata"]["name"] == "slurm-config")
+        slurm["data"] = {**slurm["data"], "slurm.conf": "NodeName=cpu-[0-2]\n"}
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        if "configmaps" in argv:
+            calls.append(argv)
+            return subprocess.CompletedProcess(argv, 0, json.dumps({"items": live}), "")
+        return fake(argv)  # no pod runs: none sees an older file
+
+    kube.k.run = run
+    k8s_apply.apply(kube, 300)
+    reconfigured = [c for c in calls if c[-1] == "scontrol reconfigure"]
+    assert len(reconfigured) == (1 if older else 0)
 
 
 def test_a_kind_the_server_lacks_is_named_not_applied(checkout, capsys) -> None:

@@ -84,6 +84,7 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     names = [n for n in kube.manifests.objects if n not in skipped]
     check_upgrade(kube)
     kube.secrets.check_database()  # before anything changes (a drain included)
+    before = config_sync.live_config(kube)  # the config the running daemons were given
     removed = removed_nodes(kube) if removed is None else removed
     seen = slurmctl.nodes(kube.controller_sh)  # None before the first deploy
     kept = slurmctl.drains(seen)  # an operator's drains outlive the apply
@@ -118,7 +119,9 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
             kube.k.argv("wait", "--for=delete", f"pod/{node}", wait),
             f"waiting for pod/{node} to go",
         )
-    if config_sync.sync_config(kube, timeout):
+    synced = config_sync.sync_config(kube, timeout)
+    changed = before is not None and before != config_sync.expected_config(kube.manifests.objects)
+    if synced or changed:  # slurmctld and every slurmd re-read theirs
         slurmctl.reconfigure(kube.controller_sh)
     nodes = [node for _, node in kube.cluster.nodes]
     seen = slurmctl.wait_ready(kube.controller_sh, nodes, kept, timeout)

@@ -39,6 +39,17 @@ def expected_config(objects: dict[str, dict[str, Any]]) -> dict[str, dict[str, s
     }
 
 
+def live_config(kube: Host) -> dict[str, dict[str, str]] | None:
+    """What the server's Slurm ConfigMaps hold now, as expected_config gives it; None before
+    the first deploy. Read before an apply: whether the apply changes the config the daemons
+    run with is this against expected_config after it (the files a pod sees cannot say: its
+    kubelet may have synced them before anyone looked)."""
+    live = {o["metadata"]["name"]: {**o, "kind": "ConfigMap"} for o in kube.k.get("configmaps")}
+    if any(c.name not in live for c in (roles.SLURM_CONF, roles.JAIL_CONF)):
+        return None
+    return expected_config(live)
+
+
 def sync_config(kube: Host, timeout: float) -> bool:
     """Bring the config every running Slurm pod sees up to the applied ConfigMaps; True when
     any pod saw an older one (slurmctld and slurmd must then re-read theirs).
