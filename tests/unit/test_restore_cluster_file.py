@@ -117,6 +117,9 @@ def _crafted(directory: Path, cluster: str, files: dict[str, str], standalone: s
          r"names 'cluster/\.\./\.\./\.\./x\.ldif'"),
         # a cluster name no cluster file allows (it names the state directory's folder)
         ("../up", {"cluster/t.yaml": "name: up\n"}, r"names cluster '\.\./up'"),
+        # a cluster file that is no YAML mapping, or not YAML at all
+        ("train", {"cluster/t.yaml": "- a\n- b\n"}, r"cluster/t\.yaml is not a cluster file"),
+        ("train", {"cluster/t.yaml": "a: [\n"}, r"cluster/t\.yaml is not a cluster file"),
     ],
 )  # fmt: skip
 def test_an_archive_that_would_write_outside_the_state_directory_writes_nothing(

@@ -147,9 +147,9 @@ def unpack_cluster(path: Path) -> Path:
     directory = state.cluster_dir(manifest.cluster) / RESTORED
     text = _member_text(path, manifest, member)
     wanted = {f"{manifest.cluster}.yaml": text}
-    seed = ((yaml.safe_load(text) or {}).get("identity") or {}).get("ldap", {}).get("seed")
+    seed = _seed_of(path, member, text)
     if seed is not None:
-        wanted[str(seed)] = _member_text(path, manifest, f"cluster/{seed}")
+        wanted[seed] = _member_text(path, manifest, f"cluster/{seed}")
     for name, content in wanted.items():
         file = directory / name
         if file.exists() and file.read_text() != content:
@@ -163,6 +163,19 @@ def unpack_cluster(path: Path) -> Path:
     for name, content in wanted.items():
         state.write_private(directory / name, content.encode())
     return directory / f"{manifest.cluster}.yaml"
+
+
+def _seed_of(path: Path, member: str, text: str) -> str | None:
+    """The seed the archive's cluster file names (take.standalone writes a plain name)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: {member} is not a cluster file (a YAML mapping)")
+    for key in ("identity", "ldap", "seed"):
+        data = data.get(key) if isinstance(data, dict) else None
+    return None if data is None else str(data)
 
 
 def _member_text(path: Path, manifest: archive.Manifest, member: str) -> str:
