@@ -97,13 +97,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         lane.stop()
         return
+    if lane.proc is None and (session.shouldfail or session.shouldstop):
+        return  # the run stopped (-x) before it got past the build tier: never started
     if lane.wait() != 0 and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     lane = config.stash.get(_LANE, None)
-    if lane is None or lane.code is None:
+    if lane is None:
+        return
+    if lane.code is None:
+        terminalreporter.section("the k8s tier did not run: the run stopped before it started")
         return
     verdict = "passed" if lane.code == 0 else f"FAILED (exit {lane.code})"
     terminalreporter.section(f"the k8s tier, run beside the others: {verdict} (log: {LOG})")
