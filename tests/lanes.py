@@ -108,7 +108,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if lane is None:
         return
     if lane.code is None:
-        terminalreporter.section("the k8s tier did not run: the run stopped before it started")
+        terminalreporter.section("the k8s tier did not run to its end: the run stopped first")
         return
     verdict = "passed" if lane.code == 0 else f"FAILED (exit {lane.code})"
     terminalreporter.section(f"the k8s tier, run beside the others: {verdict} (log: {LOG})")
