@@ -101,11 +101,12 @@ class Restore:
                     data = source.read()
                 state.ensure_secret(self.local.cluster.name, file, lambda data=data: data)
 
-    def _untar(self, volume: str, member: str) -> None:
-        image = self.local.cluster.images[CONTROLLER]
+    def _feed(self, volume: str, member: str, *command: str) -> None:
+        """The archive's ``member`` on the standard input of ``command``, run in a throwaway
+        container (slurmctld's image, no network) with ``volume`` at /dst."""
         argv = [
             "docker", "run", "--rm", "-i", "--network", "none", "-v", f"{volume}:/dst",
-            "--entrypoint", "tar", image, "--numeric-owner", "-xpf", "-", "-C", "/dst",
+            "--entrypoint", command[0], self.local.cluster.images[CONTROLLER], *command[1:],
         ]  # fmt: skip
         what = f"{member} into volume {volume}"
         backup.feed_member(self.path, self.manifest, member, argv, what, self.local.log)
@@ -113,22 +114,14 @@ class Restore:
     def volumes(self) -> None:
         """Into the volumes Compose has just made, before anything runs on them."""
         name = self.local.cluster.name
-        self._untar(f"{name}_{CONTROLLER_STATE.local}", "state.tar")
-        self._untar(f"{name}_{JAIL}", "jail.tar")
+        untar = ("tar", "--numeric-owner", "-xpf", "-", "-C", "/dst")
+        self._feed(f"{name}_{CONTROLLER_STATE.local}", "state.tar", *untar)
+        self._feed(f"{name}_{JAIL}", "jail.tar", *untar)
         if backup.restores_directory(self.local.cluster, self.manifest):
             # slapd-init loads it in place of the seed at slapd's first start, before any
             # node's SSSD asks
-            self._write(f"{name}_{DIRECTORY_DATA.local}", backup.DIRECTORY_MEMBER,
-                        backup.DIRECTORY_RESTORE)  # fmt: skip
-
-    def _write(self, volume: str, member: str, file: str) -> None:
-        image = self.local.cluster.images[CONTROLLER]
-        argv = [
-            "docker", "run", "--rm", "-i", "--network", "none", "-v", f"{volume}:/dst",
-            "--entrypoint", "sh", image, "-c", f"umask 077 && cat > /dst/{file}",
-        ]  # fmt: skip
-        what = f"{member} into volume {volume}"
-        backup.feed_member(self.path, self.manifest, member, argv, what, self.local.log)
+            write = f"umask 077 && cat > /dst/{backup.DIRECTORY_RESTORE}"
+            self._feed(f"{name}_{DIRECTORY_DATA.local}", backup.DIRECTORY_MEMBER, "sh", "-c", write)
 
     def database(self) -> None:
         """Start the cluster's own database alone and load the dump into it."""
