@@ -177,9 +177,10 @@ class Snapshot:
             path = writer.commit()
         took = time.monotonic() - start
         lines = [f"backup of cluster {plan.cluster} (Slurm {slurm}) in {took:.1f} s: {path}"]
+        width = max([28, *(len(m) for m in manifest.members)])
         for member, info in manifest.members.items():
-            lines.append(f"  {member:28} {size_text(info['size']):>10}")
-        lines.append(f"  {'total':28} {size_text(path.stat().st_size):>10}")
+            lines.append(f"  {member:{width}} {size_text(info['size']):>10}")
+        lines.append(f"  {'total':{width}} {size_text(path.stat().st_size):>10}")
         lines += [f"note: {n}" for n in manifest.notes]
         return path, lines
 
