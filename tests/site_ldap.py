@@ -15,7 +15,7 @@ from pathlib import Path
 
 import docker
 
-from tests.ports import free_port
+from tests.ports import free_ports
 
 BASE = "dc=site,dc=test"
 
@@ -74,7 +74,7 @@ def run(
     (root / "wrong").chmod(0o600)
     base = f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\no: Site\ndc: site\n"
     (root / "seed.ldif").write_text(base + (f"\n{entries}" if entries else ""))
-    secure, plain = free_port(host), free_port(host)
+    secure, plain = free_ports(2, host)
     # a network of its own: Docker's default bridge may hold what another tool left there
     network = client.networks.create(f"sfsitedir{secure}", labels={"io.slurmforge.test": "site"})
     container = client.containers.run(
