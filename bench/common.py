@@ -78,7 +78,8 @@ def built(root: Path = ROOT) -> list[str]:
 
 
 def copy_project(dest: Path) -> Path:
-    """A copy of the project's inputs in ``dest`` that shares the source cache (no re-download)."""
+    """A copy of the project's inputs in ``dest`` that shares the source cache (no re-download)
+    and the build lock."""
     for name in ("images", "jail", "rootfs", "versions.yaml", "tasks.py"):
         src = ROOT / name
         if src.is_dir():
@@ -89,4 +90,8 @@ def copy_project(dest: Path) -> Path:
     shared.mkdir(parents=True, exist_ok=True)
     (dest / ".cache").mkdir()
     (dest / ".cache/sources").symlink_to(shared)
+    # one build at a time across the checkout and its copies (slurmforge/buildlock.py): a copy
+    # that builds what the checkout is building (CI's prebuild) waits, then finds it cached,
+    # rather than compiling the same Slurm beside it
+    (dest / ".cache/build.lock").symlink_to(ROOT / ".cache/build.lock")
     return dest
