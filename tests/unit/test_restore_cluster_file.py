@@ -6,7 +6,9 @@ takes it, and refuses to replace a different file there or to write outside it."
 
 from __future__ import annotations
 
+import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -49,7 +51,9 @@ def _archive(cluster, out: Path) -> Path:
     plan.secrets, plan.database, plan.jail = {}, None, ["job_state"]
     plan.state_dir = plan.jail_root = str(out)
     out.mkdir(exist_ok=True)
-    (out / "job_state").write_bytes(b"")  # a save newer than the (absent) dump
+    (out / "job_state").write_bytes(b"")
+    later = time.time() + 3600  # a save newer than the (absent) dump: no wait for the next one
+    os.utime(out / "job_state", (later, later))
     path, _ = snapshot.Snapshot(plan, snapshot.PodSource(None, "slurm", None), out).run()
     return path
 
