@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 # role has an image of its own, its component in versions.yaml. JAIL is a component only: the
 # image that jail-populate copies into the shared root.
 CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
+CONTROLLER_BACKUP = "slurmctld-backup"  # the backup slurmctld's service (controller.replicas: 2)
 DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
 DIRECTORY = "slapd"
 NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
@@ -515,6 +516,11 @@ def role(name: str) -> Role:
 def running(spec: ClusterSpec, target: str | None = None) -> list[Role]:
     """The roles ``spec``'s cluster runs (on ``target``, or on either), in ROLES' order."""
     return [r for r in ROLES if r.when(spec) and (target is None or target in r.targets)]
+
+
+def controllers(spec: ClusterSpec) -> list[str]:
+    """The local target's slurmctld services (and host names), the primary first."""
+    return [CONTROLLER, CONTROLLER_BACKUP][: spec.controller.replicas]
 
 
 def cluster_secrets(spec: ClusterSpec) -> dict[Secret, Path | None]:

@@ -66,6 +66,12 @@ class Manifests:
                 "of its own; name the site's directory in identity.ldap.uri (with bind_dn, "
                 "bind_password_file and ca_file)"
             )
+        if self.cluster.spec.controller.replicas > 1:
+            raise ConfigError(
+                f"{self.cluster.path}: controller.replicas: a backup slurmctld runs on --target "
+                "local only so far (k8s: one slurmctld, which its StatefulSet restarts); "
+                "expected 1"
+            )
         siteconf.check_cluster(self.cluster, self.engine)
         local_ids: dict[str, str] = {}
         pyxis = False

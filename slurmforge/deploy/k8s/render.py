@@ -60,8 +60,7 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer):
     def render(self, pyxis: bool) -> dict[str, dict[str, Any]]:
         """File name → object, in apply order (kustomize sorts by kind anyway)."""
         network = slurmconf.Network(
-            controller=f"{CONTROLLER}-0",
-            controller_addr=f"{CONTROLLER}-0.{CONTROLLER}",
+            controllers=((f"{CONTROLLER}-0", f"{CONTROLLER}-0.{CONTROLLER}"),),
             node_domain=NODES_SERVICE,
         )
         running = roles.running(self.spec, "k8s")

@@ -15,7 +15,7 @@ from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.local.files import Files
 from slurmforge.deploy.local.restore import Restore
-from slurmforge.deploy.roles import CONTROLLER, DBD, JAIL
+from slurmforge.deploy.roles import DBD, JAIL
 from slurmforge.deploy.slurm import ctl as slurmctl
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.engine import Engine
@@ -39,6 +39,8 @@ class Host(Protocol):
 
     def controller_sh(self, command: str) -> tuple[int, str]: ...
 
+    def running_controller(self) -> str | None: ...
+
     def pyxis(self) -> bool: ...
 
 
@@ -46,7 +48,7 @@ def apply(
     local: Host, jail_id: str, secrets: dict[str, Path], populate: bool, upgrading: bool = False
 ) -> None:
     """Write the files and bring the containers to them, in Slurm's order."""
-    running = local.project.running(CONTROLLER) is not None
+    running = local.running_controller() is not None
     changed = local.files.write(jail_id, secrets, local.gpus, local.pyxis())
     if populate:
         # Compose creates (and labels) the volumes; the jail is filled before anything starts.

@@ -73,6 +73,11 @@ class Project:
         container = self.container(service)
         return container if container is not None and container.status == "running" else None
 
+    def first_running(self, services: list[str]) -> str | None:
+        """The first of ``services`` whose container is running, if any."""
+        found = self.containers()
+        return next((s for s in services if s in found and found[s].status == "running"), None)
+
     def volumes(self) -> list[str]:
         """The names of this cluster's volumes (Compose labels them with the project)."""
         return self.engine.volumes([f"{PROJECT_LABEL}={self.name}"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import IO
 
+from slurmforge.deploy import roles
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.roles import CONTROLLER, LOGIN
 from slurmforge.deploy.slurm import ctl as slurmctl
@@ -18,12 +19,13 @@ def wait_ready(
     """Until every node is in service (idle, or running jobs), or in the drain ``kept`` says
     it was in before (which a note names); else name the failing ones, with their last logs."""
     nodes = [node for _, node in cluster.nodes]
-    watched = {CONTROLLER, LOGIN, *nodes}
+    controllers = roles.controllers(cluster.spec)
+    watched = {*controllers, LOGIN, *nodes}
     deadline = time.monotonic() + timeout
     seen: dict[str, slurmctl.Node] | None = None
 
     def controller_sh(command: str) -> tuple[int, str]:
-        return project.sh(CONTROLLER, command)
+        return project.sh(project.first_running(controllers) or CONTROLLER, command)
 
     while time.monotonic() < deadline:
         for service, container in project.containers().items():

@@ -100,8 +100,9 @@ class ComposeRenderer:
             if role.workload == "nodes":
                 for ns, node in self.cluster.nodes:
                     services[node] = self.node(role, ns, node)
-            else:
-                services[role.name] = self.service(role, role.name, self.cluster.images[role.image])
+            else:  # a backup slurmctld is a second service of the role, on the same volume
+                for name in self.names(role):
+                    services[name] = self.service(role, name, self.cluster.images[role.image])
             if role.name == roles.EXPORTER:
                 services.update(self.gpu_metrics(role))
         volumes: dict[str, Any] = {JAIL_VOLUME: {}}
@@ -194,6 +195,8 @@ class ComposeRenderer:
         """The services of ``role``."""
         if role.workload == "nodes":
             return [node for _, node in self.cluster.nodes]
+        if role.name == roles.CONTROLLER:
+            return roles.controllers(self.spec)
         return [role.name]
 
     def env(self, role: Role) -> dict[str, str]:

@@ -70,13 +70,22 @@ class Local(Target):
     # --- what backups and the health check ask: BackupAccess ------------------------------------
 
     def sh(self, role: str, command: str) -> tuple[int, str]:
-        return self.project.sh(role, command)
+        return self.project.sh(self.service(role), command)
 
     def controller_sh(self, command: str) -> tuple[int, str]:
-        return self.project.sh(CONTROLLER, command)
+        return self.sh(CONTROLLER, command)
 
     def exec_argv(self, role: str, command: str) -> list[str]:
-        return self.project.exec_argv(role, command)
+        return self.project.exec_argv(self.service(role), command)
+
+    def service(self, role: str) -> str:
+        """The service that answers for ``role``: with a backup slurmctld, whichever controller
+        runs (Slurm's clients there reach the one in control: slurm.conf names both)."""
+        return (self.running_controller() or role) if role == CONTROLLER else role
+
+    def running_controller(self) -> str | None:
+        """A slurmctld service whose container runs (the primary first), if any does."""
+        return self.project.first_running(roles.controllers(self.cluster.spec))
 
     def secret(self, secret: roles.Secret) -> bytes | None:
         path = state.cluster_dir(self.cluster.name) / secret.file
@@ -128,9 +137,9 @@ class Local(Target):
             print(f"note: {note}", file=self.log)
         secrets = self.files.secrets()
         kept = self.drains()  # before the upgrade's hold: an operator's drains outlive both
-        if upgrading and back_up and self.project.running(CONTROLLER) is not None:
+        if upgrading and back_up and self.running_controller() is not None:
             backup.before_upgrade(self)
-        if upgrading and self.project.running(CONTROLLER) is not None:
+        if upgrading and self.running_controller() is not None:
             # no job starts, and the running ones end (pending ones stay queued in StateSave)
             reason = f"{apply.UPGRADE_REASON} {self.cluster.cell.slurm}"
             slurmctl.hold(self.controller_sh, reason, timeout)
@@ -154,7 +163,7 @@ class Local(Target):
 
     def status(self) -> str:
         self.project.compose("ps")
-        code, out = self.sh(CONTROLLER, "sinfo -N -l; echo; squeue")
+        code, out = self.controller_sh("sinfo -N -l; echo; squeue")
         out = out if code == 0 else f"slurmctld is not answering: {out}"
         if self.project.running(roles.PROMETHEUS) is not None:
             spec = self.cluster.spec
@@ -205,7 +214,7 @@ class Local(Target):
         ids = self.check.image_ids()
         removed = sorted({n for _, n in self.cluster.nodes} - {n for _, n in new.nodes})
         kept = self.drains()
-        if removed and self.project.running(CONTROLLER) is not None:
+        if removed and self.running_controller() is not None:
             slurmctl.drain(self.controller_sh, removed, timeout)
         self.bind(new)
         apply.apply(self, ids[JAIL], self.files.secrets(), populate=False)

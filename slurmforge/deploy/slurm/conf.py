@@ -15,7 +15,7 @@ import jinja2
 
 from slurmforge import jail_contract, matrix
 from slurmforge.deploy import roles
-from slurmforge.deploy.roles import CONTROLLER, DATABASE, DBD
+from slurmforge.deploy.roles import DATABASE, DBD
 from slurmforge.deploy.slurm import siteconf
 from slurmforge.deploy.spec import tres
 from slurmforge.deploy.spec.model import Cluster, ClusterSpec, NodeSet, Partition, SlurmSpec
@@ -73,8 +73,9 @@ def cgroup_disabled(slurm: str) -> bool:
 class Network:
     """How daemons find each other where a host name alone does not resolve (Kubernetes pods)."""
 
-    controller: str  # slurmctld's host name (what `hostname -s` says in its pod)
-    controller_addr: str  # a resolvable name for it
+    # each slurmctld's host name (what `hostname -s` says in its pod) and a resolvable name for
+    # it, the primary first
+    controllers: tuple[tuple[str, str], ...]
     node_domain: str  # node N is reached at N.<node_domain>
     dbd_addr: str = DBD  # where slurmctld reaches slurmdbd
 
@@ -138,8 +139,11 @@ def render(
         "name": cluster.name,
         "source": cluster.path.name,
         "slurm": cluster.cell.slurm,
-        "controller": network.controller if network else CONTROLLER,
-        "controller_addr": network.controller_addr if network else None,
+        # SlurmctldHost lines: (host name, its address when the name does not resolve)
+        "controllers": network.controllers
+        if network
+        else [(host, None) for host in roles.controllers(spec)],
+        "failover_after": spec.controller.failover_after,
         "state_dir": STATE_DIR,
         "spool_dir": SPOOL_DIR,
         "spank_plugin": jail_contract.PLUGIN,

@@ -229,6 +229,17 @@ class SlurmSpec(Model):
     epilog: tuple[ScriptPath, ...] = ()
 
 
+class ControllerSpec(Model):
+    """slurmctld: one, which Docker or Kubernetes restarts when it dies, or a primary and a
+    backup sharing its StateSaveLocation (the backup takes control when the primary stops
+    answering, and hands it back when the primary returns)."""
+
+    replicas: Annotated[StrictInt, Field(ge=1, le=2)] = 1
+    # seconds the backup waits for an answer from the primary before it takes control
+    # (SlurmctldTimeout; Slurm's own default is 120)
+    failover_after: Annotated[StrictInt, Field(ge=5, le=3600)] = 10
+
+
 class ImagesSpec(Model):
     set: Annotated[str, StringConstraints(strict=True)] = "default"
     cell: Annotated[str, StringConstraints(strict=True)] | None = None
@@ -238,6 +249,7 @@ class ClusterSpec(Model):
     name: DNSName
     images: ImagesSpec = ImagesSpec()
     login: LoginSpec = LoginSpec()
+    controller: ControllerSpec = ControllerSpec()
     jail: JailSpec = JailSpec()
     gpu: GpuSpec = GpuSpec()
     accounting: AccountingSpec = AccountingSpec()

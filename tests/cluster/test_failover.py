@@ -1,0 +1,178 @@
+"""A primary and a backup slurmctld (controller.replicas: 2), met as an operator meets them: with
+a job running and users submitting from the login node, the primary's container is killed and
+stays down. The backup takes control within SlurmctldTimeout and a few seconds; the running job
+completes; every job sbatch accepted runs; squeue, sacct, a token and the REST API answer, and
+so does `invoke status`; the primary, started again, takes control back without losing a job.
+A backup that dies while the primary runs changes nothing a user sees."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+
+from tests.cluster.conftest import Deployed
+from tests.cluster.helpers import sacct
+from tests.rest_client import call
+
+pytestmark = pytest.mark.cluster
+
+USER = "failuser"
+TAKEOVER = 10  # controller.failover_after: SlurmctldTimeout
+# what users submit meanwhile: one job at a time, each answer on its own line, until told to stop
+STREAM = (
+    "rm -f ~/stop; n=0; until [ -e ~/stop ]; do "
+    "sbatch --parsable -o /dev/null --wrap true 2>&1 | tail -1; n=$((n+1)); sleep 0.3; done"
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(clusters) -> Deployed:
+    deployed = clusters.deploy(
+        "sfha", controller={"replicas": 2, "failover_after": TAKEOVER}, metrics={"enabled": False}
+    )
+    deployed.user(USER)
+    return deployed
+
+
+def _ping(cluster: Deployed) -> str:
+    """`scontrol ping` from the login node: each controller, UP or DOWN."""
+    return cluster.sh("login", "scontrol ping", user=USER)[1]
+
+
+def _running(cluster: Deployed, job: str) -> bool:
+    out = cluster.sh("login", f"squeue -h -j {job} -o %T", user=USER)[1]
+    return out.strip() == "RUNNING"
+
+
+def _wait(what: str, check, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.5)
+    return time.monotonic()
+
+
+class Stream:
+    """Users submitting one job after another from the login node, in a thread."""
+
+    def __init__(self, cluster: Deployed) -> None:
+        self.cluster = cluster
+        self.out = ""
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.out = self.cluster.sh("login", STREAM, user=USER, timeout=600)[1]
+
+    def stop(self) -> tuple[list[str], list[str]]:
+        """Accepted job IDs, and every other answer sbatch gave."""
+        self.cluster.ok("login", "touch ~/stop", user=USER)
+        self.thread.join(timeout=300)
+        assert not self.thread.is_alive(), "the submissions did not stop"
+        lines = [line.strip() for line in self.out.splitlines() if line.strip()]
+        return [x for x in lines if x.isdigit()], [x for x in lines if not x.isdigit()]
+
+
+def test_a_backup_that_dies_changes_nothing(cluster: Deployed) -> None:
+    assert re.search(r"Slurmctld\(backup\) at slurmctld-backup is UP", _ping(cluster))
+    backup = cluster.container("slurmctld-backup")
+    backup.kill()
+    try:
+        start = time.monotonic()
+        out = cluster.ok("login", "srun -N2 hostname", user=USER)
+        assert sorted(out.split()) == ["cpu-0", "cpu-1"]
+        assert time.monotonic() - start < 10  # no wait for a controller
+        assert re.search(r"primary\) at slurmctld is UP", _ping(cluster))
+    finally:
+        backup.start()
+    _wait("the backup UP again", lambda: "slurmctld-backup is UP" in _ping(cluster), 60)
+
+
+def _saved_since(cluster: Deployed, when: float) -> bool:
+    """slurmctld saved its jobs after ``when`` (it saves a change within about 6 s,
+    src/slurmctld/state_save.c): what a backup reads back from the shared StateSaveLocation."""
+    out = cluster.sh("slurmctld-backup", "stat -c %Y /var/spool/slurmctld/job_state")[1]
+    return out.strip().isdigit() and int(out) > when
+
+
+def _with_the_backup_in_control(cluster: Deployed, long: str) -> None:
+    """The queue, records, a token, REST and `invoke status` answer; the long job runs."""
+    assert _running(cluster, long)
+    cluster.ok("login", "squeue && sacct -X -n", user=USER)
+    jwt = re.search(r"SLURM_JWT=(\S+)", cluster.ok("login", "scontrol token", user=USER))
+    assert jwt
+    paths = call(cluster.rest_url + "/openapi/v3", user=USER, jwt=jwt.group(1))[1]["paths"]
+    nodes = next(p for p in paths if re.fullmatch(r"/slurm/v[0-9.]+/nodes/?", p))
+    code, body = call(cluster.rest_url + nodes, user=USER, jwt=jwt.group(1))
+    assert code == 200 and {n["name"] for n in body["nodes"]} == {"cpu-0", "cpu-1"}, body
+    status = cluster.invoke("status")
+    assert status.returncode == 0 and "cpu-0" in status.stdout, status.stdout + status.stderr
+
+
+def _primary_back(cluster: Deployed, primary) -> None:
+    """Start the primary again: it asks the backup for control and takes it."""
+    primary.start()
+    _wait(
+        "the primary in control",
+        lambda: re.search(r"primary\) at slurmctld is UP", _ping(cluster)) is not None,
+        120,
+    )
+
+
+def test_a_stopped_primary_hands_over_to_the_backup_and_no_job_is_lost(cluster: Deployed) -> None:
+    long = cluster.ok(
+        "login", "sbatch --parsable -N2 -o /dev/null --wrap 'srun sleep 60'", user=USER
+    )
+    _wait("the long job running", lambda: _running(cluster, long), 60)
+    stream = Stream(cluster)
+    time.sleep(3)  # some accepted before the stop
+    primary = cluster.container("slurmctld")
+    # its host drained or its pod deleted: SIGTERM, slurmctld saves its state and exits, and
+    # nothing starts it again
+    primary.stop(timeout=30)
+    stopped = time.monotonic()
+    # a user's next submission is accepted once the backup is in control
+    cluster.ok("login", "sbatch -o /dev/null --wrap true", user=USER)
+    took = time.monotonic() - stopped
+    assert took < TAKEOVER + 20, f"the backup took {took:.1f} s"
+    primary.reload()
+    assert primary.status == "exited"
+    _with_the_backup_in_control(cluster, long)
+    time.sleep(2)
+    accepted, refused = stream.stop()
+    assert not refused, refused  # sbatch waited for a controller, it never gave up
+    assert len(accepted) >= 5, accepted
+    _primary_back(cluster, primary)
+    assert sorted(cluster.ok("login", "srun -Q -N2 hostname", user=USER).split()) == [
+        "cpu-0",
+        "cpu-1",
+    ]
+    rows = sacct(cluster, USER, [long, *accepted], timeout=180)
+    assert {job: rows[job][0] for job in [long, *accepted]} == dict.fromkeys(
+        [long, *accepted], "COMPLETED"
+    )
+    cluster.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=60)
+
+
+def test_a_killed_primary_is_replaced_and_its_running_job_completes(cluster: Deployed) -> None:
+    long = cluster.ok(
+        "login", "sbatch --parsable -N2 -o /dev/null --wrap 'srun sleep 45'", user=USER
+    )
+    _wait("the long job running", lambda: _running(cluster, long), 60)
+    # what the backup will read: the job as running (a job that started in the few seconds
+    # before a crash is not yet saved, and Slurm requeues it when the backup finds it on nodes)
+    started = time.time()
+    _wait("slurmctld saved the running job", lambda: _saved_since(cluster, started), 30)
+    primary = cluster.container("slurmctld")
+    primary.kill()  # as a lost host: no SIGTERM, no save, and Docker does not start it again
+    killed = time.monotonic()
+    cluster.ok("login", "sbatch -o /dev/null --wrap true", user=USER)
+    took = time.monotonic() - killed
+    assert took < TAKEOVER + 20, f"the backup took {took:.1f} s"
+    assert _running(cluster, long)
+    _primary_back(cluster, primary)
+    assert sacct(cluster, USER, [long], timeout=120)[long][0] == "COMPLETED"
+    cluster.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=60)
