@@ -24,16 +24,21 @@ def wait_ready(
     deadline = time.monotonic() + timeout
     seen: dict[str, slurmctl.Node] | None = None
 
+    answering = CONTROLLER  # a controller whose container runs, from each round's listing
+
     def controller_sh(command: str) -> tuple[int, str]:
-        return project.sh(project.first_running(controllers) or CONTROLLER, command)
+        return project.sh(answering, command)
 
     while time.monotonic() < deadline:
-        for service, container in project.containers().items():
+        found = project.containers()
+        for service, container in found.items():
             if service in watched and container.status in ("exited", "dead"):
                 raise DeployError(
                     f"container {container.name} stopped (exit code "
                     f"{container.attrs['State'].get('ExitCode')})\n{project.tail(service)}"
                 )
+        running = [c for c in controllers if c in found and found[c].status == "running"]
+        answering = running[0] if running else CONTROLLER
         seen = slurmctl.nodes(controller_sh)
         if slurmctl.ready(seen, nodes, kept):
             for line in slurmctl.kept_drained(seen or {}, nodes, kept):
