@@ -91,7 +91,7 @@ def main() -> None:
         launch()
         return
     with tempfile.TemporaryDirectory(prefix="b18-") as tmp:
-        root = copy_project(Path(tmp))
+        root = copy_project(Path(tmp), share_build_lock=True)
         with_arm64(root)
         _cold(root)
         results = {}

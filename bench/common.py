@@ -77,9 +77,10 @@ def built(root: Path = ROOT) -> list[str]:
     return [str(r["target"]) for r in summary(root) if r["status"] == "built"]
 
 
-def copy_project(dest: Path) -> Path:
-    """A copy of the project's inputs in ``dest`` that shares the source cache (no re-download)
-    and the build lock."""
+def copy_project(dest: Path, share_build_lock: bool = False) -> Path:
+    """A copy of the project's inputs in ``dest`` that shares the source cache (no re-download);
+    ``share_build_lock``: and the checkout's build lock, for a copy that builds targets the
+    checkout builds too (another arch's cells, which CI's prebuild makes)."""
     for name in ("images", "jail", "rootfs", "versions.yaml", "tasks.py"):
         src = ROOT / name
         if src.is_dir():
@@ -90,8 +91,11 @@ def copy_project(dest: Path) -> Path:
     shared.mkdir(parents=True, exist_ok=True)
     (dest / ".cache").mkdir()
     (dest / ".cache/sources").symlink_to(shared)
-    # one build at a time across the checkout and its copies (slurmforge/buildlock.py): a copy
-    # that builds what the checkout is building (CI's prebuild) waits, then finds it cached,
-    # rather than compiling the same Slurm beside it
-    (dest / ".cache/build.lock").symlink_to(ROOT / ".cache/build.lock")
+    if share_build_lock:
+        # one build at a time across the checkout and this copy (slurmforge/buildlock.py): the
+        # copy waits for what the checkout is building (CI's prebuild), then finds it cached,
+        # rather than compiling the same Slurm beside it and replacing its tags. Any other copy
+        # keeps a lock of its own: sharing it would hold a copy's quick build behind the
+        # prebuild's whole compile of an unrelated cell.
+        (dest / ".cache/build.lock").symlink_to(ROOT / ".cache/build.lock")
     return dest

@@ -40,7 +40,7 @@ def _elf_machine(client, ref: str, path: str) -> int:
 def test_arm64_images_build_under_emulation_beside_the_amd64_ones(
     tmp_path: Path, images, client
 ) -> None:
-    root = copy_project(tmp_path)
+    root = copy_project(tmp_path, share_build_lock=True)
     with_arm64(root)
     amd64 = {c: client.images.get(ref).id for c, ref in images.items()}
     args = ("--set", "default", "--cell", f"{CELL}-arm64", "--component", "mariadb")
@@ -81,7 +81,7 @@ def test_slurm_for_arm64_is_cross_compiled_and_its_node_image_runs_here(
     """The arm64 slurmd image: Slurm's packages cross-compiled on the amd64 builder (with the jail
     plugin, pyxis and enroot), installed into an arm64 image; aarch64 by their ELF headers, every
     plugin finds its libraries, and srun and slurmd run here under emulation."""
-    root = copy_project(tmp_path)
+    root = copy_project(tmp_path, share_build_lock=True)
     with_arm64(root)
     args = ("--set", "default", "--cell", f"{CELL}-arm64", "--component", "slurmd")
     proc = run_build(root, *args)
@@ -126,7 +126,7 @@ def test_the_arm64_gpu_worker_runs_cross_compiled_nccl_tests_and_an_aarch64_driv
     nccl-tests cross-compiled on the amd64 builder (its own builder image, amd64), every binary
     aarch64 with each library it needs found; and an arm64 host's stand-in driver, mounted the
     way the Kubernetes target mounts it, is bound read-only and loadable under emulation."""
-    root = copy_project(tmp_path)
+    root = copy_project(tmp_path, share_build_lock=True)
     args = ("--set", "grace", "--cell", f"{GRACE}-arm64", "--component", "worker")
     proc = run_build(root, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr

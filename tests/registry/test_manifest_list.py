@@ -28,7 +28,7 @@ LIST_TYPE = "application/vnd.docker.distribution.manifest.list.v2+json"
 
 
 def test_a_tag_of_two_arches_is_one_manifest_list_of_both(tmp_path: Path, images, client) -> None:
-    root = copy_project(tmp_path / "project")
+    root = copy_project(tmp_path / "project", share_build_lock=True)
     with_arm64(root)
     built = run_build(root, "--set", "default", "--cell", f"{CELL}-arm64", "--component", COMPONENT)
     assert built.returncode == 0, built.stdout + built.stderr
@@ -104,7 +104,7 @@ def test_a_tag_of_two_arches_is_one_manifest_list_of_both(tmp_path: Path, images
 
 def test_a_missing_arch_is_refused_before_anything_is_pushed(tmp_path: Path, images) -> None:
     work = tmp_path / "work"
-    root = copy_project(tmp_path / "project")
+    root = copy_project(tmp_path / "project", share_build_lock=True)
     with_arm64(root)
     work.mkdir()
     shutil.copy(root / "versions.yaml", work / "versions.yaml")
