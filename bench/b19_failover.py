@@ -1,11 +1,16 @@
-"""B19: a controller lost while users submit, on the local target, against the baseline of a
-plain restart of a single controller, in the same run.
+"""B19: a controller lost while users submit, on each target, against the baseline of a plain
+restart of a single controller on that target, in the same run.
 
-Two clusters, the shipped one each, one after the other:
-- baseline (controller.replicas: 1): slurmctld's container is SIGKILLed (its init, as a crash
-  or the OOM killer would) and Docker's restart policy starts it again;
-- failover (controller.replicas: 2, failover_after 10 s): the primary's container is killed for
-  good (docker kill: no restart), and the backup takes control.
+Four clusters, the shipped one each, one after the other:
+- local baseline (controller.replicas: 1): slurmctld's container is SIGKILLed (its init, as a
+  crash or the OOM killer would) and Docker's restart policy starts it again;
+- local failover (controller.replicas: 2, failover_after 10 s): the primary's container is
+  killed for good (docker kill: no restart), and the backup takes control;
+- k8s baseline, on ../shared/k8s-lab: pod slurmctld-0 deleted (SIGTERM, its grace) and made
+  again by its StatefulSet;
+- k8s failover: the same deletion with the lab's node cordoned, so that the new slurmctld-0
+  stays Pending and the backup (slurmctld-1) takes control; uncordoned 40 s later, the primary
+  takes control back while the submissions go on.
 Each time a user on the login node submits `sbatch --wrap true` one after another from before
 the kill until well after it; timed from the kill to the acceptance of the first submission sent
 after it (sbatch itself waits for a controller). Jobs lost: accepted job IDs that do not end
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -27,8 +33,9 @@ from pathlib import Path
 import docker
 import yaml
 
-from bench.b8_k8s import cluster_file
-from bench.common import invoke
+from bench.b8_k8s import INVOKE, cluster_file
+from bench.common import ROOT, invoke, service_container
+from tests.k8s import lab
 
 STREAM = (
     "rm -f ~/stop; until [ -e ~/stop ]; do t=$(date +%s.%N); "
@@ -48,9 +55,7 @@ def measure(root: Path, name: str, replicas: int) -> tuple[float, int, int]:
     client = docker.from_env()
 
     def container(service: str):
-        labels = [f"com.docker.compose.project={name}", f"com.docker.compose.service={service}"]
-        (found,) = client.containers.list(all=True, filters={"label": labels})
-        return found
+        return service_container(client, name, service)
 
     def submit(command: str) -> str:
         argv = ["chroot", "/jail", "su", "-", "bench", "-c", command]
@@ -72,13 +77,7 @@ def measure(root: Path, name: str, replicas: int) -> tuple[float, int, int]:
         time.sleep(40)
         submit("touch ~/stop")
         stream.join(timeout=300)
-        answers = [line.split(" ", 2) for line in out[0].splitlines() if line.count(" ") >= 2]
-        accepted = [(float(t0), float(t1), job) for t0, t1, job in answers if job.isdigit()]
-        # the first submission sent after the kill, when it was accepted
-        first = min(t1 for t0, t1, _ in accepted if t0 > killed)
-        jobs = [job for _, _, job in accepted]
-        lost = lost_jobs(submit, jobs)
-        return first - killed, len(jobs), lost
+        return summary(out[0], killed, submit)
     finally:
         invoke("down", "--volumes", *where)
 
@@ -94,19 +93,89 @@ def lost_jobs(submit, jobs: list[str], timeout: float = 180) -> int:
         time.sleep(3)
 
 
+def k8s_measure(root: Path, env: dict[str, str], name: str, replicas: int) -> tuple:
+    """On the lab: seconds from slurmctld-0's deletion to the next accepted submission; jobs
+    accepted; jobs lost."""
+    manifest, _ = lab.volumes(root / name, name, {})
+    subprocess.run([lab.KUBECTL, "apply", "-f", str(manifest)], env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    path = cluster_file(root / name, name)
+    data = yaml.safe_load(path.read_text())
+    data.update(controller={"replicas": replicas, "failover_after": 10}, metrics={"enabled": False})
+    path.write_text(yaml.safe_dump(data))
+    where = ["--cluster", str(path), "--out", str(root / "out")]
+
+    def kubectl(*args: str, check: bool = True) -> str:
+        argv = [lab.KUBECTL, "--namespace", name, *args]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=check)
+        return proc.stdout.strip()
+
+    def submit(command: str) -> str:
+        return kubectl("exec", "login-0", "-c", "login", "--", "chroot", "/jail", "su", "-",
+                       "bench", "-c", command, check=False)  # fmt: skip
+
+    subprocess.run([*INVOKE, "deploy", "--target", "k8s", "--timeout", "300", *where], cwd=ROOT,
+                   env=env, check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    node = kubectl("get", "pod", "slurmctld-0", "-o", "jsonpath={.spec.nodeName}")
+    try:
+        kubectl("exec", "login-0", "-c", "login", "--", "chroot", "/jail", "createuser",
+                "--non-interactive", "bench")  # fmt: skip
+        out: list[str] = []
+        stream = threading.Thread(target=lambda: out.append(submit(STREAM)), daemon=True)
+        stream.start()
+        time.sleep(5)
+        if replicas > 1:
+            kubectl("cordon", node)
+        killed = time.time()
+        kubectl("delete", "pod", "slurmctld-0", "--wait=false")
+        time.sleep(40)
+        kubectl("uncordon", node)
+        time.sleep(40 if replicas > 1 else 0)  # the primary takes control back meanwhile
+        submit("touch ~/stop")
+        stream.join(timeout=300)
+        return summary(out[0], killed, submit)
+    finally:
+        kubectl("uncordon", node, check=False)
+        kubectl("delete", "namespace", name, "--wait=true", "--timeout=300s", check=False)
+
+
+def summary(out: str, killed: float, submit) -> tuple[float, int, int]:
+    answers = [line.split(" ", 2) for line in out.splitlines() if line.count(" ") >= 2]
+    accepted = [(float(t0), float(t1), job) for t0, t1, job in answers if job.isdigit()]
+    # the first submission sent after the kill, when it was accepted
+    first = min(t1 for t0, t1, _ in accepted if t0 > killed)
+    jobs = [job for _, _, job in accepted]
+    return first - killed, len(jobs), lost_jobs(submit, jobs)
+
+
 def main() -> None:
+    figures = {}
     with tempfile.TemporaryDirectory() as tmp:
-        restart = measure(Path(tmp) / "one", "sfbench19a", 1)
+        figures["local, one controller restarted (baseline)"] = measure(
+            Path(tmp) / "one", "sfbench19a", 1
+        )
     with tempfile.TemporaryDirectory() as tmp:
-        failover = measure(Path(tmp) / "two", "sfbench19b", 2)
-    for label, (took, accepted, lost) in (
-        ("local, one controller restarted (baseline)", restart),
-        ("local, primary lost, backup takes control", failover),
-    ):
+        figures["local, primary lost, backup takes control"] = measure(
+            Path(tmp) / "two", "sfbench19b", 2
+        )
+    env = lab.start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            figures["k8s, slurmctld-0 deleted and made again (baseline)"] = k8s_measure(
+                Path(tmp), env, "sfbench19c", 1
+            )
+            figures["k8s, slurmctld-0 deleted on a cordoned node, backup takes control"] = (
+                k8s_measure(Path(tmp), env, "sfbench19d", 2)
+            )
+    finally:
+        lab.recipe("down")
+    for label, (took, accepted, lost) in figures.items():
         print(
             f"{label}: kill -> next sbatch accepted {took:.1f} s; {accepted} accepted, {lost} lost"
         )
-    print(f"failover / restart: {failover[0] / restart[0]:.2f}")
+    (restart, failover, k8s_restart, k8s_failover) = (f[0] for f in figures.values())
+    print(f"local failover / restart: {failover / restart:.2f}")
+    print(f"k8s failover / restart: {k8s_failover / k8s_restart:.2f}")
 
 
 if __name__ == "__main__":

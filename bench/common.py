@@ -54,6 +54,13 @@ def free_ports(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def service_container(client: Any, project: str, service: str) -> Any:
+    """A local cluster's container of ``service`` (running or not), by its Compose labels."""
+    labels = [f"com.docker.compose.project={project}", f"com.docker.compose.service={service}"]
+    (found,) = client.containers.list(all=True, filters={"label": labels})
+    return found
+
+
 def container_argv(project: str, service: str, command: str) -> list[str]:
     """``command`` with bash in a local cluster's service container (Compose v1's name)."""
     return ["docker", "exec", f"{project}_{service}_1", "bash", "-c", command]

@@ -15,13 +15,17 @@ from tests.conftest import ROOT
 LAB = Path(os.environ.get("SLURMFORGE_K8S_LAB") or Path.home() / ".cache" / "k8s-lab")
 RECIPE = ROOT.parent / "shared" / "k8s-lab" / "recipe.sh"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
-# kubernetes.<claim>: access mode, default size (sizes differ: a claim binds the smallest fit)
+# kubernetes.<claim>: access modes, default size (sizes differ: a claim binds the smallest fit).
+# The state's volume is one several nodes could mount, as a site's NFS export is: the claim of
+# one controller asks ReadWriteOnce, that of two ReadWriteMany (a hostPath on the lab's one
+# node is both).
 CLAIMS = (
-    ("jail", "ReadWriteMany", "50Gi"),
-    ("state", "ReadWriteOnce", "1Gi"),
-    ("database", "ReadWriteOnce", "10Gi"),
+    ("jail", ("ReadWriteMany",), "50Gi"),
+    ("state", ("ReadWriteOnce", "ReadWriteMany"), "1Gi"),
+    ("database", ("ReadWriteOnce",), "10Gi"),
 )
-BACKUP_CLAIM = ("backup", "ReadWriteOnce", "20Gi")  # kubernetes.backup, when it has a schedule
+# kubernetes.backup, when it has a schedule
+BACKUP_CLAIM = ("backup", ("ReadWriteOnce",), "20Gi")
 
 
 def recipe(*steps: str) -> None:
@@ -53,7 +57,7 @@ def volumes(
     """hostPath PVs (under ``root``) for cluster ``name``'s claims, as a manifest to apply, and
     their names."""
     items, names = [], []
-    for claim, mode, default in claims:
+    for claim, modes, default in claims:
         spec = kubernetes.get(claim, {})
         kind = {"storageClassName": spec["storage_class"]} if spec.get("storage_class") else {}
         path = root / "pv" / claim
@@ -66,7 +70,7 @@ def volumes(
                 "metadata": {"name": names[-1]},
                 "spec": {
                     "capacity": {"storage": spec.get("size", default)},
-                    "accessModes": [mode],
+                    "accessModes": list(modes),
                     "persistentVolumeReclaimPolicy": "Retain",
                     "hostPath": {"path": str(path), "type": "Directory"},
                     **kind,

@@ -1,20 +1,34 @@
-"""Backup and restore on the k8s target: the cluster of one namespace, with a user, her file,
-jobs finished, pending and held, and a QoS, backed up by `invoke backup --target k8s` and by its
-scheduled backup (the CronJob's job, run three times: two kept); the newest scheduled archive
-copied out by `invoke backup --from-schedule`; the namespace deleted; `invoke restore --target
-k8s` of that archive into a second namespace; there the records, the queue with its job IDs, the
-user's file and the QoS are those of the first."""
+"""Two controllers, backup and restore on the k8s target, on one cluster with
+``controller.replicas: 2`` (a primary and a backup slurmctld on one shared state claim).
+
+First a storage class that makes single-node volumes is refused for the shared state before
+anything is applied. Then, as an operator meets a lost controller: the backup's pod deleted
+changes nothing a user sees; the primary's pod deleted while its node takes no new pods (as a
+node lost or drained), with a job running and a user submitting, hands control to the backup
+within SlurmctldTimeout and a few seconds; squeue, sacct, a token, REST and `invoke status`
+answer; when the primary can start again it takes control back, and every accepted job
+completes.
+
+Then backup and restore: the cluster of one namespace, with a user, her file, jobs finished,
+pending and held, and a QoS, backed up by `invoke backup --target k8s` and by its scheduled
+backup (the CronJob's job, run three times: two kept); the newest scheduled archive copied out
+by `invoke backup --from-schedule`; the namespace deleted; `invoke restore --target k8s` of that
+archive into a second namespace; there the records, the queue with its job IDs, the user's file
+and the QoS are those of the first."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from slurmforge.deploy.backup import archive as archives
+from tests import rest_client
 from tests.conftest import until
 from tests.k8s import lab
 from tests.k8s.conftest import INVOKE, ROOT, K8sCluster
@@ -23,6 +37,12 @@ pytestmark = pytest.mark.k8s
 
 USER = "ada"
 FIELDS = "JobID,State,ExitCode,User,Account,Submit,Start,End,NNodes,NodeList"
+TAKEOVER = 10  # controller.failover_after: SlurmctldTimeout
+# what a user submits meanwhile: one job at a time, each answer on its own line, until told to
+STREAM = (
+    "rm -f ~/stop; until [ -e ~/stop ]; do "
+    "sbatch --parsable -o /dev/null --wrap true 2>&1 | tail -1; sleep 0.3; done"
+)
 
 
 def _sh(
@@ -66,20 +86,61 @@ def _scheduled(k8s_cluster: K8sCluster, namespace: str, name: str) -> str:
            "spec": cron["spec"]["jobTemplate"]["spec"]}  # fmt: skip
     kube.run("apply", "-f", "-", namespaced=False, stdin=json.dumps(job))
     done = kube.run("wait", "--namespace", namespace, "--for=condition=complete", f"job/{name}",
-                    "--timeout=300s", check=False, namespaced=False)  # fmt: skip
+                    "--timeout=240s", check=False, namespaced=False)  # fmt: skip
     log = kube.run("logs", "--namespace", namespace, f"job/{name}", check=False, namespaced=False)
-    assert "condition met" in done, f"{done}\n{log}"
+    if "condition met" not in done:
+        pods = kube.run("describe", "pods", "--namespace", namespace, "-l", f"job-name={name}",
+                        check=False, namespaced=False)  # fmt: skip
+        pytest.fail(f"{done}\n{log}\n{pods[-3000:]}")
     return log
 
 
-def test_a_cluster_backed_up_in_one_namespace_comes_back_in_another(
-    k8s_cluster: K8sCluster, tmp_path: Path
-) -> None:
+def _ha_data(k8s_cluster: K8sCluster) -> dict:
     data = k8s_cluster.data()
+    data["controller"] = {"replicas": 2, "failover_after": TAKEOVER}
+    return data
+
+
+def test_a_state_class_one_node_mounts_is_refused_before_anything_is_applied(
+    k8s_cluster: K8sCluster,
+) -> None:
+    kube = k8s_cluster.kube
+    block = f"{kube.namespace}-block"
+    storage_class = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                     "metadata": {"name": block}, "provisioner": "ebs.csi.aws.com"}  # fmt: skip
+    kube.run("apply", "-f", "-", namespaced=False, stdin=json.dumps(storage_class))
+    kube.made.append(f"storageclass/{block}")
+    shipped = k8s_cluster.data()
+    data = _ha_data(k8s_cluster)
+    data["kubernetes"]["state"] = {"storage_class": block, "size": "1Gi"}
+    k8s_cluster.write(data)
+    try:
+        proc = k8s_cluster.deploy()
+    finally:
+        k8s_cluster.write(shipped)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line, *_) = proc.stderr.splitlines()
+    assert line == (
+        f"error: {k8s_cluster.cluster_file}: kubernetes.state.storage_class: {block} "
+        "(ebs.csi.aws.com) makes volumes one node mounts at a time; controller.replicas: 2 "
+        "shares StateSaveLocation between two pods and needs a ReadWriteMany class (NFS, "
+        "CephFS, a cloud file store)"
+    ), proc.stderr
+    assert "Traceback" not in proc.stderr
+    # nothing applied: not even the namespace
+    found = kube.run("get", "namespace", kube.namespace, check=False, namespaced=False)
+    assert not found
+
+
+@pytest.fixture(scope="module")
+def ha(k8s_cluster: K8sCluster, tmp_path_factory: pytest.TempPathFactory) -> K8sCluster:
+    """The cluster with two controllers and a backup schedule, deployed; a user and her file."""
+    data = _ha_data(k8s_cluster)
     data["kubernetes"]["backup"] = {"schedule": "15 3 * * *", "keep": 2}
     k8s_cluster.write(data)
     if k8s_cluster.kube.lab:
-        manifest, names = lab.volumes(tmp_path / "backup-pv", data["name"], data["kubernetes"],
+        root = tmp_path_factory.mktemp("backup-pv")
+        manifest, names = lab.volumes(root, data["name"], data["kubernetes"],
                                       claims=(lab.BACKUP_CLAIM,))  # fmt: skip
         k8s_cluster.kube.run("apply", "-f", str(manifest), namespaced=False)
         k8s_cluster.kube.made += [f"persistentvolume/{n}" for n in names]
@@ -88,6 +149,115 @@ def test_a_cluster_backed_up_in_one_namespace_comes_back_in_another(
     source = k8s_cluster.kube.namespace
     _sh(k8s_cluster, source, f"chroot /jail createuser --non-interactive {USER}", login=True)
     _sh(k8s_cluster, source, "echo kept > ~/data.txt", USER)
+    return k8s_cluster
+
+
+def _user(ha: K8sCluster, command: str) -> str:
+    return _sh(ha, ha.kube.namespace, command, USER)
+
+
+def _ping(ha: K8sCluster) -> str:
+    """`scontrol ping` on the login node: each controller, UP or DOWN."""
+    return _user(ha, "scontrol ping || true")
+
+
+def _state(ha: K8sCluster, job: str) -> str:
+    return _user(ha, f"squeue -h -j {job} -o %T 2>/dev/null || true")
+
+
+class Stream:
+    """A user submitting one job after another on the login node (kubectl exec, in the
+    background)."""
+
+    def __init__(self, ha: K8sCluster) -> None:
+        self.ha = ha
+        kube = ha.kube
+        argv = [lab.KUBECTL, *(["--context", kube.context] if kube.context else []),
+                "--namespace", kube.namespace, "exec", "login-0", "-c", "login", "--",
+                "chroot", "/jail", "su", "-", USER, "-c", STREAM]  # fmt: skip
+        self.proc = subprocess.Popen(argv, env=kube.env, stdout=subprocess.PIPE, text=True)
+
+    def stop(self) -> tuple[list[str], list[str]]:
+        """Accepted job IDs, and every other answer sbatch gave."""
+        _user(self.ha, "touch ~/stop")
+        out, _ = self.proc.communicate(timeout=300)
+        lines = [line.strip() for line in out.splitlines() if line.strip()]
+        return [x for x in lines if x.isdigit()], [x for x in lines if not x.isdigit()]
+
+
+def test_the_backup_controllers_pod_deleted_changes_nothing(ha: K8sCluster) -> None:
+    kube = ha.kube
+    assert re.search(r"Slurmctld\(backup\) at slurmctld-1 is UP", _ping(ha)), _ping(ha)
+    kube.run("delete", "pod", "slurmctld-1", "--wait=false")
+    start = time.monotonic()
+    assert sorted(_user(ha, "srun -N2 hostname").split()) == ["cpu-0", "cpu-1"]
+    assert time.monotonic() - start < 15  # no wait for a controller
+    until("the backup UP again", lambda: "at slurmctld-1 is UP" in _ping(ha), 120)
+
+
+def test_the_primarys_pod_lost_hands_control_to_the_backup_and_no_job_is_lost(
+    ha: K8sCluster,
+) -> None:
+    kube = ha.kube
+    long = _user(ha, "sbatch --parsable -N2 -o /dev/null --wrap 'srun sleep 60'")
+    until("the long job running", lambda: _state(ha, long) == "RUNNING", 60)
+    stream = Stream(ha)
+    time.sleep(3)  # some accepted before the loss
+    node = kube.run("get", "pod", "slurmctld-0", "-o", "jsonpath={.spec.nodeName}")
+    # the primary's node takes no new pods (lost, or drained for maintenance): the pod that
+    # replaces the deleted one waits, Pending, and the backup must take control
+    kube.run("cordon", node, namespaced=False)
+    try:
+        uid = kube.run("get", "pod", "slurmctld-0", "-o", "jsonpath={.metadata.uid}")
+        kube.run("delete", "pod", "slurmctld-0", "--wait=false")
+        deleted = time.monotonic()
+        # the primary stops (SIGTERM, then its grace) before its pod object goes
+        until("the primary's pod gone", lambda: kube.run(
+            "get", "pod", "slurmctld-0", "-o", "jsonpath={.metadata.uid}", check=False) != uid,
+            120)  # fmt: skip
+        _user(ha, "sbatch -o /dev/null --wrap true")  # accepted once the backup is in control
+        took = time.monotonic() - deleted
+        assert took < TAKEOVER + 30, f"the backup took {took:.1f} s"
+        phase = kube.run("get", "pod", "slurmctld-0", "-o", "jsonpath={.status.phase}",
+                         check=False)  # fmt: skip
+        assert phase in ("", "Pending"), phase
+        assert "slurmctld-0 is DOWN" in _ping(ha), _ping(ha)
+        assert _state(ha, long) == "RUNNING"
+        _user(ha, "squeue && sacct -X -n")
+        jwt = re.search(r"^SLURM_JWT=(\S+)$", _user(ha, "scontrol token"), re.M).group(1)
+        rest = kube.run("get", "pods", "-l", "app.kubernetes.io/component=slurmrestd",
+                        "-o", "jsonpath={.items[0].status.podIP}")  # fmt: skip
+        code, spec = rest_client.call(f"http://{rest}:6820/openapi/v3", user=USER, jwt=jwt)
+        nodes = next(p for p in spec["paths"] if re.fullmatch(r"/slurm/v[0-9.]+/nodes/?", p))
+        code, body = rest_client.call(f"http://{rest}:6820{nodes}", user=USER, jwt=jwt)
+        assert code == 200 and {n["name"] for n in body["nodes"]} == {"cpu-0", "cpu-1"}, body
+        # `invoke status` runs its commands in the controller pod that is up
+        status = _run(ha, "status")
+        assert status.returncode == 0 and "cpu-0" in status.stdout, status.stdout + status.stderr
+        assert "slurmctld is not answering" not in status.stdout
+        time.sleep(2)
+        accepted, refused = stream.stop()
+    finally:
+        kube.run("uncordon", node, namespaced=False)
+    assert not refused, refused  # sbatch waited for a controller, it never gave up
+    assert len(accepted) >= 5, accepted
+    # the primary, scheduled again, takes control back
+    until("the primary in control",
+          lambda: re.search(r"primary\) at slurmctld-0 is UP", _ping(ha)) is not None,
+          180)  # fmt: skip
+    jobs = [long, *accepted]
+    sacct = f"sacct -X -n -P -o JobID,State -j {','.join(jobs)}"
+    ended = lambda: dict(ln.split("|") for ln in _user(ha, sacct).splitlines())  # noqa: E731
+    until("every job ended", lambda: set(ended()) >= set(jobs) and all(
+        s not in ("PENDING", "RUNNING", "COMPLETING") for s in ended().values()), 180)  # fmt: skip
+    assert ended() == dict.fromkeys(jobs, "COMPLETED")
+
+
+def test_a_cluster_backed_up_in_one_namespace_comes_back_in_another(
+    ha: K8sCluster, tmp_path: Path
+) -> None:
+    k8s_cluster = ha
+    source = k8s_cluster.kube.namespace
 
     def submit(namespace: str, *args: str) -> str:
         return _sh(k8s_cluster, namespace, f"cd && sbatch --parsable {' '.join(args)}", USER)

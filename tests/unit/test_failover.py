@@ -3,20 +3,25 @@ cluster file may say, and what the Slurm config and the Compose file make of it.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slurmforge import config
 from slurmforge.deploy import loader
-from slurmforge.deploy.k8s.run import Kube
+from slurmforge.deploy.k8s import apply as k8s_apply
+from slurmforge.deploy.k8s import controllers as k8s_controllers
+from slurmforge.deploy.k8s import restore as k8s_restore
 from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
-from tests.unit.kube import cluster_data
+from tests.unit.kube import rendered_kube
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +83,174 @@ def test_bad_controller_settings_are_refused_in_one_line(
     assert_clean_failure(proc, f"{path}: {expected}")
 
 
-def test_the_k8s_target_refuses_a_backup_controller_before_writing(write_cluster, tmp_path):
-    versions = load_versions(ROOT / "versions.yaml")
-    data = {**cluster_data(), "controller": {"replicas": 2}}
-    cluster = loader.load(write_cluster(data), versions)
-    with pytest.raises(ConfigError, match=r"controller\.replicas: a backup slurmctld runs on"):
-        Kube(cluster, tmp_path / "out", tmp_path).manifests.write()
-    assert not (tmp_path / "out").exists()
+def _ha_checkout(checkout, **kubernetes) -> tuple[Path, Path]:
+    """The k8s unit cluster (tests/unit/kube.py) with a backup controller."""
+    cluster_file, root = checkout
+    data = yaml.safe_load(cluster_file.read_text())
+    data["controller"] = {"replicas": 2}
+    data["kubernetes"].update(kubernetes)
+    cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    return cluster_file, root
+
+
+def _objects(kube) -> dict[tuple[str, str], dict]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in kube.manifests.objects.values()}
+
+
+def test_k8s_two_controllers_are_one_set_of_two_on_one_shared_claim(checkout) -> None:
+    cluster_file, root = _ha_checkout(checkout, state={"storage_class": "cephfs", "size": "2Gi"})
+    kube = rendered_kube(cluster_file, root)
+    kube.manifests.validate()  # against the API's own schemas
+    objects = _objects(kube)
+    ctld = objects[("StatefulSet", "slurmctld")]["spec"]
+    assert ctld["replicas"] == 2 and "volumeClaimTemplates" not in ctld
+    pod = ctld["template"]["spec"]
+    assert {"name": "state", "persistentVolumeClaim": {"claimName": "slurmctld-state"}} in pod[
+        "volumes"
+    ]
+    state = objects[("PersistentVolumeClaim", "slurmctld-state")]["spec"]
+    assert state["accessModes"] == ["ReadWriteMany"]
+    assert (state["storageClassName"], state["resources"]["requests"]["storage"]) == (
+        "cephfs",
+        "2Gi",
+    )
+    # the two request the CPU one controller does; each keeps its limit
+    (container,) = pod["containers"]
+    assert container["resources"]["requests"]["cpu"] == "250m"
+    assert container["resources"]["limits"]["cpu"] == "2"
+    # preferred, not required: the lab's one node runs both
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        term["podAffinityTerm"]["labelSelector"]["matchLabels"] == (ctld["selector"]["matchLabels"])
+    )
+    conf = objects[("ConfigMap", "slurm-config")]["data"]["slurm.conf"].splitlines()
+    assert [line for line in conf if line.startswith("SlurmctldHost=")] == [
+        "SlurmctldHost=slurmctld-0(slurmctld-0.slurmctld)",
+        "SlurmctldHost=slurmctld-1(slurmctld-1.slurmctld)",
+    ]
+    assert "SlurmctldTimeout=10" in conf
+
+
+def test_k8s_one_controller_keeps_its_claim_template_and_no_affinity(checkout) -> None:
+    kube = rendered_kube(*checkout)
+    ctld = _objects(kube)[("StatefulSet", "slurmctld")]["spec"]
+    assert ctld["replicas"] == 1 and "affinity" not in ctld["template"]["spec"]
+    (template,) = ctld["volumeClaimTemplates"]
+    assert template["metadata"]["name"] == "state"
+    assert template["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert not [o for o in kube.manifests.objects.values() if o["metadata"]["name"] ==
+                "slurmctld-state"]  # fmt: skip
+
+
+def test_k8s_scheduled_backup_and_restore_use_the_shared_state_claim(checkout) -> None:
+    data = {"schedule": "15 3 * * *"}
+    cluster_file, root = _ha_checkout(checkout, backup=data)
+    kube = rendered_kube(cluster_file, root)
+    cron = _objects(kube)[("CronJob", "backup")]
+    volumes = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["volumes"]
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim"
+              in v]  # fmt: skip
+    assert "slurmctld-state" in claims and "state-slurmctld-0" not in claims
+    job = k8s_restore.Restore(kube, root / "a.tar", None)
+    assert sorted(job.claims()) == ["jail", "slurmctld-state"]
+    assert job.claims()["slurmctld-state"]["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def _kubectl(answers: dict[str, tuple[int, str, str]]):
+    """kubectl's stand-in: the first key found in a call's words answers it; else exit 0."""
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        for key, (code, out, err) in answers.items():
+            if key in argv:
+                return subprocess.CompletedProcess(argv, code, out, err)
+        return subprocess.CompletedProcess(argv, 0, json.dumps({"items": []}), "")
+
+    return calls, run
+
+
+def _class(name: str, provisioner: str, default: bool = False) -> dict:
+    annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
+    return {"metadata": {"name": name, "annotations": annotations}, "provisioner": provisioner}
+
+
+@pytest.mark.parametrize(
+    ("state_class", "answers", "expected"),
+    [
+        ("gp3", {"gp3": (0, json.dumps(_class("gp3", "ebs.csi.aws.com")), "")},
+         "kubernetes.state.storage_class: gp3 (ebs.csi.aws.com) makes volumes one node mounts"),
+        ("nfs", {"nfs": (1, "", 'Error from server (NotFound): storageclasses "nfs" not found')},
+         "kubernetes.state.storage_class: no storage class nfs on this server"),
+        (None, {"storageclasses": (0, json.dumps({"items": [
+            _class("efs", "efs.csi.aws.com"), _class("local", "rancher.io/local-path", True)]}),
+            "")},
+         "kubernetes.state.storage_class (unset: the default class, local): local "
+         "(rancher.io/local-path) makes volumes one node mounts at a time"),
+    ],
+)  # fmt: skip
+def test_k8s_a_state_class_that_cannot_be_shared_is_refused_before_anything_is_applied(
+    checkout, state_class, answers, expected
+) -> None:
+    state = {"size": "1Gi", **({"storage_class": state_class} if state_class else {})}
+    cluster_file, root = _ha_checkout(checkout, state=state)
+    calls, run = _kubectl({"--raw": (0, json.dumps({"resources": []}), ""), **answers})
+    kube = rendered_kube(cluster_file, root, run)
+    with pytest.raises(ConfigError) as refused:
+        k8s_apply.apply(kube, 300)
+    assert str(refused.value).startswith(f"{cluster_file}: {expected}")
+    assert "\n" not in str(refused.value)
+    assert not [c for c in calls if "apply" in c or "exec" in c]
+
+
+@pytest.mark.parametrize(
+    "classes",
+    [[], [_class("efs", "efs.csi.aws.com", default=True)]],
+)
+def test_k8s_a_shareable_or_unnamed_class_is_taken(checkout, classes) -> None:
+    """No class named and none the default: the claim binds to a volume a site made (the lab)."""
+    cluster_file, root = _ha_checkout(checkout)
+    _, run = _kubectl({"storageclasses": (0, json.dumps({"items": classes}), "")})
+    kube = rendered_kube(cluster_file, root, run)
+    k8s_controllers.check_storage(kube.cluster, kube.k)
+
+
+@pytest.mark.parametrize(("running", "wanted"), [(True, 2), (False, 1)])
+def test_k8s_moving_between_one_controller_and_two_is_refused(checkout, running, wanted) -> None:
+    """The state would move to another claim: the queue would start empty."""
+    cluster_file, root = _ha_checkout(checkout) if wanted == 2 else checkout
+    templates = {"volumeClaimTemplates": [{"metadata": {"name": "state"}}]} if running else {}
+    found = {"items": [{"metadata": {"name": "slurmctld"}, "spec": templates}]}
+    _, run = _kubectl({"statefulsets": (0, json.dumps(found), "")})
+    kube = rendered_kube(cluster_file, root, run)
+    with pytest.raises(ConfigError, match=r"controller\.replicas: namespace hpc runs") as refused:
+        k8s_controllers.check_change(kube.cluster, kube.k)
+    assert "invoke restore --force" in refused.value.hint
+
+
+def _pod(name: str, running: bool = True, deleting: bool = False) -> dict:
+    state = {"running": {}} if running else {"waiting": {"reason": "ContainerCreating"}}
+    meta = {"name": name, **({"deletionTimestamp": "2026-11-26T00:00:00Z"} if deleting else {})}
+    return {"metadata": meta, "status": {"containerStatuses": [{"name": "slurmctld",
+                                                                "state": state}]}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pods", "expected"),
+    [
+        ([_pod("slurmctld-0"), _pod("slurmctld-1")], "slurmctld-0"),
+        ([_pod("slurmctld-0", deleting=True), _pod("slurmctld-1")], "slurmctld-1"),
+        ([_pod("slurmctld-0", running=False), _pod("slurmctld-1")], "slurmctld-1"),
+        ([_pod("slurmctld-1")], "slurmctld-1"),
+        ([], "slurmctld-0"),
+    ],
+)
+def test_k8s_commands_for_the_controller_run_where_one_is_up(checkout, pods, expected) -> None:
+    cluster_file, root = _ha_checkout(checkout)
+    calls, run = _kubectl({"pods": (0, json.dumps({"items": pods}), "")})
+    kube = rendered_kube(cluster_file, root, run)
+    kube.controller_sh("squeue")
+    assert calls[-1][calls[-1].index("exec") + 1] == expected
+    assert kube.exec_argv("slurmctld", "sinfo")[kube.exec_argv("slurmctld", "sinfo").index(
+        "-i") + 1] == expected  # fmt: skip

@@ -77,12 +77,15 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     database = "app.kubernetes.io/component=mariadb"
     exec_ = [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--"]
     sinfo = slurmctl.NODES
+    controller = "app.kubernetes.io/component=slurmctld"
     assert (
         calls
         == [
             *([kubectl, *ctx, "get", "--raw", path] for path in ("/api/v1", "/apis/batch/v1")),
             [kubectl, *ctx, "get", "--raw", "/apis/apps/v1"],
             [kubectl, *ctx, "get", "--raw", "/apis/monitoring.coreos.com/v1"],
+            # how many controllers run now (none yet), which a redeploy may not change
+            [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{controller}", "-o", "json"],
             # the Slurm a running controller has, for upgrade.check (this one answers nothing)
             [*exec_, "bash", "-c", "scontrol version"],
             # the cluster's own database: its password Secret exists, mariadb-0 does not run

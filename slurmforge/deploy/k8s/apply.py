@@ -14,7 +14,7 @@ from typing import Protocol
 
 from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.backup.access import BackupAccess
-from slurmforge.deploy.k8s import config_sync
+from slurmforge.deploy.k8s import config_sync, controllers
 from slurmforge.deploy.k8s.kubectl import Kubectl
 from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.secrets import Secrets
@@ -35,6 +35,8 @@ class Host(BackupAccess, Protocol):
     backup_first: bool  # back up before a series change (deploy without --no-backup)
 
     def controller_sh(self, command: str) -> tuple[int, str]: ...
+
+    def pod(self, role: str) -> str: ...
 
 
 def unsupported(kube: Host) -> dict[str, str]:
@@ -80,7 +82,9 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     (the Namespace, then the missing Secrets, then the rest, so that nothing waits for what
     it mounts); wait for populate and the rollouts; hand running pods a changed node list;
     wait for every node, then for slurmdbd to know the cluster. `sinfo -N -l`."""
-    skipped = unsupported(kube)
+    skipped = unsupported(kube)  # the first call: names a server that does not answer
+    controllers.check_storage(kube.cluster, kube.k)
+    controllers.check_change(kube.cluster, kube.k)
     names = [n for n in kube.manifests.objects if n not in skipped]
     check_upgrade(kube)
     kube.secrets.check_database()  # before anything changes (a drain included)
@@ -134,7 +138,7 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
         for line in accounting_db.setup(kube.cluster, kube.controller_sh, timeout):
             print(f"note: {line}", file=kube.log)
     return kube.k.check(
-        kube.k.argv("exec", f"{CONTROLLER}-0", "-c", CONTROLLER, "--", "sinfo", "-N", "-l"),
+        kube.k.argv("exec", kube.pod(CONTROLLER), "-c", CONTROLLER, "--", "sinfo", "-N", "-l"),
         "sinfo in slurmctld",
     )
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from slurmforge import jail_contract
 from slurmforge.deploy import roles
+from slurmforge.deploy.k8s import controllers
 from slurmforge.deploy.k8s.objects import (
     arch_affinity,
     claim,
@@ -89,9 +90,10 @@ class JobRenderer(PodRenderer):
 
     def scheduled_backup(self, role: Role, config_hash: str) -> dict[str, dict[str, Any]]:
         """`invoke backup` on kubernetes.backup.schedule, from inside: a pod beside slurmctld
-        (on its node: StateSave's claim is ReadWriteOnce) that mounts StateSave and the jail
-        read-only and the secrets, dumps the database over the network as slurmdbd's user, and
-        writes the archive to a claim of its own, keeping the newest kubernetes.backup.keep."""
+        (on its node: StateSave's claim is ReadWriteOnce where there is one controller) that
+        mounts StateSave and the jail read-only and the secrets, dumps the database over the
+        network as slurmdbd's user, and writes the archive to a claim of its own, keeping the
+        newest kubernetes.backup.keep."""
         settings = self.k8s.backup
         assert role.name == BACKUP and settings.schedule is not None
         volumes, mounts = self.volumes(role)
@@ -100,7 +102,7 @@ class JobRenderer(PodRenderer):
             {
                 "name": state.claim,
                 "persistentVolumeClaim": {
-                    "claimName": f"{state.claim}-{CONTROLLER}-0",
+                    "claimName": controllers.state_claim(self.spec),
                     "readOnly": True,
                 },
             },

@@ -66,12 +66,12 @@ class Manifests:
                 "of its own; name the site's directory in identity.ldap.uri (with bind_dn, "
                 "bind_password_file and ca_file)"
             )
-        if self.cluster.spec.controller.replicas > 1:
-            raise ConfigError(
-                f"{self.cluster.path}: controller.replicas: a backup slurmctld runs on --target "
-                "local only so far (k8s: one slurmctld, which its StatefulSet restarts); "
-                "expected 1"
-            )
+        for i, ns in enumerate(self.cluster.spec.nodesets):
+            if ns.elastic:
+                raise ConfigError(
+                    f"{self.cluster.path}: nodesets[{i}].elastic: elastic node sets run on "
+                    "--target local only so far; give the k8s target a fixed replicas"
+                )
         siteconf.check_cluster(self.cluster, self.engine)
         local_ids: dict[str, str] = {}
         pyxis = False

@@ -29,6 +29,7 @@ from typing import Any
 from slurmforge.deploy import monitoring, roles
 from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.k8s import controllers
 from slurmforge.deploy.k8s.jobs import JobRenderer
 from slurmforge.deploy.k8s.nodesets import NODES_SERVICE, NodeSetRenderer
 from slurmforge.deploy.k8s.objects import (
@@ -60,8 +61,7 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer):
     def render(self, pyxis: bool) -> dict[str, dict[str, Any]]:
         """File name → object, in apply order (kustomize sorts by kind anyway)."""
         network = slurmconf.Network(
-            controllers=((f"{CONTROLLER}-0", f"{CONTROLLER}-0.{CONTROLLER}"),),
-            node_domain=NODES_SERVICE,
+            controllers=controllers.hosts(self.spec), node_domain=NODES_SERVICE
         )
         running = roles.running(self.spec, "k8s")
         # The pods' config-hash annotation rolls every pod (and kills its jobs) when the config
@@ -147,7 +147,9 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer):
             pod["initContainers"].append(self.wait_for_database())
         if role.grace_seconds is not None:
             pod["terminationGracePeriodSeconds"] = role.grace_seconds
-        if role.data or role.stable_name:
+        if role.name == CONTROLLER and controllers.shared(self.spec):
+            out.update(self.shared_controllers(role, pod, config_hash))
+        elif role.data or role.stable_name:
             claims = []
             if role.data:
                 metadata = {"name": role.data.claim, "labels": self.labels(role.name)}
@@ -158,6 +160,30 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer):
         else:
             out[f"deployment-{role.name}.yaml"] = self.deployment(role.name, pod, config_hash)
         return out
+
+    def shared_controllers(self, role: Role, pod: dict[str, Any], config_hash: str):
+        """A primary and a backup slurmctld: one StatefulSet of two, both on one ReadWriteMany
+        claim for StateSaveLocation, each preferring a node the other is not on."""
+        assert role.data is not None
+        state = self.meta(controllers.SHARED_STATE_CLAIM, role.name)
+        source = {"claimName": controllers.SHARED_STATE_CLAIM}
+        pod["volumes"].append({"name": role.data.claim, "persistentVolumeClaim": source})
+        pod["affinity"] = controllers.anti_affinity(self.selector(role.name))
+        replicas = len(controllers.pods(self.spec))
+        # the pair requests the CPU one controller does (the backup stands by until it takes
+        # over; each keeps its limit), so that adding a backup fits where one controller did
+        requests = pod["containers"][0]["resources"]["requests"]
+        requests["cpu"] = f"{int(requests['cpu'].removesuffix('m')) // replicas}m"
+        return {
+            f"pvc-{controllers.SHARED_STATE_CLAIM}.yaml": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                **claim(state, "ReadWriteMany", self.k8s.state),
+            },
+            f"statefulset-{role.name}.yaml": self.stateful_set(
+                role.name, role.name, replicas, pod, config_hash
+            ),
+        }
 
 
 def one_per_set(cluster: Cluster) -> Cluster:

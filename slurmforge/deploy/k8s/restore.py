@@ -16,7 +16,7 @@ from typing import Any
 from slurmforge.deploy import roles
 from slurmforge.deploy.backup import archive
 from slurmforge.deploy.backup import take as backup
-from slurmforge.deploy.k8s import apply
+from slurmforge.deploy.k8s import apply, controllers
 from slurmforge.deploy.k8s.apply import Host
 from slurmforge.deploy.k8s.objects import JAIL_CLAIM
 from slurmforge.deploy.k8s.secrets import DATABASE_CLAIM
@@ -36,21 +36,25 @@ class Restore:
         self.log = kube.log
 
     def claims(self) -> dict[str, dict[str, Any]]:
-        """Claim name → the PersistentVolumeClaim the restore fills: the jail's, and the one
-        slurmctld's StatefulSet would make for pod slurmctld-0 (it takes one of that name)."""
+        """Claim name → the PersistentVolumeClaim the restore fills: the jail's, and
+        StateSaveLocation's (the one both controllers share, or the one slurmctld's StatefulSet
+        would make for pod slurmctld-0: it takes one of that name)."""
+        state = controllers.state_claim(self.kube.cluster.spec)
         out = {}
         for obj in self.kube.manifests.objects.values():
-            if obj["kind"] == "PersistentVolumeClaim" and obj["metadata"]["name"] == JAIL_CLAIM:
-                out[JAIL_CLAIM] = obj
+            if obj["kind"] == "PersistentVolumeClaim" and obj["metadata"]["name"] in (
+                JAIL_CLAIM,
+                state,
+            ):
+                out[obj["metadata"]["name"]] = obj
             if obj["kind"] == "StatefulSet" and obj["metadata"]["name"] == CONTROLLER:
                 for template in obj["spec"].get("volumeClaimTemplates", []):
                     if template["metadata"]["name"] == CONTROLLER_STATE.claim:
                         claim = copy.deepcopy(template)
-                        name = f"{CONTROLLER_STATE.claim}-{CONTROLLER}-0"
-                        claim["metadata"]["name"] = name
+                        claim["metadata"]["name"] = state
                         claim["metadata"]["namespace"] = self.k.namespace
-                        out[name] = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                                     **claim}  # fmt: skip
+                        out[state] = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                      **claim}  # fmt: skip
         return out
 
     def existing(self) -> list[str]:
@@ -85,8 +89,8 @@ class Restore:
         self.k.apply_objects(list(claims.values()), "creating the claims to restore into")
         controller = self.kube.manifests.of("StatefulSet", CONTROLLER)
         image = controller["spec"]["template"]["spec"]["containers"][0]["image"]
-        mounts = {JAIL_CLAIM: "/restore/jail", f"{CONTROLLER_STATE.claim}-{CONTROLLER}-0":
-                  "/restore/state"}  # fmt: skip
+        state = controllers.state_claim(self.kube.cluster.spec)
+        mounts = {JAIL_CLAIM: "/restore/jail", state: "/restore/state"}
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -137,6 +141,7 @@ def restore(kube: Host, path: Path, force: bool, timeout: float) -> list[str]:
     kube.manifests.write()  # images not found are refused here, before anything changes
     kube.manifests.validate()
     backup.restores_directory(kube.cluster, manifest)  # none here: a note says so
+    controllers.check_storage(kube.cluster, kube.k)
     job = Restore(kube, path, manifest)
     found = job.existing()
     if found and not force:

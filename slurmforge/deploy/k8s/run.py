@@ -17,7 +17,7 @@ from slurmforge import jail_contract
 from slurmforge.deploy import check_namespace, load_cluster, roles
 from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.identity import probe
-from slurmforge.deploy.k8s import apply, kubectl
+from slurmforge.deploy.k8s import apply, controllers, kubectl
 from slurmforge.deploy.k8s.kubectl import Runner, checked
 from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.secrets import Secrets
@@ -110,10 +110,17 @@ class Kube(Target):
 
     # -- operate -----------------------------------------------------------------------------
 
+    def pod(self, role: str) -> str:
+        """The pod a role's commands run in: ``<role>-0`` of its StatefulSet, or the controller
+        that is up where there are two."""
+        if role == CONTROLLER:
+            return controllers.answering(self.k, self.cluster.spec)
+        return f"{role}-0"
+
     def sh(self, role: str, command: str) -> tuple[int, str]:
-        """``command`` in the role's first pod (``<role>-0`` of its StatefulSet)."""
+        """``command`` in the role's pod (``pod``)."""
         container = roles.role(role).container_name
-        proc = self.k.exec(f"{role}-0", container, "bash", "-c", command)
+        proc = self.k.exec(self.pod(role), container, "bash", "-c", command)
         out = proc.stdout if proc.returncode == 0 else proc.stderr + proc.stdout
         return proc.returncode, out.strip()
 
@@ -135,7 +142,8 @@ class Kube(Target):
 
     def exec_argv(self, role: str, command: str) -> list[str]:
         container = roles.role(role).container_name
-        return self.k.argv("exec", "-i", f"{role}-0", "-c", container, "--", "bash", "-c", command)
+        pod = self.pod(role)
+        return self.k.argv("exec", "-i", pod, "-c", container, "--", "bash", "-c", command)
 
     def secret(self, secret: roles.Secret) -> bytes | None:
         return self.secrets.data(secret)
