@@ -1,10 +1,12 @@
-"""The Kubernetes tier in a lane of its own. A run that collects it beside other tiers (README's
-test command) runs tests/k8s in a second pytest process, started when the session first reaches
-a tier past the build tier (the cluster tier, whose tests mostly wait on their daemons, as the
-k8s tier's wait on their pods), and fails when that process fails. The lane's output goes to
-.cache/k8s-lane.log; its summary, failures and slowest tests are printed at the end of the run.
+"""The tiers that mostly wait, in a lane of their own: the Kubernetes tier (its tests wait on
+pods) and the cluster modules that wait on Slurm's own timers (a controller's failover, elastic
+nodes' idle and start times). A run that collects them beside other tiers (README's test
+command) runs them in a second pytest process, started when the session first reaches a tier
+past the build tier (the cluster tier, whose tests mostly wait on their daemons too), and fails
+when that process fails. The lane's output goes to .cache/k8s-lane.log; its summary, failures
+and slowest tests are printed at the end of the run.
 
-A run of the k8s tier alone (`pytest tests/k8s`), or with SLURMFORGE_K8S_LANE=0, runs it inline.
+A run of those alone (`pytest tests/k8s`), or with SLURMFORGE_K8S_LANE=0, runs them inline.
 """
 
 from __future__ import annotations
@@ -20,15 +22,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 K8S, BUILD = ROOT / "tests" / "k8s", ROOT / "tests" / "build"
 ARM64 = BUILD / "test_arm64.py"
+# besides tests/k8s: cluster modules whose tests wait on Slurm's timers
+WAITING = (
+    ROOT / "tests" / "cluster" / "test_failover.py",
+    ROOT / "tests" / "cluster" / "test_elastic.py",
+)
 LOG = ROOT / ".cache" / "k8s-lane.log"
+LANE_NAMES = "tests/k8s, test_failover.py, test_elastic.py"
 
 
 def _under(item: pytest.Item, tier: Path) -> bool:
     return tier in Path(item.fspath).resolve().parents
 
 
+def _in_lane(item: pytest.Item) -> bool:
+    return _under(item, K8S) or Path(item.fspath).resolve() in WAITING
+
+
 class Lane:
-    """tests/k8s's selected tests in a pytest process of their own."""
+    """The lane's selected tests in a pytest process of their own."""
 
     def __init__(self, nodeids: list[str]) -> None:
         self.nodeids = nodeids
@@ -77,10 +89,10 @@ def pytest_collection_modifyitems(
     # their order
     if os.environ.get("SLURMFORGE_K8S_LANE") == "0" or config.option.collectonly:
         return
-    k8s = [item for item in items if _under(item, K8S)]
+    k8s = [item for item in items if _in_lane(item)]
     if not k8s or len(k8s) == len(items):
         return
-    items[:] = [item for item in items if not _under(item, K8S)]
+    items[:] = [item for item in items if not _in_lane(item)]
     config.hook.pytest_deselected(items=k8s)
     config.stash[_LANE] = Lane([item.nodeid for item in k8s])
 
@@ -114,10 +126,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if lane is None:
         return
     if lane.code is None:
-        terminalreporter.section("the k8s tier did not run to its end: the run stopped first")
+        terminalreporter.section(
+            "the second lane (k8s, failover, elastic) did not run to its end: the run stopped first"
+        )
         return
     verdict = "passed" if lane.code == 0 else f"FAILED (exit {lane.code})"
-    terminalreporter.section(f"the k8s tier, run beside the others: {verdict} (log: {LOG})")
+    terminalreporter.section(
+        f"the second lane (k8s, failover, elastic), run beside the others: {verdict} (log: {LOG})"
+    )
     for line in lane.summary():
         terminalreporter.write_line(line)
 

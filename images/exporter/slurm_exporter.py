@@ -69,7 +69,13 @@ def node_state(states: list[str]) -> str:
     base, flags = states[0].lower() if states else "unknown", {s.upper() for s in states[1:]}
     if "DRAIN" in flags:
         return "draining" if base in ("allocated", "mixed", "completing") else "drained"
-    for flag in ("NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED", "POWERED_DOWN"):
+    for flag in ("NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED"):
+        if flag in flags:
+            return flag.lower()
+    if base == "down":  # an elastic node that did not start in time is down, powered down or not
+        return base
+    # an elastic node set's: stopped, being started, being stopped (power saving)
+    for flag in ("POWERED_DOWN", "POWERING_UP", "POWERING_DOWN"):
         if flag in flags:
             return flag.lower()
     if "COMPLETING" in flags:

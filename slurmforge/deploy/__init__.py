@@ -91,6 +91,12 @@ def scale(where: Where, arg: str, timeout: str | None) -> list[str]:
     if nodeset not in names:
         known = ", ".join(names)
         raise ConfigError(f"scale: unknown node set {nodeset!r}; expected one of {known}")
+    if current.nodeset(nodeset).elastic:
+        raise ConfigError(
+            f"scale {arg!r}: node set {nodeset} is elastic: Slurm starts its nodes when jobs need "
+            "them and stops them when idle",
+            hint=f"change its elastic.min or elastic.max in {where.cluster_file}, then deploy",
+        )
     replicas = {**state.read_scale(current.name), nodeset: count}
     new = loader.load(where.cluster_file, versions, replicas)
     target = open_target(where)

@@ -35,7 +35,9 @@ def load(path: Path, config: Config, scale: Scale | Mapping[str, int] = no_scale
     if isinstance(name, str) and isinstance(raw.get("nodesets"), list):
         counts = scale if isinstance(scale, Mapping) else scale(name)
         for ns in raw["nodesets"]:
-            if isinstance(ns, dict) and isinstance(ns.get("name"), str) and ns["name"] in counts:
+            named = isinstance(ns, dict) and isinstance(ns.get("name"), str)
+            # an elastic set's size is its elastic.max
+            if named and ns["name"] in counts and "elastic" not in ns:
                 ns["replicas"] = counts[ns["name"]]
     spec = validate(ClusterSpec, raw, path, blame=layers.blame if layers else None)
     checks.check(path, spec, reserved=(roles.CONTROLLER, roles.LOGIN))

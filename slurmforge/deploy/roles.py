@@ -42,6 +42,10 @@ DIRECTORY = "slapd"
 NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
 BACKUP = "backup"
 EXPORTER, PROMETHEUS = "exporter", "prometheus"
+# starts and stops elastic node sets' nodes when slurmctld asks (local target)
+NODE_POWER = "node-power"
+POWER_SPOOL = "/run/slurmforge/power"  # where slurmctld's programs leave it their requests
+POWER_VOLUME = "power"
 
 
 @dataclass(frozen=True)
@@ -313,6 +317,15 @@ EXPORTER_PORT = Port("metrics", 9341)
 GPU_METRICS_PORT = 9342  # `slurm_exporter.py gpu` beside each GPU node (local target)
 
 
+def elastic(spec: ClusterSpec) -> bool:
+    return any(ns.elastic for ns in spec.nodesets)
+
+
+def _power_env(spec: ClusterSpec) -> dict[str, str]:
+    nodes = [node for ns in spec.nodesets for node in ns.elastic_nodes]
+    return {"NODE_POWER_PROJECT": spec.name, "NODE_POWER_NODES": ",".join(nodes)}
+
+
 def _health_check(spec: ClusterSpec) -> bool:
     return spec.kubernetes.health_check.enabled and any(ns.gpus for ns in spec.nodesets)
 
@@ -333,7 +346,7 @@ ROLES: tuple[Role, ...] = (
         # nodes first: slurmctld resolves every node name when it starts (slurmd retries until
         # the controller answers)
         stable_name=True,  # the nodes reach slurmctld-0.slurmctld
-        after=(NODE, DBD, DIRECTORY),
+        after=(NODE, DBD, DIRECTORY, NODE_POWER),
         resources=Resources(("500m", "512Mi"), ("2", "2Gi")),
     ),
     Role(
@@ -455,6 +468,18 @@ ROLES: tuple[Role, ...] = (
         scraped=EXPORTER_PORT,
         when=_metrics,
         env=_exporter_env,
+    ),
+    Role(
+        NODE_POWER,
+        image=EXPORTER,  # python3 and slurmforge's own small programs
+        command=("python3", "/usr/local/lib/slurmforge/node_power.py"),
+        # root for the engine's socket and no other capability than to hand its request
+        # directory to slurm and take requests out of it
+        capabilities=("CHOWN", "DAC_OVERRIDE"),
+        least_privilege=True,
+        targets=("local",),
+        when=elastic,
+        env=_power_env,
     ),
     Role(
         PROMETHEUS,

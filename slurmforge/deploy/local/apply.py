@@ -8,6 +8,8 @@ import functools
 from pathlib import Path
 from typing import IO, Protocol
 
+import yaml
+
 from slurmforge import jail
 from slurmforge.deploy import roles
 from slurmforge.deploy.local import gpu_assign
@@ -63,7 +65,7 @@ def apply(
         local.project.compose("up", "-d", DBD)  # and its own database, if it has one
         dbd_port = roles.role(DBD).ports[0]
         slurmctl.wait_port(functools.partial(local.sh, DBD), dbd_port.number, DBD, 600.0)
-    local.project.compose("up", "-d", "--remove-orphans")
+    start_containers(local)
     if upgrading or running:
         # also after an upgrade that stopped half-way: its nodes were left drained
         slurmctl.release(local.controller_sh, UPGRADE_REASON, 600.0)
@@ -71,6 +73,23 @@ def apply(
         local.project.compose("restart", DBD)  # slurmdbd reads its config once, at start
     if changed and running:
         slurmctl.reconfigure(local.controller_sh)
+
+
+def start_containers(local: Host) -> None:
+    """`up` every service but an elastic set's nodes, which are made and left to Slurm (those
+    running stay running: a changed one is made again and started again)."""
+    elastic = [node for ns in local.cluster.spec.nodesets for node in ns.elastic_nodes]
+    if not elastic:
+        local.project.compose("up", "-d", "--remove-orphans")
+        return
+    services = yaml.safe_load(local.project.file.read_text())["services"]
+    started = [n for n, s in services.items() if n not in elastic and "profiles" not in s]
+    running = [node for node in elastic if local.project.running(node) is not None]
+    local.project.compose("up", "--no-start", "--remove-orphans", *elastic)
+    local.project.compose("up", "-d", "--remove-orphans", *started)
+    stopped = [node for node in running if local.project.running(node) is None]
+    if stopped:
+        local.project.compose("start", *stopped)
 
 
 def populate_jail(local: Host, running: bool) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from slurmforge import state
 from slurmforge.deploy import roles
 from slurmforge.deploy.local import gpu_assign
+from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.roles import CONTROLLER
 from slurmforge.deploy.slurm import database as accounting_db
@@ -29,11 +30,14 @@ class Preflight:
     def everything(self) -> tuple[bool, dict[str, str]]:
         """Every check, in this order: whether the deploy changes the Slurm series (before
         anything, even before the images are looked up), the GPUs, the database, the ports,
-        the images (their IDs), the site's settings."""
+        the Docker socket of elastic node sets' agent, the images (their IDs), the site's
+        settings."""
         upgrading = self.upgrade()
         _ = self.gpus  # GPU node sets without GPUs are refused before anything happens
         self.database()
         self.ports()
+        if roles.elastic(self.cluster.spec):  # the node-power agent mounts the engine's socket
+            local_render.docker_socket()
         ids = self.image_ids()
         self.site()
         return upgrading, ids

@@ -17,8 +17,9 @@ def wait_ready(
     project: Project, cluster: Cluster, timeout: float, kept: dict[str, str], log: IO[str]
 ) -> None:
     """Until every node is in service (idle, or running jobs), or in the drain ``kept`` says
-    it was in before (which a note names); else name the failing ones, with their last logs."""
-    nodes = [node for _, node in cluster.nodes]
+    it was in before (which a note names); else name the failing ones, with their last logs.
+    An elastic set's nodes are Slurm's to start: only those that always run are waited for."""
+    nodes = [node for _, node in cluster.fixed_nodes]
     controllers = roles.controllers(cluster.spec)
     watched = {*controllers, LOGIN, *nodes}
     deadline = time.monotonic() + timeout

@@ -23,6 +23,7 @@ calls as a bare-metal node does: not at all; its capabilities stay its node set'
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from slurmforge.deploy.local.gpu_assign import Assignment
 from slurmforge.deploy.roles import GPU_METRICS_PORT as GPU_PORT
 from slurmforge.deploy.roles import POPULATE, Role
 from slurmforge.deploy.spec.model import Cluster, NodeSet
+from slurmforge.errors import ConfigError, quote
 
 JAIL_USR = jail_contract.ROOT + jail_contract.USR
 
@@ -108,6 +110,8 @@ class ComposeRenderer:
         volumes: dict[str, Any] = {JAIL_VOLUME: {}}
         volumes.update({usr_volume(arch): {} for arch in self.cluster.other_arches})
         volumes.update({r.data.local: {} for r in self.running if r.data})
+        if roles.elastic(self.spec):
+            volumes[roles.POWER_VOLUME] = {}
         return {"version": "3.8", "services": services, "volumes": volumes}
 
     def service(
@@ -155,11 +159,17 @@ class ComposeRenderer:
         arch = self.cluster.arch(ns)
         # a node of another arch than the jail's sees the jail with that arch's /usr
         usr = [] if arch == self.cluster.cell.arch else [f"{usr_volume(arch)}:{JAIL_USR}"]
+        command = tuple(node if a == "{node}" else a for a in role.command)
+        if node in ns.elastic_nodes:
+            # a container shares its host's kernel, and with it the boot time slurmd reports:
+            # Slurm waits for a resumed node to have booted since it asked, so slurmd reports
+            # its own start as the node's boot (-b)
+            command = (*command, "-b")
         service = self.service(
             role,
             node,
             self.cluster.node_image(ns),
-            tuple(node if a == "{node}" else a for a in role.command),
+            command,
             capabilities=ns.capabilities,
             env=dict(ns.env),
             volumes=[*usr, *driver.get("volumes", [])],
@@ -192,9 +202,9 @@ class ComposeRenderer:
         return out
 
     def names(self, role: Role) -> list[str]:
-        """The services of ``role``."""
+        """The services of ``role`` that deploy starts (not an elastic set's nodes: Slurm does)."""
         if role.workload == "nodes":
-            return [node for _, node in self.cluster.nodes]
+            return [node for _, node in self.cluster.fixed_nodes]
         if role.name == roles.CONTROLLER:
             return roles.controllers(self.spec)
         return [role.name]
@@ -222,6 +232,12 @@ class ComposeRenderer:
                 f"{m.host_path}:{jail_contract.ROOT}{m.path}{':ro' if m.read_only else ''}"
                 for m in self.spec.mounts
             ]
+        if roles.elastic(self.spec) and role.name in (roles.CONTROLLER, roles.NODE_POWER):
+            # slurmctld's power programs leave their requests here for the agent
+            out.append(f"{roles.POWER_VOLUME}:{roles.POWER_SPOOL}")
+        if role.name == roles.NODE_POWER:  # the one service that reaches the engine
+            socket = docker_socket()
+            out.append(f"{socket}:{socket}")
         return out
 
     def publish(self, port: roles.Port) -> str:
@@ -229,6 +245,18 @@ class ComposeRenderer:
         address = self.spec.login.address
         host = f"[{address}]" if ":" in address else address
         return f"{host}:{roles.published(self.spec, port)}:{port.number}"
+
+
+def docker_socket() -> str:
+    """The Docker engine's Unix socket on this host (DOCKER_HOST's, else Docker's default)."""
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not host.startswith("unix://"):
+        raise ConfigError(
+            f"$DOCKER_HOST {quote(host)}: elastic node sets are started and stopped through the "
+            "Docker engine's Unix socket on this host, and this engine is reached otherwise",
+            hint="deploy from the engine's own host, or leave elastic out of the node sets",
+        )
+    return host.removeprefix("unix://")
 
 
 def gpu_metrics_nodes(cluster: Cluster, gpus: Assignment) -> list[str]:

@@ -98,9 +98,11 @@ class Local(Target):
             return self.preview()
         took = self.start(timeout, back_up=back_up)
         spec = self.cluster.spec
+        elastic = len(self.cluster.nodes) - len(self.cluster.fixed_nodes)
+        more = f", {elastic} more when jobs need them" if elastic else ""
         return [
-            f"cluster {spec.name}: {len(self.cluster.nodes)} nodes up after {took:.1f} s "
-            f"(manifests: {self.dir})",
+            f"cluster {spec.name}: {len(self.cluster.fixed_nodes)} nodes up{more} after "
+            f"{took:.1f} s (manifests: {self.dir})",
             "log in:  invoke login            (root shell in the jail on the login node)",
             "         invoke login --user NAME",
             f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from "

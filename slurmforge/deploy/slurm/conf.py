@@ -23,6 +23,8 @@ from slurmforge.deploy.spec.model import Cluster, ClusterSpec, NodeSet, Partitio
 STATE_DIR = roles.CONTROLLER_STATE.path
 SLURM_CONF_DIR = roles.SLURM_CONF.path
 SPOOL_DIR = "/var/spool/slurmd"
+# elastic node sets: slurmctld's ResumeProgram and SuspendProgram are <this>-resume, -suspend
+POWER_PROGRAM = f"{SLURM_CONF_DIR}/power"
 PYXIS_PLUGIN = "/usr/lib/slurmforge/spank/pyxis.so"  # slurmforge-pyxis, when built
 # node-local container roots, per user (images/gpu/enroot.conf; created by enroot_install)
 ENROOT_LOCAL = "/var/lib/slurmforge/enroot"
@@ -118,13 +120,14 @@ def render(
         {
             "name": ns.name,
             # one line per node when each needs its own NodeAddr
-            "lines": [f"{n} NodeAddr={n}.{network.node_domain}" for n in ns.nodes]
+            "lines": [f"{n} NodeAddr={n}.{network.node_domain}" for n in names]
             if network
-            else [hostlist(ns.nodes)],
-            "attrs": siteconf.line_attrs(_node_attrs(ns), ns.slurm if site else {}),
+            else [hostlist(names)],
+            "attrs": siteconf.line_attrs(_node_attrs(ns, state), ns.slurm if site else {}),
         }
         for ns in spec.nodesets
-        if ns.replicas
+        for names, state in ((ns.fixed_nodes, "UNKNOWN"), (ns.elastic_nodes, "CLOUD"))
+        if names
     ]
     partitions = [
         {
@@ -165,6 +168,7 @@ def render(
         "prolog": _pattern(scripts, "prolog"),
         "epilog": _pattern(scripts, "epilog"),
         "topology": _topology_kind(spec) if site else None,
+        "power": power_saving(cluster),
     }
     files = {name: _env.get_template(f"{name}.j2").render(**values) for name in NODE_FILES}
     own = spec.slurm if site else SlurmSpec()
@@ -177,9 +181,21 @@ def render(
         files["topology.conf"] = _topology_conf(cluster)
     # what the jail's createuser reads (the account new users go under)
     files["slurmforge.conf"] = f"default_account={spec.accounting.default_account}\n"
+    if cluster.elastic:
+        program = _env.get_template("power.j2").render(name=cluster.name, spool=roles.POWER_SPOOL)
+        files.update({"power-resume": program, "power-suspend": program})
     if gres_types:
         files["gres.conf"] = _gres_conf(cluster, gres_files or {})
     return files
+
+
+def power_saving(cluster: Cluster) -> dict[str, str] | None:
+    """What slurm.conf says for elastic node sets (None: there are none): the program Slurm
+    runs to start and stop their nodes, and the nodes it never stops."""
+    if not cluster.elastic:
+        return None
+    keep = [hostlist(ns.fixed_nodes) for ns in cluster.spec.nodesets if ns.fixed_nodes]
+    return {"program": POWER_PROGRAM, "keep": ",".join(keep)}
 
 
 def _pattern(scripts: dict[str, str], kind: str) -> str | None:
@@ -187,13 +203,13 @@ def _pattern(scripts: dict[str, str], kind: str) -> str | None:
     return f"{SLURM_CONF_DIR}/{kind}-*" if any(n.startswith(f"{kind}-") for n in scripts) else None
 
 
-def _node_attrs(ns: NodeSet) -> dict[str, str]:
+def _node_attrs(ns: NodeSet, state: str = "UNKNOWN") -> dict[str, str]:
     attrs = {"CPUs": str(ns.cpus), "RealMemory": str(ns.memory_mb)}
     if ns.features:
         attrs["Features"] = ",".join(ns.features)
     if ns.gres:
         attrs["Gres"] = ",".join(ns.gres)
-    attrs["State"] = "UNKNOWN"
+    attrs["State"] = state
     return attrs
 
 
@@ -203,6 +219,10 @@ def _partition_attrs(cluster: Cluster, p: Partition) -> dict[str, str]:
         attrs["Default"] = "YES"
     attrs["MaxTime"] = p.max_time
     attrs["DefMemPerCPU"] = str(def_mem_per_cpu(cluster, p.nodesets))
+    elastic = [e for n in p.nodesets if (e := cluster.nodeset(n).elastic)]
+    if elastic:  # one idle time and start timeout per partition (spec/checks.py)
+        attrs["SuspendTime"] = str(elastic[0].idle)
+        attrs["ResumeTimeout"] = str(elastic[0].start_timeout)
     attrs["State"] = "UP"
     return attrs
 
@@ -296,7 +316,7 @@ def write(
             _write_if_changed(directory / name, files[name], SCRIPT.match(name) is not None)
 
 
-SCRIPT = re.compile(r"(prolog|epilog)-[0-9]{2}-")
+SCRIPT = re.compile(r"(prolog|epilog)-[0-9]{2}-|power-(resume|suspend)$")
 
 
 def _rendered(name: str) -> bool:

@@ -45,6 +45,7 @@ def check(path: Path, spec: ClusterSpec, reserved: Collection[str] = ()) -> None
                 f"{path}: nodesets[{i}]: GPU node set {ns.name!r} is in no partition; the GPU "
                 "health check (and every job) needs one: add it to a partition's nodesets"
             )
+    _check_elastic(path, spec)
     if sum(p.default for p in spec.partitions) > 1:
         raise ConfigError(f"{path}: partitions: more than one partition has default: true")
     if spec.rest.enabled and not spec.accounting.enabled:
@@ -75,6 +76,26 @@ def check(path: Path, spec: ClusterSpec, reserved: Collection[str] = ()) -> None
     if spec.accounting.enabled and database:
         where = f"{path}: accounting.database.password_secret"
         check_private(where, database.password_secret)
+
+
+def _check_elastic(path: Path, spec: ClusterSpec) -> None:
+    """min within max; one idle time per partition (Slurm's SuspendTime is a partition's)."""
+    for i, ns in enumerate(spec.nodesets):
+        if ns.elastic and ns.elastic.min > ns.elastic.max:
+            raise ConfigError(
+                f"{path}: nodesets[{i}].elastic.min: {ns.elastic.min} is more than "
+                f"elastic.max ({ns.elastic.max})"
+            )
+    sets = {ns.name: ns for ns in spec.nodesets}
+    for i, part in enumerate(spec.partitions):
+        idle = {sets[n].elastic.idle for n in part.nodesets if sets[n].elastic}
+        if len(idle) > 1:
+            raise ConfigError(
+                f"{path}: partitions[{i}].nodesets: elastic node sets with different "
+                f"elastic.idle ({', '.join(f'{s} s' for s in sorted(idle))}) in one partition; "
+                "Slurm stops a partition's idle nodes after one time (SuspendTime): give them "
+                "the same idle, or partitions of their own"
+            )
 
 
 def _check_site(path: Path, spec: ClusterSpec, names: list[str]) -> None:

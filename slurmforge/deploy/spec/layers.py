@@ -110,7 +110,11 @@ class Layers:
             return raw  # the model reports the wrong type with its path
         name = raw.get("name") if isinstance(raw.get("name"), str) else f"#{index}"
         self.sources[index] = []
-        return self._flatten(raw, self.path, ("nodesets", index), [name], self.sources[index])
+        out = self._flatten(raw, self.path, ("nodesets", index), [name], self.sources[index])
+        if "elastic" in out and "replicas" not in raw:
+            # an elastic set's size is its elastic.max, whatever count a layer (base's 1) gives
+            out.pop("replicas", None)
+        return out
 
     def blame(self, loc: tuple[str | int, ...]) -> tuple[Path, tuple[str | int, ...]]:
         """The file and key path that gave the merged node set's value at ``loc`` (a path in

@@ -25,13 +25,11 @@ from slurmforge.deploy.spec.fields import (
     NODE_DIRS,
     AbsPath,
     AccountName,
-    Capability,
     DNSName,
-    EnvName,
-    Word,
 )
 from slurmforge.deploy.spec.identity import GroupName, IdentitySpec
 from slurmforge.deploy.spec.kubernetes import KubernetesSpec
+from slurmforge.deploy.spec.nodeset import NodeSet
 from slurmforge.deploy.spec.site import (
     AccountSpec,
     ConfKey,
@@ -44,49 +42,9 @@ from slurmforge.deploy.spec.site import (
 )
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model
-from slurmforge.pins import Arch
 
 # a jail user's name, as the jail's createuser accepts it (and useradd after it)
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
-
-
-class MatchExpression(Model):
-    key: Annotated[str, StringConstraints(strict=True, min_length=1)]
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: tuple[Annotated[str, StringConstraints(strict=True)], ...] = ()
-
-
-class Affinity(Model):
-    """Node affinity for targets that schedule onto machines (Kubernetes); ignored locally."""
-
-    matchExpressions: tuple[MatchExpression, ...] = ()
-
-
-class NodeSet(Model):
-    name: DNSName
-    replicas: Annotated[StrictInt, Field(ge=0, le=256)]
-    image: DNSName
-    # the CPU arch of its machines (default: the cluster's cell's); another arch's node sets run
-    # the same set's cell of that arch (Grace GPU nodes beside amd64 controllers)
-    arch: Arch | None = None
-    cpus: Annotated[StrictInt, Field(ge=1)]
-    memory_mb: Annotated[StrictInt, Field(ge=64)]
-    features: tuple[Word, ...] = ()
-    gres: tuple[Word, ...] = ()
-    capabilities: tuple[Capability, ...] = ()
-    env: dict[EnvName, Annotated[str, StringConstraints(strict=True)]] = Field(default_factory=dict)
-    affinity: Affinity = Affinity()
-    # more of the node set's NodeName line (Weight, TmpDisk, CoreSpecCount, ...)
-    slurm: dict[ConfKey, LineValue] = Field(default_factory=dict)
-
-    @property
-    def nodes(self) -> list[str]:
-        return [f"{self.name}-{i}" for i in range(self.replicas)]
-
-    @property
-    def gpus(self) -> int:
-        """GPUs each node asks for: the sum of its ``gpu[:type]:count`` GRES."""
-        return sum(int(g.rsplit(":", 1)[1]) for g in self.gres if g.split(":")[0] == "gpu")
 
 
 class Partition(Model):
@@ -291,6 +249,15 @@ class Cluster:
     @property
     def nodes(self) -> list[tuple[NodeSet, str]]:
         return [(ns, node) for ns in self.spec.nodesets for node in ns.nodes]
+
+    @property
+    def fixed_nodes(self) -> list[tuple[NodeSet, str]]:
+        """The nodes that run from the deploy on (an elastic set's are started by Slurm)."""
+        return [(ns, node) for ns in self.spec.nodesets for node in ns.fixed_nodes]
+
+    @property
+    def elastic(self) -> bool:
+        return any(ns.elastic for ns in self.spec.nodesets)
 
     def nodeset(self, name: str) -> NodeSet:
         return next(ns for ns in self.spec.nodesets if ns.name == name)

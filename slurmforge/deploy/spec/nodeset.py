@@ -1,0 +1,122 @@
+"""A node set of the cluster file (``nodesets[]``): its nodes' shape, where they run, and whether
+Slurm starts and stops them (``elastic``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    StrictInt,
+    StringConstraints,
+    model_validator,
+)
+
+from slurmforge.deploy.spec.fields import (
+    Capability,
+    DNSName,
+    EnvName,
+    Word,
+)
+from slurmforge.deploy.spec.site import ConfKey, LineValue
+from slurmforge.errors import quote
+from slurmforge.inputs import Model
+from slurmforge.pins import Arch
+
+
+class MatchExpression(Model):
+    key: Annotated[str, StringConstraints(strict=True, min_length=1)]
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: tuple[Annotated[str, StringConstraints(strict=True)], ...] = ()
+
+
+class Affinity(Model):
+    """Node affinity for targets that schedule onto machines (Kubernetes); ignored locally."""
+
+    matchExpressions: tuple[MatchExpression, ...] = ()
+
+
+DURATION = re.compile(r"(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
+
+
+def _seconds(value: Any) -> Any:
+    """A duration as seconds: a number of seconds, or 90s, 5m, 1h30m."""
+    if isinstance(value, str):
+        found = DURATION.fullmatch(value)
+        if not value or found is None:
+            raise ValueError(
+                f"expected a duration such as 90s, 5m or 1h30m (or seconds), got {quote(value)}"
+            )
+        hours, minutes, seconds = (int(part or 0) for part in found.groups())
+        return hours * 3600 + minutes * 60 + seconds
+    return value
+
+
+# seconds, written as a number or as 90s, 5m, 1h30m
+Duration = Annotated[StrictInt, BeforeValidator(_seconds)]
+
+
+class ElasticSpec(Model):
+    """A node set whose nodes Slurm starts when jobs need them and stops when idle (its power
+    saving: ResumeProgram and SuspendProgram); its first ``min`` nodes always run."""
+
+    min: Annotated[StrictInt, Field(ge=0, le=256)] = 0
+    max: Annotated[StrictInt, Field(ge=1, le=256)]
+    # a node without a job this long is stopped (the partition's SuspendTime)
+    idle: Annotated[Duration, Field(ge=30, le=7 * 86400)] = 300
+    # a node not in service this long after its start is marked down (ResumeTimeout), and its
+    # job is requeued onto others
+    start_timeout: Annotated[Duration, Field(ge=30, le=3600)] = 300
+
+
+class NodeSet(Model):
+    name: DNSName
+    # an elastic set has elastic.max nodes, which are its replicas
+    replicas: Annotated[StrictInt, Field(ge=0, le=256)]
+    elastic: ElasticSpec | None = None
+    image: DNSName
+    # the CPU arch of its machines (default: the cluster's cell's); another arch's node sets run
+    # the same set's cell of that arch (Grace GPU nodes beside amd64 controllers)
+    arch: Arch | None = None
+    cpus: Annotated[StrictInt, Field(ge=1)]
+    memory_mb: Annotated[StrictInt, Field(ge=64)]
+    features: tuple[Word, ...] = ()
+    gres: tuple[Word, ...] = ()
+    capabilities: tuple[Capability, ...] = ()
+    env: dict[EnvName, Annotated[str, StringConstraints(strict=True)]] = Field(default_factory=dict)
+    affinity: Affinity = Affinity()
+    # more of the node set's NodeName line (Weight, TmpDisk, CoreSpecCount, ...)
+    slurm: dict[ConfKey, LineValue] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _elastic_size(cls, data: Any) -> Any:
+        """An elastic set's size is its elastic.max; replicas beside it would say it twice."""
+        if isinstance(data, dict) and isinstance(data.get("elastic"), dict):
+            if "replicas" in data:
+                raise ValueError(
+                    "replicas: an elastic node set has elastic.max nodes; leave replicas out"
+                )
+            data = {**data, "replicas": data["elastic"].get("max", 0)}
+        return data
+
+    @property
+    def nodes(self) -> list[str]:
+        return [f"{self.name}-{i}" for i in range(self.replicas)]
+
+    @property
+    def fixed_nodes(self) -> list[str]:
+        """The nodes that always run: all of a fixed set, an elastic set's first ``min``."""
+        return self.nodes[: self.elastic.min] if self.elastic else self.nodes
+
+    @property
+    def elastic_nodes(self) -> list[str]:
+        """The nodes Slurm starts and stops (State=CLOUD)."""
+        return self.nodes[self.elastic.min :] if self.elastic else []
+
+    @property
+    def gpus(self) -> int:
+        """GPUs each node asks for: the sum of its ``gpu[:type]:count`` GRES."""
+        return sum(int(g.rsplit(":", 1)[1]) for g in self.gres if g.split(":")[0] == "gpu")

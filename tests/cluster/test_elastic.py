@@ -1,0 +1,167 @@
+"""Elastic node sets on the local target, as users meet them: nodes that exist only while jobs
+need them. One cluster of two elastic sets: `burst` (0 to 3 nodes, partition burst, the
+default) and `warm` (1 to 2 nodes: one always runs). Slurm's power saving decides when; the
+node-power agent starts and stops the containers.
+
+A 3-node job on the set at zero starts three nodes and runs on all three; idle nodes stop (their
+containers exit, sinfo shows them powered down, the exporter counts them so) while warm's first
+node stays; two multi-node jobs and an array of 20 submitted at once onto stopped nodes all
+complete; a job larger than the set pends with Slurm's own reason; a job submitted while nodes
+are stopping runs once they started again; a node whose container cannot start is marked down
+after its start timeout with the reason in `sinfo -R` and the metrics, and its job is requeued
+and runs on another node."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.cluster.conftest import Deployed
+from tests.cluster.helpers import sacct
+from tests.conftest import until
+
+pytestmark = pytest.mark.cluster
+
+USER = "elastic"
+IDLE = 30  # elastic.idle: SuspendTime
+START = 45  # elastic.start_timeout: ResumeTimeout
+BURST = ["burst-0", "burst-1", "burst-2"]
+# stopped after IDLE, powered down once SuspendTimeout (30 s) has passed, checked every 10 s
+STOPPED_WITHIN = IDLE + 30 + 60
+
+
+@pytest.fixture(scope="module")
+def cluster(clusters) -> Deployed:
+    timers = {"idle": IDLE, "start_timeout": START}
+    burst = {"name": "burst", "definitions": ["cpu-small"], "elastic": {"max": 3, **timers}}
+    warm = {"name": "warm", "definitions": ["cpu-small"], "elastic": {"min": 1, "max": 2, **timers}}
+    deployed = clusters.deploy(
+        "sfel",
+        nodesets=[burst, warm],
+        partitions=[
+            {"name": "burst", "nodesets": ["burst"], "default": True},
+            {"name": "warm", "nodesets": ["warm"]},
+        ],
+    )
+    deployed.user(USER)
+    return deployed
+
+
+def _status(cluster: Deployed, node: str) -> str:
+    container = cluster.container(node)
+    container.reload()
+    return container.status
+
+
+def _states(cluster: Deployed) -> dict[str, str]:
+    return cluster.states()
+
+
+def _submit(cluster: Deployed, options: str) -> str:
+    return cluster.ok("login", f"cd && sbatch --parsable {options}", user=USER).split(";")[0]
+
+
+def _metrics(cluster: Deployed) -> str:
+    fetch = (
+        "import urllib.request as u; "
+        "print(u.urlopen('http://localhost:9341/metrics').read().decode())"
+    )
+    return cluster.ok("exporter", f'python3 -c "{fetch}"')
+
+
+def _powered_down(cluster: Deployed, nodes: list[str]) -> bool:
+    states = _states(cluster)
+    return all(states.get(n) == "idle~" for n in nodes) and all(
+        _status(cluster, n) != "running" for n in nodes
+    )
+
+
+def test_the_deploy_starts_only_the_nodes_that_always_run(cluster: Deployed) -> None:
+    states = _states(cluster)
+    assert {n: states[n] for n in [*BURST, "warm-0", "warm-1"]} == {
+        **dict.fromkeys(BURST, "idle~"),
+        "warm-0": "idle",
+        "warm-1": "idle~",
+    }, states
+    assert _status(cluster, "warm-0") == "running"
+    # made by the deploy, started by Slurm
+    assert {_status(cluster, n) for n in [*BURST, "warm-1"]} == {"created"}
+
+
+def test_a_three_node_job_on_a_set_at_zero_starts_three_nodes_and_runs(cluster: Deployed) -> None:
+    start = time.monotonic()
+    job = _submit(cluster, "-N3 -o n3.out --wrap 'srun hostname | sort'")
+    assert sacct(cluster, USER, [job], timeout=180)[job][0] == "COMPLETED"
+    took = time.monotonic() - start
+    assert cluster.ok("login", "cat ~/n3.out", user=USER).split() == BURST
+    assert all(_status(cluster, n) == "running" for n in BURST)
+    assert took < START + 60, f"{took:.0f} s"
+
+
+def test_idle_nodes_stop_and_count_as_powered_down(cluster: Deployed) -> None:
+    until("the burst nodes powered down", lambda: _powered_down(cluster, BURST), STOPPED_WITHIN)
+    # warm keeps its one node up, however long it is idle
+    assert _states(cluster)["warm-0"] == "idle" and _status(cluster, "warm-0") == "running"
+    text = _metrics(cluster)
+    for node in BURST:
+        assert f'slurm_node_state{{node="{node}",state="powered_down"}} 1.0' in text, text
+
+
+def test_jobs_racing_for_stopped_nodes_and_an_array_of_20_all_complete(
+    cluster: Deployed,
+) -> None:
+    first = _submit(cluster, "-N2 -o /dev/null --wrap 'srun sleep 2'")
+    second = _submit(cluster, "-N2 -o /dev/null --wrap 'srun sleep 2'")
+    array = _submit(cluster, "--array=0-19 -o /dev/null --wrap 'sleep 1'")
+    rows = sacct(cluster, USER, [first, second], timeout=300)
+    assert (rows[first][0], rows[second][0]) == ("COMPLETED", "COMPLETED"), rows
+
+    def tasks() -> dict[str, str]:
+        out = cluster.ok("login", f"sacct -n -P -X -j {array} -o JobID,State", user=USER)
+        return dict(line.split("|") for line in out.splitlines())
+
+    until("the array's 20 tasks ended", lambda: len(tasks()) == 20 and all(
+        s not in ("PENDING", "RUNNING") for s in tasks().values()), 300)  # fmt: skip
+    assert set(tasks().values()) == {"COMPLETED"}, tasks()
+
+
+def test_a_job_larger_than_the_set_pends_with_slurms_reason(cluster: Deployed) -> None:
+    job = _submit(cluster, "-N4 -o /dev/null --wrap true")
+    try:
+        time.sleep(5)
+        shown = cluster.ok("login", f"squeue -h -j {job} -o '%T %r'", user=USER)
+        state, reason = shown.split(maxsplit=1)
+        assert state == "PENDING" and reason not in ("None", ""), shown
+    finally:
+        cluster.ok("login", f"scancel {job}", user=USER)
+
+
+def test_a_job_submitted_while_nodes_stop_runs_once_they_start_again(cluster: Deployed) -> None:
+    until("a burst node stopping", lambda: any(
+        _states(cluster)[n] in ("idle%", "idle~") for n in BURST), STOPPED_WITHIN)  # fmt: skip
+    job = _submit(cluster, "-N3 -o /dev/null --wrap 'srun true'")
+    assert sacct(cluster, USER, [job], timeout=240)[job][0] == "COMPLETED"
+
+
+def test_a_node_that_cannot_start_is_down_and_its_job_runs_elsewhere(cluster: Deployed) -> None:
+    until("the burst nodes powered down", lambda: _powered_down(cluster, BURST), STOPPED_WITHIN)
+    cluster.container("burst-0").remove(force=True)  # nothing the agent can start
+    job = _submit(cluster, "-N1 -o /dev/null --wrap 'hostname'")
+
+    def attempts() -> list[str]:
+        """Each run of the job: State|NodeList (sacct -D keeps the requeued one's record)."""
+        out = cluster.ok("login", f"sacct -D -X -n -P -j {job} -o State,NodeList", user=USER)
+        return out.splitlines()
+
+    # Slurm requeues it onto another node, where it starts once its first launch credential
+    # has expired (121 s: src/slurmctld/job_mgr.c)
+    until("the job done on another node", lambda: attempts()[-1:] in (
+        ["COMPLETED|burst-1"], ["COMPLETED|burst-2"]), START + 240)  # fmt: skip
+    assert attempts()[0] in ("NODE_FAIL|burst-0", "REQUEUED|burst-0"), attempts()
+    reasons = cluster.ok("slurmctld", "sinfo -R -h -o '%N|%E'")
+    assert "burst-0|ResumeTimeout reached" in reasons.splitlines(), reasons
+    text = _metrics(cluster)
+    assert re.search(r'slurm_node_state\{node="burst-0",state="(down|not_responding)"\} 1.0',
+                     text), text  # fmt: skip
