@@ -1,6 +1,6 @@
 """The tiers that mostly wait, in a lane of their own: the Kubernetes tier (its tests wait on
-pods) and the cluster modules that wait on Slurm's own timers (a controller's failover, elastic
-nodes' idle and start times). A run that collects them beside other tiers (README's test
+pods) and the cluster module that waits on Slurm's own timers (elastic nodes' idle and start
+times). A run that collects them beside other tiers (README's test
 command) runs them in a second pytest process, started when the session first reaches a tier
 past the build tier (the cluster tier, whose tests mostly wait on their daemons too), and fails
 when that process fails. The lane's output goes to .cache/k8s-lane.log; its summary, failures
@@ -28,7 +28,7 @@ WAITING = (
     ROOT / "tests" / "cluster" / "test_elastic.py",
 )
 LOG = ROOT / ".cache" / "k8s-lane.log"
-LANE_NAMES = "tests/k8s, test_failover.py, test_elastic.py"
+LANE_NAMES = "tests/k8s, test_elastic.py"
 
 
 def _under(item: pytest.Item, tier: Path) -> bool:
@@ -92,6 +92,8 @@ def pytest_collection_modifyitems(
     k8s = [item for item in items if _in_lane(item)]
     if not k8s or len(k8s) == len(items):
         return
+    # the k8s tier first: it starts with the lane, as it did before the waiting modules joined
+    k8s.sort(key=lambda item: not _under(item, K8S))
     items[:] = [item for item in items if not _in_lane(item)]
     config.hook.pytest_deselected(items=k8s)
     config.stash[_LANE] = Lane([item.nodeid for item in k8s])

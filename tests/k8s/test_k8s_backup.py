@@ -210,11 +210,12 @@ def test_the_primarys_pod_lost_hands_control_to_the_backup_and_no_job_is_lost(
     try:
         uid = kube.run("get", "pod", "slurmctld-0", "-o", "jsonpath={.metadata.uid}")
         kube.run("delete", "pod", "slurmctld-0", "--wait=false")
-        deleted = time.monotonic()
-        # the primary stops (SIGTERM, then its grace) before its pod object goes
+        # the primary stops (SIGTERM) before its pod object goes; the backup's count starts
+        # there (the kubelet's teardown of the pod is Kubernetes' time, not Slurm's)
         until("the primary's pod gone", lambda: kube.run(
             "get", "pod", "slurmctld-0", "-o", "jsonpath={.metadata.uid}", check=False) != uid,
             120)  # fmt: skip
+        deleted = time.monotonic()
         _user(ha, "sbatch -o /dev/null --wrap true")  # accepted once the backup is in control
         took = time.monotonic() - deleted
         assert took < TAKEOVER + 30, f"the backup took {took:.1f} s"
