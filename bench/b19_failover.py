@@ -96,7 +96,8 @@ def lost_jobs(submit, jobs: list[str], timeout: float = 180) -> int:
 def k8s_measure(root: Path, env: dict[str, str], name: str, replicas: int) -> tuple:
     """On the lab: seconds from slurmctld-0's deletion to the next accepted submission; jobs
     accepted; jobs lost."""
-    manifest, _ = lab.volumes(root / name, name, {})
+    claims = (*lab.CLAIMS, lab.SHARED_STATE) if replicas > 1 else lab.CLAIMS
+    manifest, _ = lab.volumes(root / name, name, {}, claims)
     subprocess.run([lab.KUBECTL, "apply", "-f", str(manifest)], env=env, check=True,
                    capture_output=True)  # fmt: skip
     path = cluster_file(root / name, name)

@@ -15,15 +15,15 @@ from tests.conftest import ROOT
 LAB = Path(os.environ.get("SLURMFORGE_K8S_LAB") or Path.home() / ".cache" / "k8s-lab")
 RECIPE = ROOT.parent / "shared" / "k8s-lab" / "recipe.sh"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
-# kubernetes.<claim>: access modes, default size (sizes differ: a claim binds the smallest fit).
-# The state's volume is one several nodes could mount, as a site's NFS export is: the claim of
-# one controller asks ReadWriteOnce, that of two ReadWriteMany (a hostPath on the lab's one
-# node is both).
+# kubernetes.<claim>: access modes, default size (sizes differ: a claim binds the smallest fit)
 CLAIMS = (
     ("jail", ("ReadWriteMany",), "50Gi"),
-    ("state", ("ReadWriteOnce", "ReadWriteMany"), "1Gi"),
+    ("state", ("ReadWriteOnce",), "1Gi"),
     ("database", ("ReadWriteOnce",), "10Gi"),
 )
+# the state two controllers share (controller.replicas: 2), as a site's NFS export would hold
+# it; made beside CLAIMS' for a cluster with a backup controller
+SHARED_STATE = ("state", ("ReadWriteMany",), "1Gi")
 # kubernetes.backup, when it has a schedule
 BACKUP_CLAIM = ("backup", ("ReadWriteOnce",), "20Gi")
 
@@ -60,9 +60,10 @@ def volumes(
     for claim, modes, default in claims:
         spec = kubernetes.get(claim, {})
         kind = {"storageClassName": spec["storage_class"]} if spec.get("storage_class") else {}
-        path = root / "pv" / claim
+        shared = modes == SHARED_STATE[1] and claim == SHARED_STATE[0]
+        path = root / "pv" / f"{claim}{'-shared' * shared}"
         path.mkdir(parents=True)
-        names.append(f"{name}-{claim}")
+        names.append(f"{name}-{claim}{'-shared' * shared}")
         items.append(
             {
                 "apiVersion": "v1",

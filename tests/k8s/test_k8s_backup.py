@@ -141,7 +141,7 @@ def ha(k8s_cluster: K8sCluster, tmp_path_factory: pytest.TempPathFactory) -> K8s
     if k8s_cluster.kube.lab:
         root = tmp_path_factory.mktemp("backup-pv")
         manifest, names = lab.volumes(root, data["name"], data["kubernetes"],
-                                      claims=(lab.BACKUP_CLAIM,))  # fmt: skip
+                                      claims=(lab.BACKUP_CLAIM, lab.SHARED_STATE))  # fmt: skip
         k8s_cluster.kube.run("apply", "-f", str(manifest), namespaced=False)
         k8s_cluster.kube.made += [f"persistentvolume/{n}" for n in names]
     proc = k8s_cluster.deploy()
@@ -303,7 +303,8 @@ def test_a_cluster_backed_up_in_one_namespace_comes_back_in_another(
     # a second namespace, with volumes of its own for its claims (the lab has no provisioner)
     target = f"{source}-r"
     if k8s_cluster.kube.lab:
-        manifest, names = lab.volumes(tmp_path / "pv", target, k8s_cluster.data()["kubernetes"])
+        manifest, names = lab.volumes(tmp_path / "pv", target, k8s_cluster.data()["kubernetes"],
+                                      claims=(*lab.CLAIMS, lab.SHARED_STATE))  # fmt: skip
         k8s_cluster.kube.run("apply", "-f", str(manifest), namespaced=False)
         k8s_cluster.kube.made += [f"persistentvolume/{n}" for n in names]
     try:
