@@ -98,11 +98,9 @@ class Local(Target):
             return self.preview()
         took = self.start(timeout, back_up=back_up)
         spec = self.cluster.spec
-        elastic = len(self.cluster.nodes) - len(self.cluster.fixed_nodes)
-        more = f", {elastic} more when jobs need them" if elastic else ""
         return [
-            f"cluster {spec.name}: {len(self.cluster.fixed_nodes)} nodes up{more} after "
-            f"{took:.1f} s (manifests: {self.dir})",
+            f"cluster {spec.name}: {_nodes_up(self.cluster)} after {took:.1f} s "
+            f"(manifests: {self.dir})",
             "log in:  invoke login            (root shell in the jail on the login node)",
             "         invoke login --user NAME",
             f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from "
@@ -230,3 +228,10 @@ class Local(Target):
         # `--`: a name is never taken for an option of su (the name is checked too)
         inner = ["su", "--login", "--", check_user(user)] if user else ["/bin/bash", "-l"]
         return self.project.exec_tty_argv(LOGIN, ["chroot", jail_contract.ROOT, *inner])
+
+
+def _nodes_up(cluster: Cluster) -> str:
+    """How many nodes a deploy started, and how many more Slurm starts for jobs."""
+    elastic = len(cluster.nodes) - len(cluster.fixed_nodes)
+    more = f", {elastic} more when jobs need them" if elastic else ""
+    return f"{len(cluster.fixed_nodes)} nodes up{more}"
