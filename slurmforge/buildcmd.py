@@ -50,11 +50,14 @@ def build(select: Select, fetch: FetchOptions, jobs: int, fail_fast: bool) -> Ou
     done = _unchanged(select, fetch)
     if done is not None:
         return done
+    # the selection's targets, before the lock: a bad --cell or --component is refused at once,
+    # not after another checkout's build is done
+    project = select.project()
     with buildlock.held(select.root):
         done = _unchanged(select, fetch)  # a build this one waited for may have built them
         if done is not None:
             return done
-        results, skipped = select.project().build(fetch, jobs, fail_fast)
+        results, skipped = project.build(fetch, jobs, fail_fast)
     rows = [r.row() for r in results]
     failed = sum(not r.ok for r in results)
     return Outcome(rows, skipped, failed, select.root / ".cache/logs/latest")

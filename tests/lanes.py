@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import order
+
 ROOT = Path(__file__).resolve().parents[1]
 K8S, BUILD = ROOT / "tests" / "k8s", ROOT / "tests" / "build"
-ARM64 = BUILD / "test_arm64.py"
 # besides tests/k8s: cluster modules whose tests wait on Slurm's timers
 WAITING = (
     ROOT / "tests" / "cluster" / "test_failover.py",
@@ -82,11 +83,10 @@ class Lane:
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    # The arm64 build tests last: CI's prebuild (tests/prebuild.py) builds the arm64 cells first,
-    # beside the cluster tier; run first, on a fresh machine, these compiled the same Slurm for
-    # arm64 beside it (load 30 on 2 cores) while every other tier waited behind them.
-    items.sort(key=lambda item: Path(item.fspath).resolve() == ARM64)  # stable: the rest keep
-    # their order
+    # The tests on cells CI builds beside the suite last (tests/order.py): run first, on a fresh
+    # machine, the arm64 build tests compiled the same Slurm for arm64 beside the prebuild (load 30
+    # on 2 cores), and the mixed-arch module held the session for 32 minutes while it waited for it.
+    items.sort(key=order.rank)  # stable: each group keeps its order
     if os.environ.get("SLURMFORGE_K8S_LANE") == "0" or config.option.collectonly:
         return
     k8s = [item for item in items if _in_lane(item)]

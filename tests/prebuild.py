@@ -1,5 +1,6 @@
 """Build, one after another, the cells the suite's later tiers build for themselves (the mixed-arch
-cluster's, the upgrade test's, then the image tier's), so that .ci/run can start this beside the
+cluster's and the arm64 build test's, the upgrade test's, then the image tier's: the order in which
+tests/order.py runs the modules that need them, last), so that .ci/run can start this beside the
 cluster tier, whose tests mostly wait on their clusters:
 
     python -m tests.prebuild          (each cell's `invoke build` output goes to stdout)
@@ -11,6 +12,7 @@ then finds the cell cached. A cell that fails here is built again by its test, w
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -28,19 +30,23 @@ def cells() -> list[tuple[str, str]]:
 
 def main() -> int:
     failed = 0
-    print(f"prebuild: {test_mixed_arch.SET} (both arches)", flush=True)
+    print(f"prebuild: {time.strftime('%T')} {test_mixed_arch.SET} (both arches)", flush=True)
     try:
         test_mixed_arch.build_cells()  # as its fixture builds them
+        # and the arm64 GPU worker, as the arm64 build test builds it (tests/build/test_arm64.py)
+        arm64 = f"{test_mixed_arch.CELL}-arm64"
+        test_mixed_arch.run_build("--cell", arm64, "--component", "worker")
     except AssertionError as why:
         print(f"prebuild: {test_mixed_arch.SET}: {why}", flush=True)
         failed += 1
     for set_name, cell in cells():
-        print(f"prebuild: {set_name} {cell}", flush=True)
+        print(f"prebuild: {time.strftime('%T')} {set_name} {cell}", flush=True)
         try:
             build(select(set_name, (cell,)))  # as the tests build it
         except (AssertionError, pytest.skip.Exception) as why:
             print(f"prebuild: {set_name} {cell}: {why}", flush=True)
             failed += 1
+    print(f"prebuild: {time.strftime('%T')} done", flush=True)
     return 1 if failed else 0
 
 

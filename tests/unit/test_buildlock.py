@@ -9,7 +9,13 @@ import threading
 import time
 from pathlib import Path
 
-from slurmforge import buildlock
+import pytest
+
+from slurmforge import buildcmd, buildlock
+from slurmforge.cli import Select
+from slurmforge.errors import ConfigError
+from slurmforge.options import FetchOptions
+from tests.conftest import ROOT
 
 HOLD = """
 import sys, time
@@ -17,7 +23,7 @@ from pathlib import Path
 from slurmforge import buildlock
 with buildlock.held(Path(sys.argv[1])):
     print("holding", flush=True)
-    time.sleep(60)
+    time.sleep(120)
 """
 
 
@@ -53,3 +59,27 @@ def test_a_build_alone_does_not_wait(tmp_path: Path, capsys) -> None:
     with buildlock.held(tmp_path):
         pass
     assert "waiting" not in capsys.readouterr().err
+
+
+def test_a_bad_selection_is_refused_without_waiting_for_another_build(tmp_path: Path) -> None:
+    """CI's prebuild holds the lock for most of a run; a typo must not wait behind it."""
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert first.stdout.readline().strip() == "holding"
+        select = Select(ROOT / "versions.yaml", "default", (), ("gpu",), tmp_path)
+        refused: list[Exception] = []
+
+        def build() -> None:
+            with pytest.raises(ConfigError, match="--component 'gpu': unknown component") as why:
+                buildcmd.build(select, FetchOptions(), jobs=1, fail_fast=False)
+            refused.append(why.value)
+
+        attempt = threading.Thread(target=build, daemon=True)
+        attempt.start()
+        attempt.join(20)
+        assert refused, "the build waited for the lock before refusing its selection"
+    finally:
+        first.kill()
+        first.wait()
