@@ -50,9 +50,10 @@ def build(select: Select, fetch: FetchOptions, jobs: int, fail_fast: bool) -> Ou
     done = _unchanged(select, fetch)
     if done is not None:
         return done
-    # the selection's targets, before the lock: a bad --cell or --component is refused at once,
-    # not after another checkout's build is done
+    # before the lock, what needs no build to say: a bad --cell or --component, or no Docker
+    # daemon, is refused at once, not after another build of this checkout is done
     project = select.project()
+    project.engine  # noqa: B018 (connects, or raises EngineUnavailable)
     with buildlock.held(select.root):
         done = _unchanged(select, fetch)  # a build this one waited for may have built them
         if done is not None:

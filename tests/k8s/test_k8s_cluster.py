@@ -91,9 +91,14 @@ def test_status_and_login_as_a_user_runs_them_on_the_k8s_target(deployed: K8sClu
     login = invoke("login", "--user", "alice", stdin="id -un; pwd; srun -N2 hostname | sort\n")
     assert login.returncode == 0, login.stderr
     assert login.stdout.split() == ["alice", "/home/alice", "cpu-0", "cpu-1"], login.stdout
+    uids = "jsonpath={range .items[*]}{.metadata.uid} {end}"
+    before = deployed.kube.run("get", "pods", "-o", uids)
     down = invoke("down")
     assert down.returncode == 2 and "not supported by --target k8s" in down.stderr
-    assert deployed.kube.states() == {"cpu-0": "idle", "cpu-1": "idle"}  # nothing was touched
+    assert deployed.kube.run("get", "pods", "-o", uids) == before
+    # nothing was touched: both nodes back to idle once the srun's job has completed (under
+    # load its epilogs can keep them `comp` a few seconds past the login's exit)
+    deployed.kube.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, 60)
 
 
 def test_no_token_no_probe_noise_and_the_secret_exists_before_its_mounts(

@@ -3,6 +3,7 @@ goes on once the first has exited, however it exited."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -13,7 +14,7 @@ import pytest
 
 from slurmforge import buildcmd, buildlock
 from slurmforge.cli import Select
-from slurmforge.errors import ConfigError
+from slurmforge.errors import SlurmforgeError
 from slurmforge.options import FetchOptions
 from tests.conftest import ROOT
 
@@ -61,25 +62,37 @@ def test_a_build_alone_does_not_wait(tmp_path: Path, capsys) -> None:
     assert "waiting" not in capsys.readouterr().err
 
 
-def test_a_bad_selection_is_refused_without_waiting_for_another_build(tmp_path: Path) -> None:
-    """CI's prebuild holds the lock for most of a run; a typo must not wait behind it."""
+@pytest.mark.parametrize(
+    ("components", "docker_host", "refusal"),
+    [
+        (("gpu",), None, "--component 'gpu': unknown component"),
+        ((), "unix:///nonexistent", "Docker daemon is not reachable at unix:///nonexistent"),
+    ],
+)
+def test_what_needs_no_build_is_refused_without_waiting_for_another_build(
+    tmp_path: Path, monkeypatch, components, docker_host, refusal
+) -> None:
+    """CI's prebuild holds the lock for most of a run; a typo or a stopped daemon must not wait
+    behind it."""
+    if docker_host:
+        monkeypatch.setenv("DOCKER_HOST", docker_host)
     first = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
     )
     try:
         assert first.stdout.readline().strip() == "holding"
-        select = Select(ROOT / "versions.yaml", "default", (), ("gpu",), tmp_path)
+        select = Select(ROOT / "versions.yaml", "default", (), components, tmp_path)
         refused: list[Exception] = []
 
         def build() -> None:
-            with pytest.raises(ConfigError, match="--component 'gpu': unknown component") as why:
+            with pytest.raises(SlurmforgeError, match=re.escape(refusal)) as why:
                 buildcmd.build(select, FetchOptions(), jobs=1, fail_fast=False)
             refused.append(why.value)
 
         attempt = threading.Thread(target=build, daemon=True)
         attempt.start()
         attempt.join(20)
-        assert refused, "the build waited for the lock before refusing its selection"
+        assert refused, "the build waited for the lock before refusing"
     finally:
         first.kill()
         first.wait()
