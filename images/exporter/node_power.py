@@ -8,6 +8,11 @@ container, found by the labels Docker Compose gives it (project NODE_POWER_PROJE
 the node). It is the only part of the cluster that reaches the Docker engine, and the only thing
 it asks of it is to list, start and stop those containers. slurmctld holds no Docker socket.
 
+On Kubernetes (NODE_POWER_ENGINE=kubernetes) it is a second container of slurmctld's pod,
+sharing the request directory with it, and each elastic node is a Deployment of that name: it
+sets the Deployment's scale to 1 or 0 through the API, with the token mounted into this
+container alone, whose Role allows exactly that on those Deployments.
+
 A request it cannot carry out (an unknown node, no container, the engine refusing) is logged and
 dropped: Slurm marks the node down once its ResumeTimeout passes, with a reason sinfo -R shows.
 """
@@ -19,12 +24,14 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import sys
 import time
 import urllib.parse
 
 SPOOL = "/run/slurmforge/power"
 SOCKET = os.environ.get("NODE_POWER_DOCKER", "/var/run/docker.sock")
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 ACTIONS = ("resume", "suspend")
 STOP_SECONDS = 20  # slurmd ends at once on SIGTERM; then Docker kills what is left
 POLL = 0.25
@@ -80,6 +87,32 @@ def act(project: str, action: str, node: str) -> str:
     raise OSError(f"HTTP {status} {body[:200]!r}")
 
 
+def kubernetes_act(action: str, node: str) -> str:
+    """Scale the node's Deployment to 1 (resume) or 0 (suspend)."""
+    with open(f"{TOKEN_DIR}/namespace", encoding="utf-8") as f:
+        namespace = f.read().strip()
+    with open(f"{TOKEN_DIR}/token", encoding="utf-8") as f:  # renewed by the kubelet: read anew
+        token = f.read().strip()
+    host = os.environ["KUBERNETES_SERVICE_HOST"]
+    port = int(os.environ.get("KUBERNETES_SERVICE_PORT", "443"))
+    tls = ssl.create_default_context(cafile=f"{TOKEN_DIR}/ca.crt")
+    api = http.client.HTTPSConnection(host, port, context=tls, timeout=30)
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{node}/scale"
+    body = json.dumps({"spec": {"replicas": 1 if action == "resume" else 0}})
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"}
+    try:
+        api.request("PATCH", path, body=body, headers=headers)
+        response = api.getresponse()
+        answer = response.read()
+    finally:
+        api.close()
+    if response.status == 404:
+        return "no Deployment (deploy the cluster again)"
+    if response.status != 200:
+        raise OSError(f"HTTP {response.status} {answer[:200]!r}")
+    return "done"
+
+
 def log(message: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     print(f"{stamp} node-power: {message}", flush=True)
@@ -118,7 +151,11 @@ def main() -> None:
                 log(f"refused {action!r} for {name!r}: not an elastic node of {project}")
                 continue
             try:
-                log(f"{action} {name}: {act(project, action, name)}")
+                if os.environ.get("NODE_POWER_ENGINE") == "kubernetes":
+                    done = kubernetes_act(action, name)
+                else:
+                    done = act(project, action, name)
+                log(f"{action} {name}: {done}")
             except OSError as exc:
                 log(f"{action} {name} failed: {exc}")
         time.sleep(POLL)

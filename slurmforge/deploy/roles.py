@@ -42,7 +42,8 @@ DIRECTORY = "slapd"
 NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
 BACKUP = "backup"
 EXPORTER, PROMETHEUS = "exporter", "prometheus"
-# starts and stops elastic node sets' nodes when slurmctld asks (local target)
+# starts and stops elastic node sets' nodes when slurmctld asks (local: a container beside the
+# cluster's; k8s: a second container of slurmctld's pod, deploy/k8s/power.py)
 NODE_POWER = "node-power"
 POWER_SPOOL = "/run/slurmforge/power"  # where slurmctld's programs leave it their requests
 POWER_VOLUME = "power"

@@ -3,11 +3,14 @@ the PersistentVolumes that a real cluster's provisioner would make for the claim
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -81,3 +84,61 @@ def volumes(
     manifest = root / "pvs.json"
     manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     return manifest, names
+
+
+class ApiForPods:
+    """What kube-proxy would do for the one Service pods need to reach the API server: the lab
+    has no kube-proxy, and its API server listens on 127.0.0.1 only, so a pod's connection to
+    the `kubernetes` Service (10.0.0.1:443, KUBERNETES_SERVICE_HOST) goes nowhere. An iptables
+    DNAT rule sends it to a port on docker0's address (the host's side of the pods' bridge),
+    where this relays it to the API server; TLS stays end to end (the server's certificate
+    names 10.0.0.1). Started by the tests whose pods call the API (node-power)."""
+
+    SERVICE = ("10.0.0.1", 443)
+
+    def __init__(self) -> None:
+        out = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+        self.host = out.split()[3].split("/")[0]
+        self.listener = socket.create_server((self.host, 0))
+        self.port = self.listener.getsockname()[1]
+        api_port = int(os.environ.get("API_PORT", "64430"))
+        self.upstream = ("127.0.0.1", api_port)
+        self.rule = ["PREROUTING", "-d", f"{self.SERVICE[0]}/32", "-p", "tcp", "--dport",
+                     str(self.SERVICE[1]), "-j", "DNAT", "--to-destination",
+                     f"{self.host}:{self.port}"]  # fmt: skip
+
+    def __enter__(self) -> ApiForPods:
+        subprocess.run(["iptables", "-t", "nat", "-I", *self.rule], check=True)
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["iptables", "-t", "nat", "-D", *self.rule], check=False)
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            try:
+                server = socket.create_connection(self.upstream, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)

@@ -10,10 +10,8 @@ import pytest
 
 from slurmforge import config
 from slurmforge.deploy import loader
-from slurmforge.deploy.k8s.run import Kube
 from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.slurm import conf as slurmconf
-from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
@@ -184,10 +182,3 @@ def test_scale_refuses_an_elastic_set_and_its_size_ignores_a_kept_count(
     assert_clean_failure(proc, "scale 'burst=2': node set burst is elastic")
     # a count kept from before the set was made elastic is not its size
     assert loader.load(path, versions, {"burst": 1, "cpu": 3}).nodeset("burst").replicas == 4
-
-
-def test_the_k8s_target_refuses_elastic_sets_before_writing(write_cluster, tmp_path) -> None:
-    cluster = loader.load(write_cluster(_data(_burst())), load_versions(ROOT / "versions.yaml"))
-    with pytest.raises(ConfigError, match=r"nodesets\[1\]\.elastic: elastic node sets run on"):
-        Kube(cluster, tmp_path / "out", tmp_path).manifests.write()
-    assert not (tmp_path / "out").exists()

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.backup.access import BackupAccess
-from slurmforge.deploy.k8s import config_sync, controllers
+from slurmforge.deploy.k8s import config_sync, controllers, power
 from slurmforge.deploy.k8s.kubectl import Kubectl
 from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.secrets import Secrets
@@ -95,6 +95,7 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     known = [n for n in removed if seen and n in seen]
     if known:
         slurmctl.drain(kube.controller_sh, known, timeout)
+    gone = power.keep_running(kube)
     first = [n for n in names if kube.manifests.objects[n]["kind"] == "Namespace"]
     apply_files(kube, first)
     rotated = kube.secrets.ensure()
@@ -123,11 +124,12 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
             kube.k.argv("wait", "--for=delete", f"pod/{node}", wait),
             f"waiting for pod/{node} to go",
         )
+    power.remove(kube, gone, timeout)
     synced = config_sync.sync_config(kube, timeout)
     changed = before is not None and before != config_sync.expected_config(kube.manifests.objects)
     if synced or changed:  # slurmctld and every slurmd re-read theirs
         slurmctl.reconfigure(kube.controller_sh)
-    nodes = [node for _, node in kube.cluster.nodes]
+    nodes = [node for _, node in kube.cluster.fixed_nodes]  # an elastic set's: Slurm's to start
     seen = slurmctl.wait_ready(kube.controller_sh, nodes, kept, timeout)
     if not slurmctl.ready(seen, nodes, kept):
         shown = ", ".join(slurmctl.unready(seen, nodes, kept))
@@ -145,12 +147,11 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
 
 def rollouts(kube: Host) -> list[tuple[str, str]]:
     """(kind, name) of what runs pods, in the order their rollouts are waited for."""
-    # a node set scaled to zero has no rollout to wait for
-    empty = {ns.name for ns in kube.cluster.spec.nodesets if not ns.replicas}
+    # a node set scaled to zero, or an elastic node Slurm has not started, has none to wait for
     return [
         (o["kind"].lower(), o["metadata"]["name"])
         for o in kube.manifests.objects.values()
-        if o["kind"] in ("StatefulSet", "Deployment") and o["metadata"]["name"] not in empty
+        if o["kind"] in ("StatefulSet", "Deployment") and o["spec"].get("replicas", 1)
     ]
 
 
@@ -167,7 +168,7 @@ def check_upgrade(kube: Host) -> None:
 def removed_nodes(kube: Host) -> list[str]:
     """Nodes the server runs that the cluster, as rendered now, leaves out (highest
     ordinals: a StatefulSet scales down from the top)."""
-    counts = {ns.name: ns.replicas for ns in kube.cluster.spec.nodesets}
+    counts = {ns.name: len(ns.fixed_nodes) for ns in kube.cluster.spec.nodesets}
     removed = []
     for item in kube.k.get("statefulsets", **{"app.kubernetes.io/component": NODE}):
         name, now = item["metadata"]["name"], item["spec"].get("replicas", 1)

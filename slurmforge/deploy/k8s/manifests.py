@@ -66,12 +66,6 @@ class Manifests:
                 "of its own; name the site's directory in identity.ldap.uri (with bind_dn, "
                 "bind_password_file and ca_file)"
             )
-        for i, ns in enumerate(self.cluster.spec.nodesets):
-            if ns.elastic:
-                raise ConfigError(
-                    f"{self.cluster.path}: nodesets[{i}].elastic: elastic node sets run on "
-                    "--target local only so far; give the k8s target a fixed replicas"
-                )
         siteconf.check_cluster(self.cluster, self.engine)
         local_ids: dict[str, str] = {}
         pyxis = False

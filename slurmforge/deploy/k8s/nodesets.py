@@ -1,4 +1,5 @@
-"""The compute nodes: one StatefulSet per node set behind one headless Service."""
+"""The compute nodes: one StatefulSet per node set behind one headless Service; an elastic set's
+nodes that Slurm starts and stops, one Deployment each (0 or 1 pod, named after the node)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,47 @@ def driver_dirs(arch: str) -> tuple[str, ...]:
     return (f"usr/lib/{GNU_TYPES[arch]}", "usr/bin")
 
 
+# on an elastic node's Deployment and pod: the Slurm node it runs
+NODE_LABEL = "slurmforge.io/node"
+
+
 class NodeSetRenderer(PodRenderer):
     def node_set(self, role: Role, ns: NodeSet, config_hash: str) -> dict[str, Any]:
+        """The set's nodes that always run (all of a fixed set's), pod ``<set>-<i>``."""
+        pod = self.node_pod(role, ns)
+        return self.stateful_set(
+            ns.name,
+            NODE,
+            len(ns.fixed_nodes),
+            pod,
+            config_hash,
+            service=NODES_SERVICE,
+            **{"slurmforge.io/nodeset": ns.name},
+        )
+
+    def elastic_node(self, role: Role, ns: NodeSet, node: str, config_hash: str):
+        """One node Slurm starts and stops: a Deployment of no pod until node-power scales it
+        to one (replicas here are 0; apply keeps a running node's). Its pod is host ``node``
+        in the nodes' Service, so it is ``node.slurm-nodes`` like any other node; it is never
+        doubled (Recreate), and slurmd reports its own start as the node's boot (-b: Slurm
+        waits for a resumed node to have booted since it asked)."""
+        pod = self.node_pod(role, ns, node)
+        pod["hostname"], pod["subdomain"] = node, NODES_SERVICE
+        extra = {"slurmforge.io/nodeset": ns.name, NODE_LABEL: node}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": self.meta(node, NODE, **extra),
+            "spec": {
+                "replicas": 0,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": self.selector(NODE, **extra)},
+                "template": self.template(NODE, pod, config_hash, **extra),
+            },
+        }
+
+    def node_pod(self, role: Role, ns: NodeSet, elastic: str | None = None) -> dict[str, Any]:
+        """A node's pod: of the set's StatefulSet, or with ``elastic`` that elastic node's."""
         volumes, mounts = self.volumes(role)
         arch = self.cluster.arch(ns)
         usr_arch = None if arch == self.cluster.cell.arch else arch
@@ -37,8 +77,13 @@ class NodeSetRenderer(PodRenderer):
             volumes.append(self.jail_volume(usr_arch))
             mounts.insert(mounts.index({"name": "jail", "mountPath": jail_contract.ROOT}) + 1,
                           self.usr_mount(usr_arch))  # fmt: skip
+        name: dict[str, Any] = (
+            {"value": elastic}
+            if elastic
+            else {"valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        )
         env = [
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAME", **name},
             *({"name": k, "value": v} for k, v in sorted(ns.env.items())),
         ]
         limits = {
@@ -63,12 +108,16 @@ class NodeSetRenderer(PodRenderer):
         grace = self.k8s.node_grace_seconds
         env.append({"name": "NODE_STATE_GRACE", "value": str(max(grace - STOP_MARGIN, 0))})
         args = ["$(POD_NAME)" if a == "{node}" else a for a in role.command]
+        if elastic:
+            args.append("-b")
         image = self.images.refs[self.cluster.image_key(ns.image, arch)]
         container = self.container(role, image, mounts, args, env, ns.capabilities)
         container["resources"] = {"requests": self.node_requests(limits), "limits": limits}
         # a pod being deleted drains its node and lets its jobs finish within the grace period;
-        # those still running then end as on a lost node (images/slurmd/node-state)
-        container["lifecycle"] = {"preStop": {"exec": {"command": [NODE_STATE, "stopping"]}}}
+        # those still running then end as on a lost node (images/slurmd/node-state). Not an
+        # elastic node's: Slurm stops it when it has no job, and marks it powered down itself.
+        if not elastic:
+            container["lifecycle"] = {"preStop": {"exec": {"command": [NODE_STATE, "stopping"]}}}
         extra: dict[str, Any] = {}
         terms: list[dict[str, Any]] = []
         for e in ns.affinity.matchExpressions:
@@ -90,15 +139,7 @@ class NodeSetRenderer(PodRenderer):
         extra["shareProcessNamespace"] = True
         pod = self.pod_spec([container], volumes, usr_arch=usr_arch, **extra)
         pod["terminationGracePeriodSeconds"] = grace
-        return self.stateful_set(
-            ns.name,
-            NODE,
-            ns.replicas,
-            pod,
-            config_hash,
-            service=NODES_SERVICE,
-            **{"slurmforge.io/nodeset": ns.name},
-        )
+        return pod
 
     def node_requests(self, limits: dict[str, str]) -> dict[str, str]:
         """What a node pod requests: its limits, or with kubernetes.overcommit next to nothing

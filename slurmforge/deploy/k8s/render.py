@@ -38,6 +38,7 @@ from slurmforge.deploy.k8s.objects import (
     usr_claim,
 )
 from slurmforge.deploy.k8s.pods import scrape_annotations
+from slurmforge.deploy.k8s.power import PowerRenderer
 from slurmforge.deploy.roles import (
     BACKUP,
     BACKUP_CONF,
@@ -54,7 +55,7 @@ from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.deploy.spec.model import Cluster
 
 
-class ManifestRenderer(JobRenderer, NodeSetRenderer):
+class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
     """Every object of the cluster: the configs, the jail, and each running role's, through the
     renderer of its family (pods.py, jobs.py, nodesets.py)."""
 
@@ -116,6 +117,8 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer):
             out = {f"service-{NODES_SERVICE}.yaml": self.headless(NODES_SERVICE, NODE, role.ports)}
             for ns in self.spec.nodesets:
                 out[f"statefulset-{ns.name}.yaml"] = self.node_set(role, ns, config_hash)
+                for node in ns.elastic_nodes:
+                    out[f"deployment-{node}.yaml"] = self.elastic_node(role, ns, node, config_hash)
             return out
         if role.workload == "job":
             jobs = [self.job(role), *(self.job(role, a) for a in self.cluster.other_arches)]
@@ -147,6 +150,9 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer):
             pod["initContainers"].append(self.wait_for_database())
         if role.grace_seconds is not None:
             pod["terminationGracePeriodSeconds"] = role.grace_seconds
+        if role.name == CONTROLLER and roles.elastic(self.spec):
+            self.with_node_power(pod, self.images.refs[roles.role(roles.NODE_POWER).image])
+            out.update(self.power_access())
         if role.name == CONTROLLER and controllers.shared(self.spec):
             out.update(self.shared_controllers(role, pod, config_hash))
         elif role.data or role.stable_name:

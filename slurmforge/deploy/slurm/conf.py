@@ -119,9 +119,11 @@ def render(
     nodesets = [
         {
             "name": ns.name,
-            # one line per node when each needs its own NodeAddr
+            # one line per node when each needs its own NodeAddr; an elastic node's is the
+            # address it registers from (cloud_reg_addrs), since Slurm resets a powered-down
+            # node's address to its bare name
             "lines": [f"{n} NodeAddr={n}.{network.node_domain}" for n in names]
-            if network
+            if network and state != "CLOUD"
             else [hostlist(names)],
             "attrs": siteconf.line_attrs(_node_attrs(ns, state), ns.slurm if site else {}),
         }
@@ -168,7 +170,7 @@ def render(
         "prolog": _pattern(scripts, "prolog"),
         "epilog": _pattern(scripts, "epilog"),
         "topology": _topology_kind(spec) if site else None,
-        "power": power_saving(cluster),
+        "power": power_saving(cluster, network is None),
     }
     files = {name: _env.get_template(f"{name}.j2").render(**values) for name in NODE_FILES}
     own = spec.slurm if site else SlurmSpec()
@@ -189,13 +191,17 @@ def render(
     return files
 
 
-def power_saving(cluster: Cluster) -> dict[str, str] | None:
+def power_saving(cluster: Cluster, names_resolve: bool) -> dict[str, str] | None:
     """What slurm.conf says for elastic node sets (None: there are none): the program Slurm
-    runs to start and stop their nodes, and the nodes it never stops."""
+    runs to start and stop their nodes, the nodes it never stops, and how a started node is
+    found: by its name (``names_resolve``: the local target's network resolves each node's
+    container name), else at the address it registers from (Kubernetes: `cpu-2` alone is no
+    name there, and Slurm resets a powered-down node's NodeAddr to its name)."""
     if not cluster.elastic:
         return None
     keep = [hostlist(ns.fixed_nodes) for ns in cluster.spec.nodesets if ns.fixed_nodes]
-    return {"program": POWER_PROGRAM, "keep": ",".join(keep)}
+    found = "cloud_dns" if names_resolve else "cloud_reg_addrs"
+    return {"program": POWER_PROGRAM, "keep": ",".join(keep), "found": found}
 
 
 def _pattern(scripts: dict[str, str], kind: str) -> str | None:

@@ -1,0 +1,116 @@
+"""Elastic node sets on Kubernetes: who may start and stop their nodes.
+
+slurmctld's ResumeProgram and SuspendProgram are the same on both targets: each leaves one
+request per node in a directory (roles.POWER_SPOOL). Here that directory is an emptyDir that the
+slurmctld container shares with a second container of its pod, node-power (the agent of the
+local target, images/exporter/node_power.py, with the Kubernetes API as its engine). It alone
+gets a service-account token, mounted into it and no other container: the ServiceAccount's Role
+in the cluster's namespace allows getting and patching the scale of the elastic nodes'
+Deployments, named one by one, and nothing else. slurmctld holds no token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmforge.deploy import roles
+from slurmforge.deploy.k8s import kustomize
+from slurmforge.deploy.k8s.pods import PodRenderer
+from slurmforge.deploy.spec.model import ClusterSpec
+
+ACCOUNT = roles.NODE_POWER  # the ServiceAccount, its Role and the RoleBinding
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where clients look for it
+TOKEN_SECONDS = 3600  # the kubelet renews it before it expires
+SPOOL_VOLUME, TOKEN_VOLUME = roles.POWER_VOLUME, "node-power-token"
+
+
+def nodes(spec: ClusterSpec) -> list[str]:
+    """The elastic nodes, each its own Deployment of that name."""
+    return [node for ns in spec.nodesets for node in ns.elastic_nodes]
+
+
+class PowerRenderer(PodRenderer):
+    def power_access(self) -> dict[str, dict[str, Any]]:
+        """The ServiceAccount node-power runs as, its Role and the binding."""
+        meta = self.meta(ACCOUNT, roles.NODE_POWER)
+        rule = {
+            "apiGroups": ["apps"],
+            "resources": ["deployments/scale"],
+            "resourceNames": nodes(self.spec),
+            "verbs": ["get", "patch"],
+        }
+        return {
+            f"serviceaccount-{ACCOUNT}.yaml": {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": meta,
+                "automountServiceAccountToken": False,
+            },
+            f"role-{ACCOUNT}.yaml": {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": meta,
+                "rules": [rule],
+            },
+            f"rolebinding-{ACCOUNT}.yaml": {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": meta,
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": ACCOUNT,
+                },
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": ACCOUNT, "namespace": self.namespace}
+                ],
+            },
+        }
+
+    def with_node_power(self, pod: dict[str, Any], image: str) -> None:
+        """slurmctld's pod, given the request directory and the node-power container."""
+        spool = {"name": SPOOL_VOLUME, "mountPath": roles.POWER_SPOOL}
+        pod["containers"][0]["volumeMounts"].append(spool)
+        role = roles.role(roles.NODE_POWER)
+        env = [{"name": "NODE_POWER_ENGINE", "value": "kubernetes"}]
+        token_mount = {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}
+        pod["containers"].append(self.container(role, image, [spool, token_mount], env=env))
+        pod["serviceAccountName"] = ACCOUNT  # its token is mounted into node-power alone
+        token = {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}}
+        ca_file = [{"key": "ca.crt", "path": "ca.crt"}]
+        ca = {"configMap": {"name": "kube-root-ca.crt", "items": ca_file}}
+        namespace = {
+            "downwardAPI": {
+                "items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]
+            }
+        }
+        pod["volumes"] += [
+            {"name": SPOOL_VOLUME, "emptyDir": {}},
+            {"name": TOKEN_VOLUME, "projected": {"sources": [token, ca, namespace]}},
+        ]
+
+
+def keep_running(kube: Any) -> list[str]:
+    """Before an apply: each elastic node's Deployment keeps the scale the server gives it (a
+    node Slurm started goes on running; the file says so too). Returns the elastic nodes the
+    server runs that the cluster file no longer has, for ``remove`` once applied."""
+    if not nodes(kube.cluster.spec):
+        return []
+    running = {
+        item["metadata"]["name"]: item["spec"].get("replicas", 0)
+        for item in kube.k.get("deployments", **{"app.kubernetes.io/component": roles.NODE})
+    }
+    for name, obj in kube.manifests.objects.items():
+        node = obj["metadata"]["name"]
+        if obj["kind"] == "Deployment" and node in running and running[node]:
+            obj["spec"]["replicas"] = running[node]
+            (kube.dir / name).write_text(kustomize.dump(obj, str(kube.cluster.path)))
+    return sorted(set(running) - set(nodes(kube.cluster.spec)))
+
+
+def remove(kube: Any, gone: list[str], timeout: float) -> None:
+    """Delete the Deployments of elastic nodes the cluster file no longer has."""
+    if gone:
+        wait = f"--timeout={int(timeout)}s"
+        argv = kube.k.argv("delete", *(f"deployment/{n}" for n in gone), "--wait=true", wait)
+        kube.k.check(argv, f"deleting the Deployments of {', '.join(gone)}")
