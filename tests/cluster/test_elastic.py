@@ -9,16 +9,18 @@ node stays; two multi-node jobs and an array of 20 submitted at once onto stoppe
 complete; a job larger than the set pends with Slurm's own reason; a job submitted while nodes
 are stopping runs once they started again; a node whose container cannot start is marked down
 after its start timeout with the reason in `sinfo -R` and the metrics, and its job is requeued
-and runs on another node."""
+and runs on another node; and the cluster restored from a backup, on a host that lost it, starts
+its elastic nodes only when a job needs them."""
 
 from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import Deployed
+from tests.cluster.conftest import Deployed, invoke
 from tests.cluster.helpers import sacct
 from tests.conftest import until
 
@@ -165,3 +167,33 @@ def test_a_node_that_cannot_start_is_down_and_its_job_runs_elsewhere(cluster: De
     text = _metrics(cluster)
     assert re.search(r'slurm_node_state\{node="burst-0",state="(down|not_responding)"\} 1.0',
                      text), text  # fmt: skip
+
+
+def test_a_restored_cluster_starts_its_elastic_nodes_only_for_jobs(
+    cluster: Deployed, tmp_path: Path
+) -> None:
+    """The host lost and the cluster restored from a backup taken while its elastic nodes were
+    stopped: they come back powered down, warm's first node runs, and a job starts burst's."""
+    # burst-0 back in service, its container still gone (the test above)
+    if _states(cluster)["burst-0"].startswith("down"):
+        cluster.ok("slurmctld", "scontrol update nodename=burst-0 state=resume")
+    until("the burst nodes powered down", lambda: all(
+        _states(cluster)[n] == "idle~" for n in BURST), STOPPED_WITHIN)  # fmt: skip
+    proc = invoke(
+        cluster.env, "backup", "--cluster", str(cluster.cluster_file), "--out", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (archive,) = tmp_path.glob("*.tar")
+    proc = cluster.invoke("down", "--volumes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = cluster.invoke("restore", str(archive))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    states = _states(cluster)
+    assert {n: states[n] for n in [*BURST, "warm-0", "warm-1"]} == {
+        **dict.fromkeys(BURST, "idle~"),
+        "warm-0": "idle",
+        "warm-1": "idle~",
+    }, states
+    assert {_status(cluster, n) for n in [*BURST, "warm-1"]} == {"created"}
+    job = _submit(cluster, "-N3 -o /dev/null --wrap 'srun true'")
+    assert sacct(cluster, USER, [job], timeout=240)[job][0] == "COMPLETED"
