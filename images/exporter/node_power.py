@@ -19,6 +19,7 @@ dropped: Slurm marks the node down once its ResumeTimeout passes, with a reason 
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -139,6 +140,10 @@ def main() -> None:
     # slurmctld's programs run as SlurmUser: the directory is that account's, open to no one else
     os.chmod(SPOOL, 0o700)
     shutil.chown(SPOOL, "slurm", "slurm")
+    if os.environ.get("NODE_POWER_ENGINE") == "kubernetes":
+        carry_out = kubernetes_act
+    else:
+        carry_out = functools.partial(act, project)
     log(f"ready: {len(allowed)} nodes of cluster {project} ({', '.join(sorted(allowed))})")
     while True:
         for name in sorted(os.listdir(SPOOL)):
@@ -151,11 +156,7 @@ def main() -> None:
                 log(f"refused {action!r} for {name!r}: not an elastic node of {project}")
                 continue
             try:
-                if os.environ.get("NODE_POWER_ENGINE") == "kubernetes":
-                    done = kubernetes_act(action, name)
-                else:
-                    done = act(project, action, name)
-                log(f"{action} {name}: {done}")
+                log(f"{action} {name}: {carry_out(action, name)}")
             except OSError as exc:
                 log(f"{action} {name} failed: {exc}")
         time.sleep(POLL)

@@ -10,6 +10,7 @@ lab.ApiForPods (it has no kube-proxy)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -51,18 +52,12 @@ def elastic(k8s_cluster: K8sCluster) -> Iterator[K8sCluster]:
          "elastic": {"max": 3, "idle": IDLE, "start_timeout": 120}},
     ]  # fmt: skip
     k8s_cluster.write(data)
-    route = lab.ApiForPods() if k8s_cluster.kube.lab else None
-    if route:
-        route.__enter__()
-    try:
+    with lab.ApiForPods() if k8s_cluster.kube.lab else contextlib.nullcontext():
         proc = k8s_cluster.deploy()
         assert proc.returncode == 0, proc.stdout + proc.stderr
         kube = k8s_cluster.kube
         kube.sh("login-0", "login", f"chroot /jail createuser --non-interactive {USER}")
         yield k8s_cluster
-    finally:
-        if route:
-            route.__exit__(None, None, None)
 
 
 def _node_pods(kube) -> dict[str, str]:
