@@ -13,7 +13,8 @@ Four clusters, the shipped one each, one after the other:
   takes control back while the submissions go on.
 Each time a user on the login node submits `sbatch --wrap true` one after another from before
 the kill until well after it; timed from the kill to the acceptance of the first submission sent
-after it (sbatch itself waits for a controller). Jobs lost: accepted job IDs that do not end
+after it (sbatch itself waits for a controller); on the lab, from the deleted pod's end (until
+then it still serves). Jobs lost: accepted job IDs that do not end
 COMPLETED in sacct. A SIGKILLed slurmctld loses what it accepted since its last state save
 (at most about 6 s before: src/slurmctld/state_save.c), with or without a backup.
 
@@ -28,6 +29,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import docker
@@ -44,8 +46,9 @@ STREAM = (
 )
 
 
-def measure(root: Path, name: str, replicas: int) -> tuple[float, int, int]:
-    """Seconds from the kill to the next accepted submission; jobs accepted; jobs lost."""
+def measure(root: Path, name: str, replicas: int) -> tuple:
+    """Seconds from the kill to the next accepted submission; jobs accepted; jobs lost, and
+    what became of them."""
     path = cluster_file(root, name)
     data = yaml.safe_load(path.read_text())
     data.update(controller={"replicas": replicas, "failover_after": 10}, metrics={"enabled": False})
@@ -82,20 +85,29 @@ def measure(root: Path, name: str, replicas: int) -> tuple[float, int, int]:
         invoke("down", "--volumes", *where)
 
 
-def lost_jobs(submit, jobs: list[str], timeout: float = 180) -> int:
-    """Accepted jobs that have not ended COMPLETED in sacct within ``timeout``."""
+def lost_jobs(submit, jobs: list[str], timeout: float = 180) -> tuple[int, str]:
+    """Accepted jobs that have not ended COMPLETED in sacct within ``timeout``, and what became
+    of them: how many sacct has no record of, and the others by state and squeue's reason."""
     deadline = time.monotonic() + timeout
     while True:
         out = submit(f"sacct -n -P -X -j {','.join(jobs)} -o JobID,State")
-        done = {line.split("|")[0] for line in out.splitlines() if line.endswith("|COMPLETED")}
-        if len(done & set(jobs)) == len(jobs) or time.monotonic() > deadline:
-            return len(set(jobs) - done)
+        states = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+        lost = [job for job in jobs if states.get(job) != "COMPLETED"]
+        if not lost or time.monotonic() > deadline:
+            break
         time.sleep(3)
+    queued = submit(f"squeue -h -j {','.join(lost)} -o '%i %r'") if lost else ""
+    reasons = dict(line.split(" ", 1) for line in queued.splitlines() if " " in line)
+    seen = Counter(
+        f"{states[job]}/{reasons[job]}" if job in reasons else states.get(job, "no record")
+        for job in lost
+    )
+    return len(lost), ", ".join(f"{n} {what}" for what, n in seen.most_common())
 
 
 def k8s_measure(root: Path, env: dict[str, str], name: str, replicas: int) -> tuple:
-    """On the lab: seconds from slurmctld-0's deletion to the next accepted submission; jobs
-    accepted; jobs lost."""
+    """On the lab: seconds from the deleted slurmctld-0's end to the next accepted submission;
+    jobs accepted; jobs lost, and what became of them."""
     claims = (*lab.CLAIMS, lab.SHARED_STATE) if replicas > 1 else lab.CLAIMS
     manifest, _ = lab.volumes(root / name, name, {}, claims)
     subprocess.run([lab.KUBECTL, "apply", "-f", str(manifest)], env=env, check=True,
@@ -127,8 +139,10 @@ def k8s_measure(root: Path, env: dict[str, str], name: str, replicas: int) -> tu
         time.sleep(5)
         if replicas > 1:
             kubectl("cordon", node)
+        # timed from the old pod's end: while its grace runs it still serves (a SIGTERMed
+        # slurmctld saves its state and exits), so its deletion alone times nothing
+        kubectl("delete", "pod", "slurmctld-0", "--wait=true", "--timeout=120s")
         killed = time.time()
-        kubectl("delete", "pod", "slurmctld-0", "--wait=false")
         time.sleep(40)
         kubectl("uncordon", node)
         time.sleep(40 if replicas > 1 else 0)  # the primary takes control back meanwhile
@@ -140,13 +154,13 @@ def k8s_measure(root: Path, env: dict[str, str], name: str, replicas: int) -> tu
         kubectl("delete", "namespace", name, "--wait=true", "--timeout=300s", check=False)
 
 
-def summary(out: str, killed: float, submit) -> tuple[float, int, int]:
+def summary(out: str, killed: float, submit) -> tuple[float, int, int, str]:
     answers = [line.split(" ", 2) for line in out.splitlines() if line.count(" ") >= 2]
     accepted = [(float(t0), float(t1), job) for t0, t1, job in answers if job.isdigit()]
     # the first submission sent after the kill, when it was accepted
     first = min(t1 for t0, t1, _ in accepted if t0 > killed)
     jobs = [job for _, _, job in accepted]
-    return first - killed, len(jobs), lost_jobs(submit, jobs)
+    return first - killed, len(jobs), *lost_jobs(submit, jobs)
 
 
 def main() -> None:
@@ -170,9 +184,10 @@ def main() -> None:
             )
     finally:
         lab.recipe("down")
-    for label, (took, accepted, lost) in figures.items():
+    for label, (took, accepted, lost, what) in figures.items():
         print(
             f"{label}: kill -> next sbatch accepted {took:.1f} s; {accepted} accepted, {lost} lost"
+            + (f" ({what})" if lost else "")
         )
     (restart, failover, k8s_restart, k8s_failover) = (f[0] for f in figures.values())
     print(f"local failover / restart: {failover / restart:.2f}")

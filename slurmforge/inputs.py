@@ -8,6 +8,8 @@ turns pydantic's report into ``<file>: <key path>: <what was expected>``.
 
 from __future__ import annotations
 
+import functools
+import pickle
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -27,14 +29,30 @@ MAX_FILE_BYTES = 1 << 20  # a config file larger than this is refused before it 
 MAX_NODES = 100_000  # YAML nodes after expanding aliases (a small file can expand to billions)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate and non-scalar mapping keys instead of keeping the last
-    (or failing on an unhashable one), and aliases that expand a document past MAX_NODES."""
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """SafeLoader (libyaml's parser where PyYAML has it: several times faster) that refuses
+    duplicate and non-scalar mapping keys instead of keeping the last (or failing on an
+    unhashable one); _parse refuses aliases that expand a document past MAX_NODES."""
 
-    def compose_document(self) -> yaml.Node:
-        node = super().compose_document()
+
+def _parse(text: str) -> Any:
+    """The document in ``text``, composed, its size checked, then constructed."""
+    loader = _UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
         _count_nodes(node, {}, set())
-        return node
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_once(text: str) -> bytes:
+    """_parse, once per text (a run reads versions.yaml and a cluster file many times over),
+    kept pickled: each caller unpickles a copy of its own to change, faster than a deepcopy."""
+    return pickle.dumps(_parse(text))
 
 
 def _count_nodes(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> int:
@@ -180,7 +198,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
             f"{path}: byte {exc.start}: not UTF-8 (0x{data[exc.start]:02x}); save the file as UTF-8"
         ) from None
     try:
-        parsed = yaml.load(text, Loader=_UniqueKeyLoader)
+        parsed = pickle.loads(_parse_once(text))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""

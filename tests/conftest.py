@@ -108,10 +108,19 @@ def docker_images(client: docker.DockerClient) -> set[str]:
     return {i.id for i in client.images.list(all=True)}
 
 
-def until(what: str, check, timeout: float = 120):
-    """``check()``'s first truthy answer, asked every 2 s; fails the test after ``timeout``."""
+def until(what: str, check, timeout: float = 120, detail=None):
+    """``check()``'s first truthy answer, asked every 2 s; fails the test after ``timeout``,
+    saying what ``detail()`` then shows and how long the slowest check took when one stalled
+    (a command that hangs reads differently from a state that never came)."""
     deadline = time.monotonic() + timeout
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s"
+    slowest = 0.0
+    while True:
+        began = time.monotonic()
+        if got := check():
+            return got
+        slowest = max(slowest, time.monotonic() - began)
+        if time.monotonic() >= deadline:
+            stalled = f" (one check took {slowest:.0f} s)" if slowest > 10 else ""
+            shown = f"; now: {detail()}" if detail else ""
+            raise AssertionError(f"{what}: not after {timeout:.0f} s{stalled}{shown}")
         time.sleep(2)
-    return got

@@ -1,10 +1,11 @@
 """The tiers that mostly wait, in a lane of their own: the Kubernetes tier (its tests wait on
-pods) and the cluster module that waits on Slurm's own timers (elastic nodes' idle and start
-times). A run that collects them beside other tiers (README's test
-command) runs them in a second pytest process, started when the session first reaches a tier
-past the build tier (the cluster tier, whose tests mostly wait on their daemons too), and fails
-when that process fails. The lane's output goes to .cache/k8s-lane.log; its summary, failures
-and slowest tests are printed at the end of the run.
+pods) and the cluster modules that wait on Slurm's own timers (a backup controller's takeover,
+elastic nodes' idle and start times, a lost node's SlurmdTimeout: that one deploys the default
+cluster again in the lane, 4 minutes of waiting moved for under one of deploying). A run that
+collects them beside other tiers (README's test command) runs them in a second pytest process,
+started when the session first reaches a tier past the build tier (the cluster tier, whose tests
+mostly wait on their daemons too), and fails when that process fails. The lane's output goes to
+.cache/k8s-lane.log; its summary, failures and slowest tests are printed at the end of the run.
 
 A run of those alone (`pytest tests/k8s`), or with SLURMFORGE_K8S_LANE=0, runs them inline.
 """
@@ -27,9 +28,10 @@ K8S, BUILD = ROOT / "tests" / "k8s", ROOT / "tests" / "build"
 WAITING = (
     ROOT / "tests" / "cluster" / "test_failover.py",
     ROOT / "tests" / "cluster" / "test_elastic.py",
+    ROOT / "tests" / "cluster" / "test_node_loss.py",
 )
 LOG = ROOT / ".cache" / "k8s-lane.log"
-LANE_NAMES = "tests/k8s, test_elastic.py"
+LANE_NAMES = "tests/k8s, test_failover.py, test_elastic.py, test_node_loss.py"
 
 
 def _under(item: pytest.Item, tier: Path) -> bool:

@@ -6,17 +6,18 @@ the database image can carry it with archive.py and errors.py.
 
 Consistency. The accounting database is dumped first, in one transaction (mariadb-dump --single-
 transaction: InnoDB's snapshot, no lock on slurmdbd's writes). slurmctld writes each state file
-whole (to ``<file>.new``, then renamed), from a thread that saves a change at most SAVE_MAX_WAIT +
-1 = 6 s after its previous save (src/slurmctld/state_save.c). So once job_state has been written
-after the dump ended, or that time has passed without a write (then no change was waiting),
-StateSave holds everything the dump holds; it is then copied without the ``.new`` files. Scheduling
-never stops and no RPC waits: the copy reads files slurmctld only ever replaces. A job that changed
-in the seconds between the dump and the copy is in StateSave as it was then, and its record in the
-dump as it was before (a job submitted then has no record: slurmctld sends again only the jobs it
-holds without a record index, send_jobs_to_accounting in job_mgr.c). So that such a job's index is
-never handed to a new job, the archive records the live job table's next index after the copy and
-the restored table starts there. A job that runs at backup time has no node after a restore: Slurm
-ends it as it ends a job whose node was lost.
+whole (to ``<file>.new``, then renamed), from a thread that saves a change at most SAVE_MAX_WAIT + 1
+= 6 s after its previous save (src/slurmctld/state_save.c). So once job_state has been written after
+the dump ended, or that time has passed without a write (then no change was waiting), StateSave
+holds everything the dump holds (power saving's node changes are the exception: they wait for the
+next full save, so the backup asks for a node save first, request_node_save); it is then copied
+without the ``.new`` files. Scheduling never stops and no RPC waits: the copy reads files slurmctld
+only ever replaces. A job that changed in the seconds between the dump and the copy is in StateSave
+as it was then, and its record in the dump as it was before (a job submitted then has no record:
+slurmctld sends again only the jobs it holds without a record index, send_jobs_to_accounting in
+job_mgr.c). So that such a job's index is never handed to a new job, the archive records the live
+job table's next index after the copy and the restored table starts there. A job that runs at backup
+time has no node after a restore: Slurm ends it as it ends a job whose node was lost.
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ from slurmforge.errors import ConfigError, DeployError
 SAVE_MAX_WAIT = 5.0  # seconds between two saves of slurmctld's save thread (state_save.c)
 # what that thread writes (a trigger's state too, when there are triggers)
 STATE_FILES = ("job_state", "node_state", "part_state", "resv_state", "trigger_state")
+# slurmctld asked to save its nodes (request_node_save): its clock, then one node's comment
+# written back as it is
+SAVE_NODE_STATE = (
+    "command -v scontrol > /dev/null || { echo no client; exit 0; }; "
+    "node=$(sinfo -h -N -o %N | head -1) && "
+    'comment=$(scontrol show node "$node" --json | python3 -c '
+    '\'import json, sys; print(json.load(sys.stdin)["nodes"][0].get("comment", ""))\') && '
+    'date +%s.%N && scontrol update nodename="$node" comment="$comment"'
+)
 # Where a Source runs a command: beside StateSave (slurmctld), the database, the jail, or the
 # embedded directory (slapd).
 STATE, DATABASE, JAIL, DIRECTORY = "state", "database", "jail", "directory"
@@ -235,12 +245,28 @@ class Snapshot:
             raise DeployError(f"{DATABASE}: reading the job table's next index failed: {out}")
         return int(out.split()[-1])
 
-    def wait_for_save(self, after: float) -> None:
-        """Until slurmctld has saved its jobs since ``after``, or long enough has passed that it
-        had nothing to save. Its save thread (state_save.c) writes a change at once when its
-        last save is SAVE_MAX_WAIT old, else at its next wake past that (it wakes each second):
-        a change made before ``after`` is on disk by max(after, last save + SAVE_MAX_WAIT + 1).
-        The last save is no later than the newest state file's mtime."""
+    def request_node_save(self) -> float | None:
+        """Ask slurmctld to save its nodes now; the time of asking by its own clock, or None
+        where this source has no Slurm client (the scheduled pod). Power saving moves a node
+        to powered down (and back) without asking for a save: such a change reaches StateSave
+        only with slurmctld's full save every 300 s (PERIODIC_CHECKPOINT, slurmctld.h), or when
+        something else changes a node. Every update_node RPC asks for one, whatever it updates
+        (proc_req.c, 23.11 to 26.05): this rewrites one node's comment as it is."""
+        code, out = self.source.sh(STATE, SAVE_NODE_STATE)
+        asked = out.splitlines()[0] if out else ""
+        if code == 0 and re.fullmatch(r"[0-9.]+", asked):
+            return float(asked)
+        if code == 0 and asked == "no client":
+            return None
+        raise DeployError(f"{STATE}: asking slurmctld to save its nodes failed: {out}")
+
+    def wait_for_save(self, after: float, nodes_after: float | None = None) -> None:
+        """Until slurmctld has saved its jobs since ``after`` (and its nodes since
+        ``nodes_after``), or long enough has passed that it had nothing to save. Its save thread
+        (state_save.c) writes a change at once when its last save is SAVE_MAX_WAIT old, else at
+        its next wake past that (it wakes each second): a change made before ``after`` is on
+        disk by max(after, last save + SAVE_MAX_WAIT + 1). The last save is no later than the
+        newest state file's mtime."""
         start = time.monotonic()
         files = " ".join(f"{self.plan.state_dir}/{f}" for f in STATE_FILES)
         deadline = None
@@ -250,17 +276,18 @@ class Snapshot:
             saved = {Path(m[1]).name: float(m[2]) for m in found if m}
             if code not in (0, 1):  # 1: some of the files are not there (yet)
                 raise DeployError(f"reading {self.plan.state_dir} failed (exit {code}): {out}")
-            if saved.get("job_state", 0.0) > after:
+            nodes_saved = nodes_after is None or saved.get("node_state", 0.0) > nodes_after
+            if saved.get("job_state", 0.0) > after and nodes_saved:
                 break
             if deadline is None:
                 # no file yet: the thread has never saved, and saves the first change at once
                 last = max(saved.values(), default=after - SAVE_MAX_WAIT)
-                deadline = max(after, last + SAVE_MAX_WAIT + 1.0) + 0.5
+                deadline = max(after, nodes_after or 0.0, last + SAVE_MAX_WAIT + 1.0) + 0.5
             time.sleep(0.2)
         self.waited = time.monotonic() - start
 
     def state(self, writer: archive.Writer, after: float) -> None:
-        self.wait_for_save(after)
+        self.wait_for_save(after, self.request_node_save())
         copy = self.stream(
             STATE, f"tar --numeric-owner -C {self.plan.state_dir} --exclude='*.new' -cf - ."
         )
