@@ -29,7 +29,7 @@ MAX_FILE_BYTES = 1 << 20  # a config file larger than this is refused before it 
 MAX_NODES = 100_000  # YAML nodes after expanding aliases (a small file can expand to billions)
 
 
-class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """SafeLoader (libyaml's parser where PyYAML has it: several times faster) that refuses
     duplicate and non-scalar mapping keys instead of keeping the last (or failing on an
     unhashable one); _parse refuses aliases that expand a document past MAX_NODES."""

@@ -7,7 +7,8 @@ A 3-node job on the set at zero starts three nodes and runs on all three; idle n
 containers exit, sinfo shows them powered down, the exporter counts them so) while warm's first
 node stays; two multi-node jobs and an array of 20 submitted at once onto stopped nodes all
 complete; a job larger than the set pends with Slurm's own reason; a job submitted while nodes
-are stopping runs once they started again; a node whose container cannot start is marked down
+are stopping runs once they started again; a user's ssh to a node started for their job lands
+in the job's cgroup (pam_slurm_adopt); a node whose container cannot start is marked down
 after its start timeout with the reason in `sinfo -R` and the metrics, and its job is requeued
 and runs on another node; and the cluster restored from a backup, on a host that lost it, starts
 its elastic nodes only when a job needs them."""
@@ -157,6 +158,33 @@ def test_a_job_submitted_while_nodes_stop_runs_once_they_start_again(cluster: De
         _states(cluster)[n] in ("idle%", "idle~") for n in BURST), STOPPED_WITHIN)  # fmt: skip
     job = _submit(cluster, "-N3 -o /dev/null --wrap 'srun true'")
     assert sacct(cluster, USER, [job], timeout=240)[job][0] == "COMPLETED"
+
+
+def test_ssh_to_a_started_node_of_ones_job_lands_in_its_cgroup(cluster: Deployed) -> None:
+    """pam_slurm_adopt on a node Slurm started for the job: the user's ssh lands in the job's
+    extern step; on a node where they have no job, it is refused."""
+    cluster.ok(
+        "login",
+        "test -f ~/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519;"
+        " cat ~/.ssh/id_ed25519.pub >> ~/.ssh/authorized_keys",
+        user=USER,
+    )
+    job = _submit(cluster, "-w burst-1 -t 5 -o /dev/null --wrap 'sleep 300'")
+    try:
+        until("the job running on burst-1", lambda: cluster.ok(
+            "login", f"squeue -h -j {job} -o %T", user=USER) == "RUNNING", START + 30)  # fmt: skip
+        hop = "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new"
+        # LogLevel=ERROR: without the notice that the node's key was added
+        out = cluster.ok(
+            "login", f"{hop} -o LogLevel=ERROR burst-1 'hostname; cat /proc/self/cgroup'", user=USER
+        )
+        host, *cgroups = out.splitlines()
+        assert host == "burst-1", out
+        assert any(f"/job_{job}/step_extern" in line for line in cgroups), out
+        code, refused = cluster.sh("login", f"{hop} warm-0 true", user=USER)
+        assert code != 0 and "Access denied by pam_slurm_adopt" in refused, refused
+    finally:
+        cluster.ok("login", f"scancel {job}", user=USER)
 
 
 def test_a_node_that_cannot_start_is_down_and_its_job_runs_elsewhere(cluster: Deployed) -> None:

@@ -143,7 +143,9 @@ def test_a_stopped_primary_hands_over_to_the_backup_and_no_job_is_lost(cluster: 
     _with_the_backup_in_control(cluster, long)
     time.sleep(2)
     accepted, refused = stream.stop()
-    assert not refused, refused  # sbatch waited for a controller, it never gave up
+    # sbatch waited for a controller, it never gave up; but one in flight when the primary got
+    # SIGTERM is reset, says so and exits 1 (refused, never accepted: a CI run met it on k8s)
+    assert len(refused) <= 1 and all("Connection reset by peer" in r for r in refused), refused
     assert len(accepted) >= 5, accepted
     _primary_back(cluster, primary)
     assert sorted(cluster.ok("login", "srun -Q -N2 hostname", user=USER).split()) == [

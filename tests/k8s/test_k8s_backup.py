@@ -240,7 +240,9 @@ def test_the_primarys_pod_lost_hands_control_to_the_backup_and_no_job_is_lost(
         accepted, refused = stream.stop()
     finally:
         kube.run("uncordon", node, namespaced=False)
-    assert not refused, refused  # sbatch waited for a controller, it never gave up
+    # sbatch waited for a controller, it never gave up; but one in flight when the primary got
+    # SIGTERM is reset, says so and exits 1 (refused, never accepted: a CI run met it)
+    assert len(refused) <= 1 and all("Connection reset by peer" in r for r in refused), refused
     assert len(accepted) >= 5, accepted
     # the primary, scheduled again, takes control back
     until("the primary in control",
@@ -259,6 +261,10 @@ def test_a_cluster_backed_up_in_one_namespace_comes_back_in_another(
 ) -> None:
     k8s_cluster = ha
     source = k8s_cluster.kube.namespace
+    # the primary in control (a failed test before may have left it starting)
+    until("the primary in control",
+          lambda: re.search(r"primary\) at slurmctld-0 is UP", _ping(ha)) is not None,
+          180)  # fmt: skip
 
     def submit(namespace: str, *args: str) -> str:
         return _sh(k8s_cluster, namespace, f"cd && sbatch --parsable {' '.join(args)}", USER)
