@@ -1,5 +1,6 @@
 """What the cluster tier's tests share: a clean refusal, a batch job waited for, sacct once the
-records are in, a program users compile, and the cells the upgrade goes between."""
+records are in, a program users compile, a user's own key for ssh between nodes, and the cells
+the upgrade goes between."""
 
 from __future__ import annotations
 
@@ -67,5 +68,12 @@ int main(int argc, char **argv)
 
 
 # the upgrade test's cells, from and to (tests/prebuild.py builds them early in CI)
+# run as a user: a key of their own for ssh from node to node, in the home every node shares
+# (as on any cluster)
+OWN_SSH_KEY = (
+    "test -f ~/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519;"
+    " cat ~/.ssh/id_ed25519.pub >> ~/.ssh/authorized_keys"
+)
+
 FROM = ("default", "24.05.8-cuda12.2.2-debian12")
 TO = ("current", "25.11.7-cuda12.2.2-debian12")

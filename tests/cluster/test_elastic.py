@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import Deployed, invoke
-from tests.cluster.helpers import sacct
+from tests.cluster.helpers import OWN_SSH_KEY, sacct
 from tests.conftest import until
 
 pytestmark = pytest.mark.cluster
@@ -163,12 +163,7 @@ def test_a_job_submitted_while_nodes_stop_runs_once_they_start_again(cluster: De
 def test_ssh_to_a_started_node_of_ones_job_lands_in_its_cgroup(cluster: Deployed) -> None:
     """pam_slurm_adopt on a node Slurm started for the job: the user's ssh lands in the job's
     extern step; on a node where they have no job, it is refused."""
-    cluster.ok(
-        "login",
-        "test -f ~/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519;"
-        " cat ~/.ssh/id_ed25519.pub >> ~/.ssh/authorized_keys",
-        user=USER,
-    )
+    cluster.ok("login", OWN_SSH_KEY, user=USER)
     job = _submit(cluster, "-w burst-1 -t 5 -o /dev/null --wrap 'sleep 300'")
     try:
         until("the job running on burst-1", lambda: cluster.ok(

@@ -24,7 +24,7 @@ from slurmforge.deploy.identity import probe
 from slurmforge.versions import load as load_versions
 from tests import site_ldap
 from tests.cluster.conftest import Clusters, Deployed, invoke, squashfs_image, write_cluster
-from tests.cluster.helpers import HELLO
+from tests.cluster.helpers import HELLO, OWN_SSH_KEY
 from tests.conftest import ROOT
 from tests.ports import free_port
 from tests.site_ldap import SiteDirectory
@@ -157,12 +157,7 @@ def test_with_the_directory_down_known_users_work_and_new_ones_are_refused(
 def test_ssh_to_the_node_of_a_running_job_lands_in_its_cgroup_and_no_other_node(
     directory: Directory,
 ) -> None:
-    # a key of her own for the hop, in the home every node shares (as on any cluster)
-    directory.ok(
-        "ada",
-        "test -f ~/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519;"
-        " cat ~/.ssh/id_ed25519.pub >> ~/.ssh/authorized_keys",
-    )
+    directory.ok("ada", OWN_SSH_KEY)  # for the hop
     job = directory.ok("ada", "sbatch --parsable -w cpu-1 -t 5 --wrap 'sleep 300'")
     try:
         deadline = time.monotonic() + 60
