@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import functools
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -15,10 +17,17 @@ from slurmforge.app import Project, Selection
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@functools.cache
+def _shipped_pickled() -> bytes:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return pickle.dumps(yaml.load((ROOT / "versions.yaml").read_text(), Loader=loader))
+
+
 @pytest.fixture
 def shipped() -> dict:
-    """The shipped versions.yaml as plain data, for tests to mutate."""
-    return yaml.safe_load((ROOT / "versions.yaml").read_text())
+    """The shipped versions.yaml as plain data, for tests to mutate (a copy of their own: read
+    once a session, which a hundred tests ask for)."""
+    return pickle.loads(_shipped_pickled())
 
 
 @pytest.fixture
