@@ -95,6 +95,8 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
             [kubectl, *ns, "get", "configmaps", "-l", instance, "-o", "json"],
             [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{nodes}", "-o", "json"],
             [*exec_, "bash", "-c", sinfo],  # the drains from before, which outlive the apply
+            # elastic nodes' Deployments the server runs (none): kept at their scale, or removed
+            [kubectl, *ns, "get", "deployments", "-l", f"{instance},{nodes}", "-o", "json"],
             [*apply, "-f", files[0]],  # the Namespace first
             # the Secrets exist already
             [kubectl, *ns, "get", "secret", "munge-key", "-o", "jsonpath={.data.munge\\.key}"],

@@ -143,3 +143,19 @@ def test_a_redeploy_keeps_the_nodes_slurm_started_and_removes_those_it_no_longer
     power.remove(kube, gone, 60)
     (delete,) = [c for c in calls if "delete" in c]
     assert "deployment/cpu-7" in delete and "deployment/cpu-2" not in delete
+
+
+def test_a_redeploy_with_no_elastic_set_left_removes_every_elastic_node(checkout) -> None:
+    """The cluster file made its elastic set fixed: the Deployments of its former elastic nodes
+    go (the set's StatefulSet takes the names)."""
+    running = {
+        "items": [{"metadata": {"name": f"cpu-{i}"}, "spec": {"replicas": 1}} for i in (1, 2)]
+    }
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        out = json.dumps(running if "deployments" in argv else {"items": []})
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    kube = rendered_kube(*checkout, run)
+    assert not power.nodes(kube.cluster.spec)
+    assert power.keep_running(kube) == ["cpu-1", "cpu-2"]

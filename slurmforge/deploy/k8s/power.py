@@ -93,9 +93,8 @@ class PowerRenderer(PodRenderer):
 def keep_running(kube: Any) -> list[str]:
     """Before an apply: each elastic node's Deployment keeps the scale the server gives it (a
     node Slurm started goes on running; the file says so too). Returns the elastic nodes the
-    server runs that the cluster file no longer has, for ``remove`` once applied."""
-    if not nodes(kube.cluster.spec):
-        return []
+    server runs that the cluster file no longer has, for ``remove`` once applied (all of them
+    when it has none elastic any more)."""
     running = {
         item["metadata"]["name"]: item["spec"].get("replicas", 0)
         for item in kube.k.get("deployments", **{"app.kubernetes.io/component": roles.NODE})
