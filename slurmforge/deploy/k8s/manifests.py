@@ -5,6 +5,7 @@ Kubernetes version in ``kubernetes.versions`` (kubernetes-validate) and the dire
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,12 @@ class Manifests:
     def validate(self) -> list[str]:
         """Each object against each configured version (strict), then `kubectl kustomize`."""
         import kubernetes_validate
+        from kubernetes_validate import utils
+
+        # it reads a kind's schema and the version's definitions (megabytes of JSON) from disk
+        # for every object it checks; they never change, so each is read once a process
+        if not hasattr(utils.schema_contents, "cache_info"):
+            utils.schema_contents = functools.cache(utils.schema_contents)
 
         versions = self.check_versions()
         for name in self.objects:
