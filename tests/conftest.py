@@ -112,11 +112,6 @@ def client() -> docker.DockerClient:
     return docker.from_env()
 
 
-def docker_images(client: docker.DockerClient) -> set[str]:
-    """IDs of every image the daemon holds, to prove that an operation tagged nothing."""
-    return {i.id for i in client.images.list(all=True)}
-
-
 def until(what: str, check, timeout: float = 120, detail=None):
     """``check()``'s first truthy answer, asked every 2 s; fails the test after ``timeout``,
     saying what ``detail()`` then shows and how long the slowest check took when one stalled
