@@ -109,7 +109,9 @@ def images(project: Project) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def client() -> docker.DockerClient:
-    return docker.from_env()
+    # the engine answers slowly while the prebuild compiles beside the tiers: a fresh CI run's
+    # node-loss test had a container listing time out at the SDK's default 60 s
+    return docker.from_env(timeout=300)
 
 
 def until(what: str, check, timeout: float = 120, detail=None):

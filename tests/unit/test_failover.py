@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def test_one_controller_is_the_default_and_its_config_is_as_before(write_cluster
     assert [line for line in conf if line.startswith("SlurmctldHost=")] == [
         "SlurmctldHost=slurmctld"
     ]
-    assert not [line for line in conf if line.startswith("SlurmctldTimeout")]
+    assert not [line for line in conf if line.startswith(("SlurmctldTimeout", "SlurmctldPrimary"))]
 
 
 def test_a_backup_is_the_second_controller_slurm_conf_names(write_cluster, versions) -> None:
@@ -47,6 +48,52 @@ def test_a_backup_is_the_second_controller_slurm_conf_names(write_cluster, versi
     hosts = [line for line in conf if line.startswith("SlurmctldHost=")]
     assert hosts == ["SlurmctldHost=slurmctld", "SlurmctldHost=slurmctld-backup"]
     assert "SlurmctldTimeout=15" in conf
+    assert "SlurmctldPrimaryOnProg=/etc/slurm/primary-on" in conf
+
+
+def _fake(directory: Path, name: str, body: str) -> None:
+    (directory / name).write_text(f"#!/bin/bash\n{body}\n")
+    (directory / name).chmod(0o755)
+
+
+@pytest.mark.parametrize(("batch", "message", "waits"), [(10, 10, 30), (30, 60, 50), (5, 3, 18)])
+def test_a_controller_taking_control_has_the_allocated_nodes_register_again(
+    write_cluster, versions, tmp_path: Path, batch: int, message: int, waits: int
+) -> None:
+    """primary-on waits until Slurm would end a batch job its node no longer has (BatchStartTimeout
+    + MessageTimeout up to 10 s, then 10 s more), then has every allocated or mixed node, and
+    no other, register again; a drained node stays drained."""
+    data = shipped_with(controller={"replicas": 2})
+    script = slurmconf.render(loader.load(write_cluster(data), versions))["primary-on"]
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "calls"
+    config_text = f"BatchStartTimeout       = {batch} sec\nMessageTimeout          = {message} sec"
+    _fake(bin_, "scontrol", f'if [[ $1 == show ]]; then printf "{config_text}\\n"; '
+          f'else echo "scontrol $*" >> {log}; fi')  # fmt: skip
+    sinfo = "cpu-0 allocated", "cpu-0 allocated", "cpu-1 idle", "cpu-2 mixed", "cpu-3 draining"
+    _fake(bin_, "sinfo", "printf '%s\\n' " + " ".join(f"'{line}'" for line in sinfo))
+    _fake(bin_, "sleep", f'echo "sleep $*" >> {log}')
+    (tmp_path / "primary-on").write_text(script)
+    (tmp_path / "primary-on").chmod(0o755)
+    env = {"PATH": f"{bin_}:/usr/bin:/bin"}
+    start = time.monotonic()
+    subprocess.run([tmp_path / "primary-on"], env=env, check=True, timeout=10)
+    # slurmctld is not kept waiting: the work goes on in the background
+    assert time.monotonic() - start < 5
+    while time.monotonic() - start < 10 and "scontrol update" not in (
+        log.read_text() if log.exists() else ""
+    ):
+        time.sleep(0.05)
+    assert log.read_text().splitlines() == [
+        f"sleep {waits}",
+        "scontrol update nodename=cpu-0,cpu-2 state=undrain",
+    ]
+
+
+def test_one_controller_runs_nothing_when_it_takes_control(write_cluster, versions) -> None:
+    files = slurmconf.render(loader.load(write_cluster(shipped_with()), versions))
+    assert "primary-on" not in files
 
 
 def test_both_controllers_share_the_state_volume_and_every_secret(
@@ -130,6 +177,9 @@ def test_k8s_two_controllers_are_one_set_of_two_on_one_shared_claim(checkout) ->
         "SlurmctldHost=slurmctld-1(slurmctld-1.slurmctld)",
     ]
     assert "SlurmctldTimeout=10" in conf
+    # what each runs when it takes control: in the config both mount (executable, 0755)
+    assert "SlurmctldPrimaryOnProg=/etc/slurm/primary-on" in conf
+    assert "primary-on" in objects[("ConfigMap", "slurm-config")]["data"]
 
 
 def test_k8s_one_controller_keeps_its_claim_template_and_no_affinity(checkout) -> None:

@@ -25,6 +25,8 @@ SLURM_CONF_DIR = roles.SLURM_CONF.path
 SPOOL_DIR = "/var/spool/slurmd"
 # elastic node sets: slurmctld's ResumeProgram and SuspendProgram are <this>-resume, -suspend
 POWER_PROGRAM = f"{SLURM_CONF_DIR}/power"
+# with a backup controller: what each runs when it takes control (SlurmctldPrimaryOnProg)
+PRIMARY_ON = f"{SLURM_CONF_DIR}/primary-on"
 PYXIS_PLUGIN = "/usr/lib/slurmforge/spank/pyxis.so"  # slurmforge-pyxis, when built
 # node-local container roots, per user (images/gpu/enroot.conf; created by enroot_install)
 ENROOT_LOCAL = "/var/lib/slurmforge/enroot"
@@ -149,6 +151,7 @@ def render(
         if network
         else [(host, None) for host in roles.controllers(spec)],
         "failover_after": spec.controller.failover_after,
+        "primary_on": PRIMARY_ON,
         "state_dir": STATE_DIR,
         "spool_dir": SPOOL_DIR,
         "spank_plugin": jail_contract.PLUGIN,
@@ -183,6 +186,8 @@ def render(
         files["topology.conf"] = _topology_conf(cluster)
     # what the jail's createuser reads (the account new users go under)
     files["slurmforge.conf"] = f"default_account={spec.accounting.default_account}\n"
+    if spec.controller.replicas > 1:
+        files["primary-on"] = _env.get_template("primary-on.j2").render(name=cluster.name)
     if cluster.elastic:
         program = _env.get_template("power.j2").render(name=cluster.name, spool=roles.POWER_SPOOL)
         files.update({"power-resume": program, "power-suspend": program})
@@ -322,7 +327,7 @@ def write(
             _write_if_changed(directory / name, files[name], SCRIPT.match(name) is not None)
 
 
-SCRIPT = re.compile(r"(prolog|epilog)-[0-9]{2}-|power-(resume|suspend)$")
+SCRIPT = re.compile(r"(prolog|epilog)-[0-9]{2}-|power-(resume|suspend)$|primary-on$")
 
 
 def _rendered(name: str) -> bool:
