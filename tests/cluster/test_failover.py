@@ -229,9 +229,14 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
         out = cluster.sh("login", argv, user=USER)[1]
         return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
+    def ended(job_id: str) -> str:
+        """The controller's word on a job (it keeps an ended one MinJobAge, 60 s): sacct's
+        record can come later, the backup's first ones to slurmdbd queued behind its takeover."""
+        return cluster.sh("login", f"squeue -h -t all -j {job_id} -o %T", user=USER)[1].strip()
+
     until(
         "the next 2-node job completed",
-        lambda: states().get(next_job) == "COMPLETED",
+        lambda: ended(next_job) == "COMPLETED",
         timeout=90 - (time.monotonic() - killed),
         detail=lambda: cluster.sh("login", "squeue; sinfo -N", user=USER)[1],
     )
