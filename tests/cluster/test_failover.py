@@ -94,11 +94,16 @@ def test_a_backup_that_dies_changes_nothing(cluster: Deployed) -> None:
     _wait("the backup UP again", lambda: "slurmctld-backup is UP" in _ping(cluster), 60)
 
 
-def _saved_since(cluster: Deployed, when: float) -> bool:
-    """slurmctld saved its jobs after ``when`` (it saves a change within about 6 s,
+def _saved_at(cluster: Deployed) -> str:
+    """When slurmctld last saved its jobs (it saves a change within about 6 s,
     src/slurmctld/state_save.c): what a backup reads back from the shared StateSaveLocation."""
-    out = cluster.sh("slurmctld-backup", "stat -c %Y /var/spool/slurmctld/job_state")[1]
-    return out.strip().isdigit() and int(out) > when
+    return cluster.sh("slurmctld-backup", "stat -c %.3Y /var/spool/slurmctld/job_state")[1].strip()
+
+
+def _saved_since(cluster: Deployed, when: float) -> bool:
+    """slurmctld saved its jobs after ``when``."""
+    saved = _saved_at(cluster)
+    return saved.replace(".", "", 1).isdigit() and int(float(saved)) > when
 
 
 def _with_the_backup_in_control(cluster: Deployed, long: str) -> None:
@@ -182,10 +187,6 @@ def test_a_killed_primary_is_replaced_and_its_running_job_completes(cluster: Dep
     # the job's end reaches whichever controller holds it by then: under a loaded machine a
     # node stayed completing past 60 s after the handback (a fresh CI run)
     cluster.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=120)
-
-
-def _saved_at(cluster: Deployed) -> str:
-    return cluster.sh("slurmctld-backup", "stat -c %.3Y /var/spool/slurmctld/job_state")[1].strip()
 
 
 def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
