@@ -4,6 +4,7 @@ upgrade-safe), run for real into Docker volumes."""
 from __future__ import annotations
 
 import io
+import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,13 +39,26 @@ def volumes(client: docker.DockerClient) -> Iterator[callable]:
 
 
 def _in_volume(client, image: str, volume: str, script: str) -> str:
-    out = client.containers.run(
+    """What ``script`` printed, run with the volume at /jail. Its output is written to a file in
+    the container and read back from there once it has exited: the engine's log stream that
+    `containers.run` follows can end before the last lines of a large output when the container
+    exits under load (a manifest of every file in the jail came back cut short in CI)."""
+    container = client.containers.run(
         image,
-        entrypoint=["bash", "-c", script],
+        entrypoint=["bash", "-c", f"( {script}\n) > /tmp/out"],
         volumes={volume: {"bind": "/jail", "mode": "rw"}},
-        remove=True,
+        detach=True,
     )
-    return out.decode(errors="replace")
+    try:
+        status = container.wait()["StatusCode"]
+        assert status == 0, container.logs().decode(errors="replace")
+        stream, _ = container.get_archive("/tmp/out")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile("out")
+            assert member is not None
+            return member.read().decode(errors="replace")
+    finally:
+        container.remove(force=True)
 
 
 def _populate(client, ref: str, volume: str, **kw) -> str:
