@@ -36,6 +36,7 @@ from slurmforge.pins import (
     Str,
     Url,
     Version3,
+    WheelLock,
     _image_ref,
     _tag_template,
 )
@@ -131,6 +132,13 @@ class AptRepo(Model):
     packages: tuple[AptPin, ...] = Field(min_length=1)
 
 
+def _relative_file(value: str) -> str:
+    parts = Path(value).parts
+    if not value or value.startswith("/") or ".." in parts:
+        raise ValueError(f"expected a file path relative to versions.yaml, got {value!r}")
+    return value
+
+
 def _deb(source: Source) -> Source:
     if not source.filename.endswith(".deb"):
         raise ValueError(f"expected the URL of a .deb file, got {source.url!r}")
@@ -140,22 +148,25 @@ def _deb(source: Source) -> Source:
 class Userspace(Model):
     """Where a set of GPU libraries or tools comes from: NVIDIA's wheels and/or Debian packages
     (both fetched on the host, verified by sha256 and unpacked into one CUDA prefix, never
-    installed with dpkg), or a vendor apt repository on its own."""
+    installed with dpkg), a vendor apt repository on its own, or a pip lock file on its own
+    (installed into a virtual environment by the component's template)."""
 
     wheels: tuple[WheelPin, ...] = ()
     debs: tuple[Annotated[Source, AfterValidator(_deb)], ...] = ()
     apt: AptRepo | None = None
+    # a pip lock file, relative to versions.yaml: every line pinned with its hashes
+    lock: Annotated[str, Strict(), AfterValidator(_relative_file)] | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Userspace:
-        files = bool(self.wheels or self.debs)
-        if files == (self.apt is not None):
-            raise ValueError("expected 'wheels' and/or 'debs', or 'apt' on its own")
+        kinds = [bool(self.wheels or self.debs), self.apt is not None, self.lock is not None]
+        if sum(kinds) != 1:
+            raise ValueError("expected 'wheels' and/or 'debs', or 'apt' or 'lock' on its own")
         return self
 
     @property
     def kind(self) -> str:
-        return "apt" if self.apt is not None else "files"
+        return "apt" if self.apt is not None else "lock" if self.lock is not None else "files"
 
 
 class Cuda(Model):
@@ -362,7 +373,7 @@ class Config(BaseModel):
     def root(self) -> Path:
         return self.path.parent
 
-    def sha256_of(self, source: Source | GitSource | Wheel) -> str:
+    def sha256_of(self, source: Source | GitSource | Wheel | WheelLock) -> str:
         """The content key: the pinned checksum (a git source's commit), the locked one, or
         ``unpinned``."""
         if isinstance(source, GitSource):

@@ -8,6 +8,7 @@ goes without. Whether to build or reuse is decided elsewhere (plan.py).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -17,11 +18,11 @@ from slurmforge.bootstrap import Base
 from slurmforge.config import Config, Userspace, UserspaceTool, Wheel
 from slurmforge.errors import ConfigError
 from slurmforge.matrix import COMPONENTS, Axis, BuildTarget
-from slurmforge.pins import NATIVE_ARCH, UNPINNED, GitSource, Source
+from slurmforge.pins import NATIVE_ARCH, UNPINNED, GitSource, Source, WheelLock
 from slurmforge.render import ContextFile, ContextFiles
 from slurmforge.sources import Cache
 
-Artifact = Source | GitSource | Wheel
+Artifact = Source | GitSource | Wheel | WheelLock
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Need:
     def arcname(self, artifact: Artifact) -> str:
         if self.name == "slurm":  # at the context root, as the cached Slurm compile layer expects
             return artifact.filename
-        if isinstance(artifact, Wheel):
+        if isinstance(artifact, Wheel | WheelLock):
             return f"wheels/{artifact.filename}"
         return f"sources/{self.group}/{artifact.filename}"
 
@@ -51,10 +52,12 @@ def _userspace(
     """One need per file of a user space (a wheel, a package, the apt keyring), named
     '<group>/<index>', for ``arch``: refused in one line when the space has none pinned for it."""
     group = kw.pop("group")
-    if space.apt is not None:
+    if space.lock is not None:
+        artifacts: tuple[Artifact, ...] = (_lock(config, f"{key}.lock", space.lock, arch),)
+    elif space.apt is not None:
         if arch != NATIVE_ARCH:  # one repository URL, NVIDIA's x86_64 one (sbsa has its own)
             _refuse(config, target, f"{key}.apt", "names one repository, for amd64")
-        artifacts: tuple[Artifact, ...] = (space.apt.keyring,)
+        artifacts = (space.apt.keyring,)
     else:
         wheels: list[Artifact] = []
         for i, pin in enumerate(space.wheels):
@@ -71,6 +74,31 @@ def _userspace(
                 _refuse(config, target, f"{key}.debs[{i}]", f"{deb.filename} is for {deb_arch}")
         artifacts = (*wheels, *space.debs)
     return [Need(f"{group}/{i}", (a,), **kw) for i, a in enumerate(artifacts)]
+
+
+_LOCK_SHAS: dict[tuple[Path, int, int], str] = {}  # (path, mtime, size) → its sha256
+_TOOL = Path(__file__).resolve().parent.parent  # slurmforge's own directory
+
+
+def _lock(config: Config, key: str, lock: str, arch: str) -> WheelLock:
+    """The wheelhouse of a lock file for ``arch`` (a plan of thousands of targets reads each lock
+    once): refused in one line when the file cannot be read. The file is looked for beside
+    versions.yaml, then in slurmforge's own directory (where the shipped locks are)."""
+    path = config.root / lock
+    if not path.exists() and (_TOOL / lock).exists():
+        path = _TOOL / lock
+    try:
+        stat = path.stat()
+        seen = (path, stat.st_mtime_ns, stat.st_size)
+        if seen not in _LOCK_SHAS:
+            _LOCK_SHAS[seen] = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ConfigError(
+            f"{config.path}: {key}: cannot read {lock} ({exc.strerror})",
+            hint="expected a pip lock file (every requirement with its hashes), relative to "
+            "versions.yaml or to slurmforge's own directory",
+        ) from None
+    return WheelLock(lock, _LOCK_SHAS[seen], arch, path)
 
 
 def _source(config: Config, target: BuildTarget, name: str, **kw: Any) -> list[Need]:

@@ -57,13 +57,24 @@ FEATURES: dict[str, Feature] = {
         Feature("nccl", Origin.USERSPACE, built_in=_GPU, carried_by=_GPU, axis="cuda"),
         # compiled with the cell's CUDA compiler, which no image ships
         Feature("nccl-tests", Origin.SOURCES, _GPU, _GPU, needs=("cuda-build",), axis="cuda"),
-        # compiled against each Slurm's own spank.h, in the same builder as Slurm
-        Feature("pyxis", Origin.SOURCES, ("slurm-debs",), _CONTAINERS, debs=("slurmforge-pyxis",)),
+        # compiled against each Slurm's own spank.h, in the same builder as Slurm; the portal's
+        # sbatch loads the cluster's SPANK plugins as every client does
+        Feature(
+            "pyxis",
+            Origin.SOURCES,
+            ("slurm-debs",),
+            (*_CONTAINERS, "portal"),
+            debs=("slurmforge-pyxis",),
+        ),
         Feature(
             "enroot", Origin.SOURCES, ("slurm-debs",), _CONTAINERS, debs=("enroot", "enroot+caps")
         ),
         # NVML's Python bindings, for the exporter's GPU collector (a pure-Python wheel)
         Feature("nvidia-ml-py", Origin.USERSPACE, ("exporter",), ("exporter",)),
+        # the web portal: JupyterLab and the notebook server's side of JupyterHub and
+        # batchspawner in the jail (servers run as jobs inside it), the hub in its own image
+        Feature("jupyterlab", Origin.USERSPACE, ("jail",), ("jail",)),
+        Feature("jupyterhub", Origin.USERSPACE, ("portal",), ("portal",)),
     )
 }
 

@@ -121,6 +121,13 @@ COMPONENTS: dict[str, Component] = {
             "Prometheus exporter of the cluster (Slurm's JSON output), unprivileged",
         ),
         Component(
+            "portal",
+            (Axis.DISTRO, Axis.SLURM),
+            ("runtime", "slurm-debs"),
+            True,
+            "web portal: JupyterHub, starting each user's notebook server as a Slurm job",
+        ),
+        Component(
             "prometheus",
             (Axis.DISTRO,),
             ("base",),

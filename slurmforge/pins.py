@@ -4,8 +4,11 @@ archive by its sha256, a git repository by its commit)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import string
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -164,3 +167,43 @@ ARCHES = ("amd64", "arm64")
 NATIVE_ARCH = "amd64"
 GNU_TYPES = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}  # the toolchains' names
 Arch = Literal["amd64", "arm64"]
+
+
+@dataclass(frozen=True)
+class WheelLock:
+    """Every wheel a pip lock file (requirements with ``--hash`` on every line, as ``uv pip
+    compile --generate-hashes`` writes it) resolves to for one arch, fetched on the host into one
+    wheelhouse archive with the lock inside it; the image installs from it without an index, pip
+    checking each file's hash against the lock a second time.
+
+    Its key is the lock's own content with the arch and the Pythons: every file in it is pinned
+    by the lock, so the lock names the content as a checksum names a file's."""
+
+    lock: str  # as versions.yaml names it
+    lock_sha256: str
+    arch: str = NATIVE_ARCH
+    path: Path = Path()  # where it was found (context.py): not part of what it is
+
+    pinned = True
+
+    @property
+    def sha256(self) -> str:
+        pythons = " ".join(LOCK_PYTHONS)
+        return hashlib.sha256(f"{self.lock_sha256} {self.arch} {pythons}".encode()).hexdigest()
+
+    @property
+    def url(self) -> str:
+        return f"pip-lock:{self.lock}?arch={self.arch}"
+
+    @property
+    def key(self) -> str:
+        return self.url
+
+    @property
+    def filename(self) -> str:
+        return f"{Path(self.lock).stem}-wheelhouse-{self.arch}.tar"
+
+
+# The Pythons a lock's wheels are fetched for: Debian 12's (the distro every set builds; a lock
+# resolved for it names no file another Python could install).
+LOCK_PYTHONS = ("3.11",)

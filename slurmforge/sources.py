@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import urllib.error
 import urllib.parse
@@ -21,21 +22,40 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from tqdm import tqdm
 
 from slurmforge import gitsource, refs
 from slurmforge.config import Config, Wheel
 from slurmforge.errors import ChecksumError, ConfigError, PinError, SourceError
-from slurmforge.pins import UNPINNED, GitSource, Source
+from slurmforge.pins import LOCK_PYTHONS, UNPINNED, GitSource, Source, WheelLock
 
 MIRROR_ENV = "SLURMFORGE_MIRROR"
 _CHUNK = 1 << 20
 # The platform tags of the wheels NVIDIA publishes, per arch (aarch64 is its 'sbsa')
+# Every glibc-based platform tag the images' distros can load (Ubuntu 22.04 has glibc 2.35), per
+# arch: what a lock's compiled wheels may be built for ("any" is always accepted besides).
+_LOCK_PLATFORMS = {
+    arch: (f"manylinux2014_{machine}", *(f"manylinux_2_{v}_{machine}" for v in range(17, 36)))
+    for arch, machine in (("amd64", "x86_64"), ("arm64", "aarch64"))
+}
 _PLATFORMS = {
     "amd64": ("manylinux2014_x86_64", "manylinux1_x86_64"),
     "arm64": ("manylinux2014_aarch64", "manylinux_2_17_aarch64"),
 }
+
+
+def _pip_failed(proc: subprocess.CompletedProcess[str], what: str, pins: str) -> NoReturn:
+    """A failed ``pip download``, in one line: a checksum mismatch apart from the rest."""
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    if any("DO NOT MATCH THE HASHES" in ln for ln in lines):
+        raise ChecksumError(
+            f"{what}: checksum mismatch: a file does not match {pins}",
+            hint="check the pinned hashes (pip prints the one it got)",
+        )
+    detail = next((ln for ln in lines if ln.startswith("ERROR")), lines[-1] if lines else "")
+    raise SourceError(f"{what}: pip download failed: {detail or 'no wheel'}")
 
 
 def _file_sha256(path: Path) -> str:
@@ -48,7 +68,7 @@ def _file_sha256(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Fetched:
-    source: Source | GitSource | Wheel
+    source: Source | GitSource | Wheel | WheelLock
     path: Path
     sha256: str
 
@@ -124,7 +144,7 @@ class Cache:
     def fetch(
         self,
         config: Config,
-        candidates: Iterable[Source | GitSource | Wheel],
+        candidates: Iterable[Source | GitSource | Wheel | WheelLock],
         *,
         mirror: str | None = None,
         allow_unpinned: bool = False,
@@ -138,7 +158,7 @@ class Cache:
     def _fetch(
         self,
         config: Config,
-        candidates: tuple[Source | GitSource | Wheel, ...],
+        candidates: tuple[Source | GitSource | Wheel | WheelLock, ...],
         mirror: str | None,
         allow_unpinned: bool,
         trusted: tuple[str, ...],
@@ -155,8 +175,11 @@ class Cache:
                 refused.append(source)
                 continue
             # A mirror need not hold everything: what it cannot give comes from the origin.
-            for where in (mirror, None) if mirror and not isinstance(source, Wheel) else (None,):
+            pip = isinstance(source, Wheel | WheelLock)  # pip's own index, never a mirror
+            for where in (mirror, None) if mirror and not pip else (None,):
                 try:
+                    if isinstance(source, WheelLock):
+                        return self._wheelhouse(source)
                     if isinstance(source, Wheel):
                         return self._pip_download(source, sha)
                     if isinstance(source, GitSource):
@@ -204,16 +227,7 @@ class Cache:
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             got = sorted(out.glob("*.whl")) if out.is_dir() else []
             if proc.returncode != 0 or len(got) != 1:
-                lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-                if any("DO NOT MATCH THE HASHES" in ln for ln in lines):
-                    raise ChecksumError(
-                        f"{wheel.url}: checksum mismatch: expected sha256 {expected}",
-                        hint="check the pinned sha256 (pip prints the one it got)",
-                    )
-                detail = next(
-                    (ln for ln in lines if ln.startswith("ERROR")), lines[-1] if lines else ""
-                )
-                raise SourceError(f"{wheel.url}: pip download failed: {detail or 'no wheel'}")
+                _pip_failed(proc, wheel.url, f"the pinned sha256 {expected}")
             actual = _file_sha256(got[0])
             if expected != UNPINNED and actual != expected:
                 raise ChecksumError(
@@ -223,6 +237,39 @@ class Cache:
             final.parent.mkdir(parents=True, exist_ok=True)
             got[0].replace(final)
             return Fetched(wheel, final, actual)
+
+    def _wheelhouse(self, lock: WheelLock) -> Fetched:
+        """Every file of a lock for its arch and each of the images' Pythons, ``pip download``ed
+        (pip checks each against the lock's hashes), in one archive with the lock beside them as
+        ``requirements.lock``; the archive is written the same way every time."""
+        path = lock.path
+        text = path.read_bytes()
+        if hashlib.sha256(text).hexdigest() != lock.lock_sha256:
+            raise ChecksumError(f"{path}: changed while it was read; run the command again")
+        self.root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.root, prefix=".pip-") as tmp:
+            out = Path(tmp, "wheels")
+            platforms = [f"--platform={p}" for p in _LOCK_PLATFORMS[lock.arch]]
+            for python in LOCK_PYTHONS:
+                cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                       "--require-hashes", "--disable-pip-version-check", "--only-binary=:all:",
+                       "--implementation=cp", f"--python-version={python}", *platforms,
+                       "--dest", str(out), "-r", str(path)]  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                if proc.returncode != 0:
+                    _pip_failed(proc, f"{path} (Python {python}, {lock.arch})", "the lock's")
+            (out / "requirements.lock").write_bytes(text)
+            archive = Path(tmp, lock.filename)
+            with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+                for file in sorted(out.iterdir()):
+                    info = tarfile.TarInfo(file.name)
+                    info.size, info.mode, info.mtime = file.stat().st_size, 0o644, 0
+                    with file.open("rb") as fh:
+                        tar.addfile(info, fh)
+            final = self.root / lock.sha256 / lock.filename
+            final.parent.mkdir(parents=True, exist_ok=True)
+            archive.replace(final)
+            return Fetched(lock, final, lock.sha256)
 
     def _download(self, source: Source, expected: str, url: str) -> Fetched:
         try:

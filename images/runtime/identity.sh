@@ -25,7 +25,9 @@ if [[ -r "$identity/sssd.conf" ]]; then
     sleep 0.1
   done
   [[ -S /var/lib/sss/pipes/nss ]] || echo "identity: SSSD did not open its NSS socket (see /var/log/sssd)" >&2
-  if [[ -d "$jail/var/lib/sss/pipes" && -w "$jail/var/lib/sss" ]]; then
+  # (not where no session runs inside the jail: the portal holds it read-write for homes alone)
+  sessions=${SLURMFORGE_JAIL_SESSIONS:-1}
+  if [[ $sessions != 0 && -d "$jail/var/lib/sss/pipes" && -w "$jail/var/lib/sss" ]]; then
     mount --bind /var/lib/sss/pipes "$jail/var/lib/sss/pipes"
     mount --bind /var/lib/sss/mc "$jail/var/lib/sss/mc"
     mount -o remount,bind,ro "$jail/var/lib/sss/mc"

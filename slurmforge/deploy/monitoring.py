@@ -18,7 +18,7 @@ from slurmforge.deploy.spec.model import Cluster
 
 RULES_FILE = "slurm-alerts.rules.yml"
 CONFIG_FILE = "prometheus.yml"
-EXPORTER_JOB, GPU_JOB = "slurm", "slurm-gpu"
+EXPORTER_JOB, GPU_JOB, PORTAL_JOB = "slurm", "slurm-gpu", "portal"
 
 
 def _alert(name: str, expr: str, after: str, severity: str, summary: str) -> dict[str, Any]:
@@ -89,7 +89,8 @@ def rules(cluster: Cluster) -> dict[str, Any]:
 
 
 def prometheus_config(cluster: Cluster, gpu_nodes: list[str]) -> dict[str, Any]:
-    """The local Prometheus' configuration: the exporter, each GPU node's collector, the rules."""
+    """The local Prometheus' configuration: the exporter, each GPU node's collector, the portal's
+    hub, the rules."""
     interval = f"{cluster.spec.metrics.prometheus.scrape_interval}s"
     scrape = [
         {
@@ -108,6 +109,14 @@ def prometheus_config(cluster: Cluster, gpu_nodes: list[str]) -> dict[str, Any]:
                         ]
                     }
                 ],
+            }
+        )
+    if cluster.spec.portal.enabled:  # the hub's own metrics, on its API port
+        scrape.append(
+            {
+                "job_name": PORTAL_JOB,
+                "metrics_path": "/hub/metrics",
+                "static_configs": [{"targets": [f"{roles.PORTAL}:{roles.PORTAL_API.number}"]}],
             }
         )
     return {

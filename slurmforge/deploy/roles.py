@@ -45,6 +45,7 @@ EXPORTER, PROMETHEUS = "exporter", "prometheus"
 # starts and stops elastic node sets' nodes when slurmctld asks (local: a container beside the
 # cluster's; k8s: a second container of slurmctld's pod, deploy/k8s/power.py)
 NODE_POWER = "node-power"
+PORTAL = "portal"  # the web portal's hub (JupyterHub)
 POWER_SPOOL = "/run/slurmforge/power"  # where slurmctld's programs leave it their requests
 POWER_VOLUME = "power"
 
@@ -113,7 +114,32 @@ LDAP_BIND = Secret(
     True,
     _ldap_bind,
 )
-SECRETS = {s.file: s for s in (MUNGE, JWT, DB_PASSWORD, LDAP_BIND)}
+
+
+def _portal(spec: ClusterSpec) -> bool:
+    return spec.portal.enabled
+
+
+# the hub's cookie secret (signs its users' sessions) and the token it and its proxy share
+PORTAL_COOKIE = Secret(
+    "portal-cookie-secret",
+    "portal-cookie-secret",
+    "PORTAL_COOKIE_SECRET_FILE",
+    "/etc/slurmforge/portal-cookie",
+    32,
+    False,
+    _portal,
+)
+PORTAL_PROXY = Secret(
+    "portal-proxy-token",
+    "portal-proxy-token",
+    "PORTAL_PROXY_TOKEN_FILE",
+    "/etc/slurmforge/portal-proxy",
+    32,
+    True,
+    _portal,
+)
+SECRETS = {s.file: s for s in (MUNGE, JWT, DB_PASSWORD, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY)}
 LOCAL_SECRETS_DIR = "/run/secrets"
 
 
@@ -149,8 +175,11 @@ DIRECTORY_CONF = ConfigDir(
 )
 # what the scheduled backup copies (snapshot.Plan, as plan.json)
 BACKUP_CONF = ConfigDir("backup-config", "etc/backup", "/etc/slurmforge/backup", when=_scheduled)
+# the hub's settings, portal.yaml (deploy/portal.py)
+PORTAL_CONF = ConfigDir("portal-config", "etc/portal", "/etc/slurmforge/portal", when=_portal)
 CONFIGS = (
-    SLURM_CONF, JAIL_CONF, DBD_CONF, PROMETHEUS_CONF, IDENTITY_CONF, DIRECTORY_CONF, BACKUP_CONF
+    SLURM_CONF, JAIL_CONF, DBD_CONF, PROMETHEUS_CONF, IDENTITY_CONF, DIRECTORY_CONF, BACKUP_CONF,
+    PORTAL_CONF,
 )  # fmt: skip
 
 
@@ -172,6 +201,8 @@ CONTROLLER_STATE = Data("/var/spool/slurmctld", "state", "state", "state", owner
 DATABASE_DATA = Data("/var/lib/mysql", "accounting", "data", "database")
 DIRECTORY_DATA = Data("/var/lib/ldap", "directory", "directory", "state")
 PROMETHEUS_DATA = Data("/var/lib/prometheus/metrics2", "metrics", "metrics", "state")
+# the hub's database: who is logged in, and which job runs each user's server
+PORTAL_DATA = Data("/var/lib/jupyterhub", "portal", "portal", "state")
 
 
 @dataclass(frozen=True)
@@ -180,7 +211,9 @@ class Port:
     number: int
     # the cluster file's setting of the port it is published on (on the login address locally;
     # a Service of kubernetes.login_service's type on k8s); None: reached inside the cluster
-    publish: Literal["login.port", "rest.port", "metrics.prometheus.port"] | None = None
+    publish: Literal["login.port", "rest.port", "metrics.prometheus.port", "portal.port"] | None = (
+        None
+    )
     service_port: int | None = None  # a Kubernetes Service's port, when not the published one
 
 
@@ -314,7 +347,14 @@ def _directory_env(spec: ClusterSpec) -> dict[str, str]:
     return {"SLAPD_BASE_DN": ldap.base_dn} if ldap else {}
 
 
+def _portal_env(spec: ClusterSpec) -> dict[str, str]:
+    # no session runs inside its jail: SSSD's sockets stay its own (images/runtime/identity.sh)
+    return {"SLURMFORGE_JAIL_SESSIONS": "0"}
+
+
 EXPORTER_PORT = Port("metrics", 9341)
+# where notebook servers (jobs on the compute nodes) reach the hub's API
+PORTAL_API = Port("hub-api", 8081)
 GPU_METRICS_PORT = 9342  # `slurm_exporter.py gpu` beside each GPU node (local target)
 
 
@@ -495,6 +535,28 @@ ROLES: tuple[Role, ...] = (
         when=_prometheus,
     ),
     Role(
+        PORTAL,
+        image=PORTAL,
+        ports=(Port("http", 8000, publish="portal.port"), PORTAL_API),
+        probe=Probe(listening=8000),
+        # the munge key for sbatch, squeue and scancel as each user (batchspawner, through sudo)
+        secrets=(MUNGE, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY),
+        configs=(SLURM_CONF, IDENTITY_CONF, PORTAL_CONF),
+        # users and their password hashes as the login node reads them; a directory user's
+        # home is made on the first start (pam_mkhomedir), as sshd makes it on the first login
+        jail="rw",
+        data=PORTAL_DATA,
+        # runs as root: PAM checks passwords, sudo submits as the user
+        capabilities=(*DAEMON, "AUDIT_WRITE"),
+        runs_users=True,
+        stable_name=True,  # notebook servers reach its API by name
+        after=(CONTROLLER,),
+        resources=Resources(("100m", "256Mi"), ("1", "1Gi")),
+        targets=("local",),  # Kubernetes: refused for now (k8s/manifests.py)
+        when=_portal,
+        env=_portal_env,
+    ),
+    Role(
         POPULATE,
         image=JAIL,
         workload="job",
@@ -569,6 +631,7 @@ def published(spec: ClusterSpec, port: Port) -> int:
         "login.port": spec.login.port,
         "rest.port": spec.rest.port,
         "metrics.prometheus.port": spec.metrics.prometheus.port,
+        "portal.port": spec.portal.port,
     }[port.publish or ""]
 
 

@@ -229,3 +229,12 @@ def squashfs_image(
     )
     cluster.ok("login", f"chroot /jail sh -c {shlex.quote(pack)}")
     return f"{home}/os.sqsh"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Each phase's report on the test (item.rep_call, ...): fixtures that keep artifacts of a
+    failed test read it (test_portal.py's browser)."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

@@ -40,7 +40,8 @@ def shipped_with(**changes) -> dict:
 
 
 def secret_files(tmp_path: Path) -> dict[str, Path]:
-    return {n: tmp_path / n for n in ("munge.key", "jwt_hs256.key", "db-password")}
+    names = ("munge.key", "jwt_hs256.key", "db-password", "portal-cookie-secret")
+    return {n: tmp_path / n for n in (*names, "portal-proxy-token")}
 
 
 HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(

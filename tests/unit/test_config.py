@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,8 +32,15 @@ def test_shipped_file_loads() -> None:
     for _, tool in v.tools.items():
         if isinstance(tool, config.UserspaceTool):
             spaces = [tool.userspace, *(r.userspace for r in tool.releases.values())]
+            locks = [s.lock for s in spaces if s and s.lock]
+            for lock in locks:  # every requirement pinned to one version, with its hashes
+                lines = (ROOT / lock).read_text().splitlines()
+                text = "\n".join(ln for ln in lines if not ln.lstrip().startswith("#"))
+                entries = re.split(r"\n(?=[a-z])", text.strip())
+                assert entries and all(re.match(r"[a-z0-9._-]+==\S+ \\\n", e) for e in entries)
+                assert all("--hash=sha256:" in e for e in entries), lock
             pins = [sha for s in spaces if s for w in s.wheels for sha in w.sha256.values()]
-            assert pins and UNPINNED not in pins
+            assert (pins or locks) and UNPINNED not in pins
             continue
         for source in (*tool.sources, *(s for r in tool.releases.values() for s in r.sources)):
             assert source.pinned

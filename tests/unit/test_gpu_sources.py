@@ -199,7 +199,8 @@ def test_unknown_file_kind_is_refused(tmp_path: Path) -> None:
     ("change", "message"),
     [
         (lambda d: d["cuda"]["12.2.2"]["runtime"].update(apt=APT),
-         'cuda."12.2.2".runtime: expected \'wheels\' and/or \'debs\', or \'apt\' on its own'),
+         'cuda."12.2.2".runtime: expected \'wheels\' and/or \'debs\', or \'apt\' or \'lock\' '
+         "on its own"),
         (lambda d: d["cuda"]["12.2.2"]["build"]["debs"][0].update(url="https://example.org/x.tar"),
          'cuda."12.2.2".build.debs[0]: expected the URL of a .deb file'),
         (lambda d: d["cuda"]["12.2.2"]["runtime"]["wheels"][0].update(requirement="nvidia-x>=1"),
@@ -362,7 +363,8 @@ def test_an_optional_feature_that_cannot_be_had_is_left_out_and_said(
         assert " AS nccl-tests" not in image.dockerfile
         assert "COPY --from=nccl-tests" not in image.dockerfile
         assert "sources/cuda-build" not in image.dockerfile  # needed by nccl-tests alone
-        assert 'io.slurmforge.features="cuda,enroot,nccl"' in image.dockerfile
+        carried = "cuda,enroot,jupyterlab,nccl" if component == "jail" else "cuda,enroot,nccl"
+        assert f'io.slurmforge.features="{carried}"' in image.dockerfile
         assert 'io.slurmforge.skipped="nccl-tests,pyxis"' in image.dockerfile
         assert not any("cuda-build" in f.arcname for f in image.files)
         out.write_text(image.dockerfile)

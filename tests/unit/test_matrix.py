@@ -29,11 +29,11 @@ def test_ci_set_compiles_slurm_once_per_distro_and_version(cfg: config.Config) -
         "slurm-debs/debian12-24.05.8",
     ]
     # base, mariadb, prometheus and slapd once per distro; slurm-debs, runtime, slurmctld,
-    # slurmd, login, slurmdbd, slurmrestd, exporter and (one CUDA) worker and jail once per
-    # Slurm version
+    # slurmd, login, slurmdbd, slurmrestd, exporter, portal and (one CUDA) worker and jail once
+    # per Slurm version
     assert ids.count("mariadb/debian12") == ids.count("prometheus/debian12") == 1
     assert ids.count("slapd/debian12") == 1
-    assert len(ids) == len(set(ids)) == 4 + 2 * 10
+    assert len(ids) == len(set(ids)) == 4 + 2 * 11
 
 
 def test_parents_come_before_children(cfg: config.Config) -> None:
@@ -105,8 +105,8 @@ def test_unknown_component_is_refused(cfg: config.Config) -> None:
     with pytest.raises(
         ConfigError,
         match=r"--component 'gpu': unknown component; expected one "
-        r"of exporter, jail, login, mariadb, prometheus, slapd, slurmctld, slurmd, slurmdbd, "
-        r"slurmrestd, worker",
+        r"of exporter, jail, login, mariadb, portal, prometheus, slapd, slurmctld, slurmd, "
+        r"slurmdbd, slurmrestd, worker",
     ):
         matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"), ["gpu"])
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import IO
 
 from slurmforge import state
-from slurmforge.deploy import generated, monitoring, roles
+from slurmforge.deploy import generated, monitoring, portal, roles
 from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.local import gpu_assign
 from slurmforge.deploy.local import render as local_render
@@ -18,6 +18,7 @@ from slurmforge.deploy.roles import (
     DIRECTORY_CONF,
     IDENTITY_CONF,
     JAIL_CONF,
+    PORTAL_CONF,
     PROMETHEUS_CONF,
     SLURM_CONF,
 )
@@ -118,12 +119,13 @@ class Files:
 
     def identity(self) -> None:
         """SSSD's configuration (no password in it) and the jail's sudo rule; the embedded
-        directory's seed. Containers read them when they start (a change restarts them: the
-        Compose file names their digests)."""
+        directory's seed; the portal's settings. Containers read them when they start (a change
+        restarts them: the Compose file names their digests)."""
         spec = self.cluster.spec
         for config, files in (
             (IDENTITY_CONF, identity.files(spec, self.cluster.path)),
             (DIRECTORY_CONF, identity.directory_files(spec, self.cluster.path)),
+            (PORTAL_CONF, portal.files(self.cluster)),
         ):
             directory = self.dir / config.local
             if not files:

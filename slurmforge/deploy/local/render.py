@@ -23,12 +23,13 @@ calls as a bare-metal node does: not at all; its capabilities stay its node set'
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
 
 from slurmforge import gpu_driver, jail_contract
-from slurmforge.deploy import generated, roles
+from slurmforge.deploy import generated, portal, roles
 from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.local.gpu_assign import Assignment
 from slurmforge.deploy.roles import GPU_METRICS_PORT as GPU_PORT
@@ -49,6 +50,7 @@ def usr_volume(arch: str) -> str:
 
 
 IDENTITY_LABEL = "io.slurmforge.identity"  # SSSD reads its settings when the container starts
+PORTAL_LABEL = "io.slurmforge.portal"  # the hub reads its settings when it starts
 
 
 def _mount_caps(
@@ -148,6 +150,9 @@ class ComposeRenderer:
         }
         if roles.IDENTITY_CONF in role.mounted_configs(self.spec):
             service["labels"][IDENTITY_LABEL] = self.identity_digest
+        if roles.PORTAL_CONF in role.mounted_configs(self.spec):
+            settings = "".join(portal.files(self.cluster).values()).encode()
+            service["labels"][PORTAL_LABEL] = hashlib.sha256(settings).hexdigest()
         after = [s for r in self.running if r.name in role.after for s in self.names(r)]
         if after:
             service["depends_on"] = after

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from slurmforge.deploy.spec import identity, site, tres
 from slurmforge.deploy.spec.fields import check_private, is_file
-from slurmforge.deploy.spec.model import ClusterSpec
+from slurmforge.deploy.spec.model import ClusterSpec, Partition
 from slurmforge.errors import ConfigError
 from slurmforge.inputs import format_path
 
@@ -58,6 +58,8 @@ def check(path: Path, spec: ClusterSpec, reserved: Collection[str] = ()) -> None
         published.append(("rest.port", spec.rest.port))
     if spec.metrics.enabled and spec.metrics.prometheus.enabled:
         published.append(("metrics.prometheus.port", spec.metrics.prometheus.port))
+    if spec.portal.enabled:
+        published.append(("portal.port", spec.portal.port))
     for i, (key, port) in enumerate(published):
         taken_by = next((k for k, p in published[:i] if p == port), None)
         if taken_by:
@@ -65,6 +67,7 @@ def check(path: Path, spec: ClusterSpec, reserved: Collection[str] = ()) -> None
     _check_site(path, spec, names)
     _check_accounts_from_groups(path, spec)
     identity.check(path, spec.identity)
+    _check_portal(path, spec)
     _check_default_account(path, spec)
     database = spec.accounting.database
     if spec.accounting.enabled and database and not is_file(database.password_secret):
@@ -145,3 +148,43 @@ def _check_default_account(path: Path, spec: ClusterSpec) -> None:
             "identity.source: ldap users come from the directory; map groups to accounts with "
             "accounting.accounts_from_groups instead"
         )
+
+
+def portal_partition(spec: ClusterSpec) -> Partition:
+    """The portal form's first partition: its own, else the cluster's default, else the first."""
+    wanted = spec.portal.form.partition
+    if wanted is not None:
+        return next(p for p in spec.partitions if p.name == wanted)
+    return next((p for p in spec.partitions if p.default), spec.partitions[0])
+
+
+def portal_limits(spec: ClusterSpec, partition: Partition) -> dict[str, int]:
+    """The most a notebook server (one task on one node) may ask of ``partition``: its largest
+    node set's CPUs, memory and GPUs."""
+    sets = [ns for ns in spec.nodesets if ns.name in partition.nodesets]
+    return {
+        "cpus": max(ns.cpus for ns in sets),
+        "memory_mb": max(ns.memory_mb for ns in sets),
+        "gpus": max(ns.gpus for ns in sets),
+    }
+
+
+def _check_portal(path: Path, spec: ClusterSpec) -> None:
+    """The portal form's defaults name a partition the cluster has and fit in it."""
+    if not spec.portal.enabled:
+        return
+    form = spec.portal.form
+    names = [p.name for p in spec.partitions]
+    if form.partition is not None and form.partition not in names:
+        raise ConfigError(
+            f"{path}: portal.form.partition: no partition {form.partition!r} "
+            f"(expected one of {', '.join(names)})"
+        )
+    partition = portal_partition(spec)
+    most = portal_limits(spec, partition)
+    for key, value in (("cpus", form.cpus), ("memory_mb", form.memory_mb), ("gpus", form.gpus)):
+        if value > most[key]:
+            raise ConfigError(
+                f"{path}: portal.form.{key}: {value} is more than the node sets of partition "
+                f"{partition.name!r} have (at most {most[key]})"
+            )

@@ -30,6 +30,7 @@ from slurmforge.deploy.spec.fields import (
 from slurmforge.deploy.spec.identity import GroupName, IdentitySpec
 from slurmforge.deploy.spec.kubernetes import KubernetesSpec
 from slurmforge.deploy.spec.nodeset import NodeSet
+from slurmforge.deploy.spec.portal import PortalSpec
 from slurmforge.deploy.spec.site import (
     AccountSpec,
     ConfKey,
@@ -213,6 +214,8 @@ class ClusterSpec(Model):
     accounting: AccountingSpec = AccountingSpec()
     rest: RestSpec = RestSpec()
     metrics: MetricsSpec = MetricsSpec()
+    # the web portal: JupyterHub, starting JupyterLab as a Slurm job (spec/portal.py)
+    portal: PortalSpec = PortalSpec()
     kubernetes: KubernetesSpec = KubernetesSpec()
     slurm: SlurmSpec = SlurmSpec()
     # where users come from: the jail's own files (createuser) or a directory (spec/identity.py)

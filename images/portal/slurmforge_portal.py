@@ -1,0 +1,249 @@
+"""The web portal's glue to JupyterHub: PAM logins with a backoff after failures, and
+batchspawner's SlurmSpawner with a start form bounded by the cluster's partitions.
+
+The cluster's settings come from the deploy's generated portal.yaml (deploy/portal/hub.py);
+jupyterhub_config.py beside this module hands them to ``configure``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from batchspawner import SlurmSpawner
+from jupyterhub.auth import PAMAuthenticator
+from tornado import web
+
+# PAM failures a user may have before logins are refused for a while, and that while (seconds)
+FAILURES, WINDOW, BACKOFF = 5, 300, 60
+
+
+class ThrottledPAMAuthenticator(PAMAuthenticator):
+    """PAM (the node's: the jail's users, and a directory's through SSSD) that stops asking PAM
+    for a user after FAILURES wrong passwords within WINDOW seconds, for BACKOFF seconds."""
+
+    _failures: ClassVar[dict[str, list[float]]] = {}
+
+    async def authenticate(self, handler: web.RequestHandler, data: dict[str, str]) -> Any:
+        name = self.normalize_username(data.get("username", ""))
+        now = time.monotonic()
+        recent = [t for t in self._failures.get(name, []) if now - t < WINDOW]
+        if len(recent) >= FAILURES and now - recent[-1] < BACKOFF:
+            self.log.warning("portal: %s: %d failed logins; refused for now", name, len(recent))
+            return None
+        user = await super().authenticate(handler, data)
+        if user is None:
+            self._failures[name] = [*recent, now]
+        else:
+            self._failures.pop(name, None)
+        return user
+
+
+def _form_row(label: str, field: str) -> str:
+    return f'<div class="form-group"><label>{html.escape(label)}</label>{field}</div>'
+
+
+def _number(name: str, value: int, low: int, high: int, step: int = 1) -> str:
+    return (
+        f'<input class="form-control" type="number" name="{name}" id="{name}" value="{value}" '
+        f'min="{low}" max="{high}" step="{step}" required>'
+    )
+
+
+class PortalSpawner(SlurmSpawner):
+    """A notebook server as the user's Slurm job: the form's partition, CPUs, memory, time limit
+    and GPUs, each checked against what the partition's node sets have before sbatch."""
+
+    settings: ClassVar[dict[str, Any]] = {}  # configure() sets them
+
+    def _limits(self, partition: str) -> dict[str, int]:
+        return self.settings["partitions"][partition]
+
+    def form_html(self) -> str:
+        form = self.settings["form"]
+        options = "".join(
+            f'<option value="{html.escape(name)}"'
+            f"{' selected' if name == form['partition'] else ''}>"
+            f"{html.escape(name)} (up to {lim['cpus']} CPUs, {lim['memory_mb']} MB"
+            f"{', ' + str(lim['gpus']) + ' GPUs' if lim['gpus'] else ''})</option>"
+            for name, lim in self.settings["partitions"].items()
+        )
+        most = {
+            k: max(lim[k] for lim in self.settings["partitions"].values())
+            for k in ("cpus", "memory_mb", "gpus")
+        }
+        rows = [
+            _form_row(
+                "Partition",
+                f'<select class="form-control" name="partition" id="partition">{options}</select>',
+            ),
+            _form_row("CPUs", _number("cpus", form["cpus"], 1, most["cpus"])),
+            _form_row(
+                "Memory (MB)", _number("memory_mb", form["memory_mb"], 64, most["memory_mb"])
+            ),
+            _form_row("Time limit (minutes)", _number("minutes", form["time"] // 60, 1, 525600)),
+        ]
+        if most["gpus"]:
+            rows.append(_form_row("GPUs", _number("gpus", form["gpus"], 0, most["gpus"])))
+        return "\n".join(rows)
+
+    def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        def one(key: str, default: str = "") -> str:
+            return (formdata.get(key) or [default])[0].strip()
+
+        try:
+            return {
+                "partition": one("partition"),
+                "cpus": int(one("cpus")),
+                "memory_mb": int(one("memory_mb")),
+                "minutes": int(one("minutes")),
+                "gpus": int(one("gpus", "0")),
+            }
+        except ValueError:
+            why = "CPUs, memory, time limit and GPUs are whole numbers"
+            raise web.HTTPError(400, why) from None
+
+    def _checked(self, options: dict[str, Any]) -> dict[str, Any]:
+        partition = options.get("partition", "")
+        if partition not in self.settings["partitions"]:
+            raise web.HTTPError(400, f"no partition {partition!r}")
+        most = self._limits(partition)
+        for key, low in (("cpus", 1), ("memory_mb", 64), ("gpus", 0)):
+            if not low <= options[key] <= most[key]:
+                raise web.HTTPError(
+                    400, f"{key}: {options[key]} is not within {low} and {most[key]} on {partition}"
+                )
+        if options["minutes"] < 1:
+            raise web.HTTPError(400, "the time limit is at least one minute")
+        return options
+
+    async def start(self) -> Any:
+        options = self._checked(
+            self.user_options
+            or {
+                **self.settings["form"],
+                "minutes": math.ceil(self.settings["form"]["time"] / 60),
+            }
+        )
+        self.req_partition = options["partition"]
+        self.req_nprocs = str(options["cpus"])
+        self.req_memory = f"{options['memory_mb']}M"
+        self.req_runtime = str(options["minutes"])
+        self.req_gres = f"gpu:{options['gpus']}" if options["gpus"] else ""
+        return await super().start()
+
+    async def submit_batch_script(self) -> str:
+        """sbatch's own refusal (no association with an account, a limit) as the hub's message."""
+        try:
+            return await super().submit_batch_script()
+        except RuntimeError as exc:
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            said = [ln.removeprefix("sbatch: error: ") for ln in lines if "error:" in ln]
+            why = f"Slurm refused the job: {'; '.join(said or lines[-1:]) or 'sbatch failed'}"
+            raise web.HTTPError(500, why) from None
+
+    async def progress(self) -> Any:
+        while True:
+            if self.state_ispending():
+                reason = " ".join(self.job_status.split()[1:-1])  # '%T %r %B' (batch_query_cmd)
+                yield {"message": f"Slurm job {self.job_id} is pending ({reason or 'queued'})"}
+            elif self.state_isrunning():
+                host = self.state_gethost()
+                yield {"message": f"Slurm job {self.job_id} runs on {host}: starting JupyterLab"}
+            else:
+                yield {"message": f"Slurm job {self.job_id}: {self.job_status or 'submitting'}"}
+            await asyncio.sleep(1)
+
+
+BATCH_SCRIPT = """#!/bin/bash
+#SBATCH --job-name=jupyterlab
+#SBATCH --output={{homedir}}/.jupyterlab-%j.log
+#SBATCH --chdir={{homedir}}
+#SBATCH --export={{keepvars}}
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+{% if partition %}#SBATCH --partition={{partition}}
+{% endif %}{% if runtime %}#SBATCH --time={{runtime}}
+{% endif %}{% if memory %}#SBATCH --mem={{memory}}
+{% endif %}{% if gres %}#SBATCH --gres={{gres}}
+{% endif %}{% if nprocs %}#SBATCH --cpus-per-task={{nprocs}}
+{% endif %}
+export PATH=/usr/local/bin:/usr/bin:/bin SHELL=${SHELL:-/bin/bash}
+{{cmd}}
+"""
+
+
+def configure(c: Any, settings: dict[str, Any]) -> None:
+    """The hub's configuration from the deploy's settings (portal.yaml)."""
+    secrets = Path(os.environ.get("SLURMFORGE_SECRETS_DIR", "/run/secrets"))
+    jupyter = settings["jupyter"]
+    idle = int(settings["idle_timeout"])
+
+    c.JupyterHub.bind_url = "http://0.0.0.0:8000"
+    c.JupyterHub.hub_bind_url = "http://0.0.0.0:8081"
+    c.JupyterHub.hub_connect_url = f"http://{settings['hub_host']}:8081"
+    c.JupyterHub.db_url = "sqlite:////var/lib/jupyterhub/jupyterhub.sqlite"
+    c.JupyterHub.pid_file = "/var/lib/jupyterhub/jupyterhub.pid"
+    cookie = os.environ.get("PORTAL_COOKIE_SECRET_FILE", str(secrets / "portal-cookie-secret"))
+    c.JupyterHub.cookie_secret = Path(cookie).read_bytes()
+    token = os.environ.get("PORTAL_PROXY_TOKEN_FILE", str(secrets / "portal-proxy-token"))
+    c.ConfigurableHTTPProxy.auth_token = Path(token).read_text().strip()
+    c.ConfigurableHTTPProxy.pid_file = "/var/lib/jupyterhub/proxy.pid"
+    # servers are Slurm jobs: a restarted hub finds them again in its database
+    c.JupyterHub.cleanup_servers = False
+    c.JupyterHub.authenticate_prometheus = False  # the cluster's Prometheus scrapes /hub/metrics
+
+    c.JupyterHub.authenticator_class = ThrottledPAMAuthenticator
+    c.Authenticator.allow_all = True  # whoever PAM lets in: the cluster's users
+    c.PAMAuthenticator.service = "jupyterhub"  # images/portal/pam-jupyterhub
+    c.PAMAuthenticator.open_sessions = True  # pam_mkhomedir: a directory user's first home
+
+    PortalSpawner.settings = settings
+    c.JupyterHub.spawner_class = PortalSpawner
+    c.PortalSpawner.options_form = PortalSpawner.form_html  # called with the spawner
+    # the pending reason before the batch host (progress shows it; the host is the last word)
+    c.PortalSpawner.batch_query_cmd = "squeue -h -j {job_id} -o '%T %r %B'"
+    # as the user; from /tmp, a directory the jail plugin takes submissions from (it refuses the
+    # hub's own, which no node has: the script names the job's directory and output file)
+    c.PortalSpawner.exec_prefix = "cd /tmp && sudo -E -u {username}"
+    c.PortalSpawner.batch_script = BATCH_SCRIPT
+    c.PortalSpawner.req_srun = ""
+    c.PortalSpawner.batchspawner_singleuser_cmd = f"{jupyter}/batchspawner-singleuser"
+    c.PortalSpawner.cmd = [f"{jupyter}/jupyterhub-singleuser"]
+    c.PortalSpawner.env_keep = ["LANG", "LC_ALL"]
+    c.PortalSpawner.default_url = "/lab"
+    c.PortalSpawner.start_timeout = int(settings["start_timeout"])
+    c.PortalSpawner.http_timeout = 120
+    c.PortalSpawner.poll_interval = 10  # a job Slurm ended shows as stopped within this
+    c.PortalSpawner.startup_poll_interval = 1.0
+
+    if idle:
+        # activity reaches the hub often enough for the culler to see it within the timeout
+        every = min(300, max(10, idle // 4))
+        c.JupyterHub.last_activity_interval = every
+        c.PortalSpawner.environment = {"JUPYTERHUB_ACTIVITY_INTERVAL": str(every)}
+        c.JupyterHub.services = [
+            {
+                "name": "idle-culler",
+                "command": [
+                    sys.executable,
+                    "-m",
+                    "jupyterhub_idle_culler",
+                    f"--timeout={idle}",
+                    f"--cull-every={min(300, max(5, idle // 6))}",
+                ],
+            }
+        ]
+        c.JupyterHub.load_roles = [
+            {
+                "name": "idle-culler",
+                "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+                "services": ["idle-culler"],
+            }
+        ]

@@ -1,0 +1,40 @@
+"""The web portal's settings for its hub: what images/portal/slurmforge_portal.py reads from
+portal.yaml (the generated configuration's PORTAL_CONF), the same file on both targets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmforge.deploy import generated, roles
+from slurmforge.deploy.spec.checks import portal_limits, portal_partition
+from slurmforge.deploy.spec.model import Cluster
+
+SETTINGS_FILE = "portal.yaml"
+# the jail's JupyterLab, batchspawner-singleuser and jupyterhub-singleuser (images/jail)
+JUPYTER = "/usr/lib/slurmforge/jupyter/bin"
+
+
+def settings(cluster: Cluster) -> dict[str, Any]:
+    spec = cluster.spec
+    form = spec.portal.form
+    return {
+        "hub_host": roles.PORTAL,  # its Compose service, its Kubernetes Service
+        "jupyter": JUPYTER,
+        "partitions": {p.name: portal_limits(spec, p) for p in spec.partitions},
+        "form": {
+            "partition": portal_partition(spec).name,
+            "cpus": form.cpus,
+            "memory_mb": form.memory_mb,
+            "time": form.time,
+            "gpus": form.gpus,
+        },
+        "idle_timeout": spec.portal.idle_timeout,
+        "start_timeout": spec.portal.start_timeout,
+    }
+
+
+def files(cluster: Cluster) -> dict[str, str]:
+    """PORTAL_CONF's files (none without the portal)."""
+    if not cluster.spec.portal.enabled:
+        return {}
+    return {SETTINGS_FILE: generated.dump_yaml(settings(cluster), str(cluster.path))}

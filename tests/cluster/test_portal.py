@@ -1,0 +1,347 @@
+"""The web portal, in a real browser (Debian's Chromium through its WebDriver): a directory user
+logs in with their directory password, fills the start form and lands in JupyterLab running as
+their Slurm job on a compute node inside the jail; its terminal is a shell there, a notebook runs
+the jail's Python, the queue view lists the job, and stopping the server ends the job. Another
+user cannot open that server, a wrong password is refused, a local user logs in with the password
+`passwd` gave them, and an idle server is ended by the culler.
+
+A test that fails leaves a screenshot and the page's HTML under .cache/portal/."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as ready
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.cluster.conftest import Clusters, Deployed
+from tests.cluster.helpers import sacct
+from tests.conftest import ROOT
+from tests.ports import free_ports
+
+BASE = "dc=lab,dc=example"
+PASSWORDS = {"ada": "ada-Secret-1", "bob": "bob-Secret-2", "carol": "carol-Secret-4"}
+IDLE = 30  # portal.idle_timeout here: the culler's test waits about this long
+START = 45  # portal.start_timeout here: a server is up in about 10 s
+ARTIFACTS = ROOT / ".cache" / "portal"
+
+
+def _ssha(password: str) -> str:
+    """A directory password as slapd stores one ({SSHA}: salted SHA-1, RFC 2307's scheme)."""
+    salt = os.urandom(8)
+    digest = hashlib.sha1(password.encode() + salt).digest()
+    return "{SSHA}" + base64.b64encode(digest + salt).decode()
+
+
+def _seed() -> str:
+    entries = [
+        f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\no: Lab\ndc: lab",
+        f"dn: ou=people,{BASE}\nobjectClass: organizationalUnit\nou: people",
+        f"dn: ou=groups,{BASE}\nobjectClass: organizationalUnit\nou: groups",
+        f"dn: cn=lab-users,ou=groups,{BASE}\nobjectClass: posixGroup\ncn: lab-users\n"
+        "gidNumber: 40000\nmemberUid: ada\nmemberUid: bob\nmemberUid: carol",
+    ]
+    for i, (user, password) in enumerate(sorted(PASSWORDS.items())):
+        entries.append(
+            f"dn: uid={user},ou=people,{BASE}\nobjectClass: inetOrgPerson\n"
+            f"objectClass: posixAccount\nuid: {user}\ncn: {user}\nsn: {user}\n"
+            f"uidNumber: {41000 + i}\ngidNumber: 40000\nhomeDirectory: /home/{user}\n"
+            f"loginShell: /bin/bash\nuserPassword: {_ssha(password)}"
+        )
+    return "\n\n".join(entries) + "\n"
+
+
+@dataclass
+class Portal:
+    cluster: Deployed
+    url: str
+
+    def squeue(self, user: str) -> list[tuple[str, str, str]]:
+        """The user's jobs as the login node's squeue shows them: (job, state, node)."""
+        out = self.cluster.ok("login", f"squeue -h -u {user} -o '%i %T %N'")
+        return [tuple([*line.split(), ""][:3]) for line in out.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def portal(clusters: Clusters) -> Portal:
+    root = clusters.root("portal")
+    (root / "directory.ldif").write_text(_seed())
+    port = free_ports(1)[0]
+    cluster = clusters.deploy(
+        "sfportal",
+        root,
+        identity={"source": "ldap", "ldap": {"embedded": True, "base_dn": BASE}},
+        accounting={
+            "enforce": ["associations"],
+            "accounts": [{"name": "lab"}],
+            "accounts_from_groups": {"lab": "lab-users"},
+        },
+        portal={"enabled": True, "port": port, "idle_timeout": IDLE, "start_timeout": START},
+    )
+    return Portal(cluster, f"http://127.0.0.1:{port}")
+
+
+def _chromium() -> WebDriver:
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1400,1000")
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(60)
+    return driver
+
+
+@pytest.fixture
+def browsers(request: pytest.FixtureRequest) -> Iterator[Callable[[], WebDriver]]:
+    """New browsers, each with no cookie of another (a second person at another machine); a
+    failed test leaves each one's screenshot and page under .cache/portal/."""
+    opened: list[WebDriver] = []
+
+    def new() -> WebDriver:
+        opened.append(_chromium())
+        return opened[-1]
+
+    yield new
+    report = getattr(request.node, "rep_call", None)
+    for i, driver in enumerate(opened):
+        if report is not None and report.failed:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', request.node.name)}-{i}"
+            driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+            (ARTIFACTS / f"{name}.html").write_text(driver.page_source)
+        driver.quit()
+
+
+@pytest.fixture
+def browser(browsers: Callable[[], WebDriver]) -> WebDriver:
+    return browsers()
+
+
+def _wait(driver: WebDriver, timeout: float = 30) -> WebDriverWait:
+    return WebDriverWait(driver, timeout, poll_frequency=0.5)
+
+
+def log_in(driver: WebDriver, portal: Portal, user: str, password: str) -> None:
+    driver.get(f"{portal.url}/hub/login")
+    _wait(driver).until(ready.presence_of_element_located((By.ID, "username_input")))
+    driver.find_element(By.ID, "username_input").send_keys(user)
+    driver.find_element(By.ID, "password_input").send_keys(password)
+    driver.find_element(By.ID, "login_submit").click()
+    # the hub's answer: on to the user's page, or the login form again with its refusal
+    _wait(driver).until(
+        lambda d: "/hub/login" not in d.current_url or "Invalid username" in d.page_source
+    )
+
+
+def start_server(driver: WebDriver, portal: Portal, cpus: int = 1, timeout: float = 180) -> None:
+    """The start form, filled as a user would, then JupyterLab's shell once it is up."""
+    driver.get(f"{portal.url}/hub/spawn")
+    field = _wait(driver).until(ready.presence_of_element_located((By.ID, "cpus")))
+    field.clear()
+    field.send_keys(str(cpus))
+    driver.find_element(
+        By.CSS_SELECTOR, "form input[type=submit], form button[type=submit]"
+    ).click()
+    _wait(driver, timeout).until(ready.presence_of_element_located((By.ID, "jp-main-dock-panel")))
+
+
+def launcher_card(driver: WebDriver, portal: Portal, user: str, title: str):
+    """A card of JupyterLab's launcher, in a layout reset to the launcher alone."""
+    driver.get(f"{portal.url}/user/{user}/lab?reset")
+    cards = _wait(driver, 60).until(
+        lambda d: [c for c in d.find_elements(By.CSS_SELECTOR, ".jp-LauncherCard") if c.text]
+    )
+    found = [c for c in cards if title.lower() in c.text.lower()]
+    assert found, f"no launcher card {title!r} in {[c.text for c in cards]}"
+    return found[0]
+
+
+def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
+    portal: Portal, browser: WebDriver
+) -> None:
+    cluster = portal.cluster
+    started = time.monotonic()
+    log_in(browser, portal, "ada", PASSWORDS["ada"])
+    start_server(browser, portal, cpus=1)
+    jobs = portal.squeue("ada")
+    assert len(jobs) == 1 and jobs[0][1] == "RUNNING", jobs
+    job, _, node = jobs[0]
+    assert node in ("cpu-0", "cpu-1"), jobs
+    print(f"portal: Start to JupyterLab in {time.monotonic() - started:.1f} s (job {job})")
+
+    # the terminal: a shell on that node, inside the job, as ada; its output lands in ~
+    launcher_card(browser, portal, "ada", "Terminal").click()
+    terminal = _wait(browser).until(
+        ready.presence_of_element_located((By.CSS_SELECTOR, ".jp-Terminal textarea"))
+    )
+    time.sleep(2)  # the shell's prompt
+    terminal.send_keys(
+        "(hostname; id; cat /proc/self/cgroup; cat /etc/slurmforge-jail-release) > ~/from-lab.txt"
+        + Keys.ENTER
+    )
+    deadline = time.monotonic() + 30
+    seen = ""
+    while time.monotonic() < deadline and "slurm=" not in seen:
+        time.sleep(1)
+        _, seen = cluster.sh("login", "cat /home/ada/from-lab.txt")
+    lines = seen.splitlines()
+    assert lines[0] == node, seen
+    assert lines[1] == cluster.ok("login", "id ada"), seen  # the directory's ada, with her groups
+    assert lines[1].startswith("uid=41000(ada) gid=40000(lab-users)"), seen
+    assert any(f"/job_{job}/" in line for line in lines), seen  # the job's cgroup
+    assert lines[-1].startswith("slurm="), seen  # a file the jail alone has
+
+    # a notebook: the jail's Python
+    launcher_card(browser, portal, "ada", "Python 3").click()
+    cell = _wait(browser, 60).until(
+        ready.element_to_be_clickable((By.CSS_SELECTOR, ".jp-Cell .cm-content"))
+    )
+    cell.click()
+    cell.send_keys("import sys; print('python', sys.version.split()[0])")
+    cell.send_keys(Keys.SHIFT, Keys.ENTER)
+    output = _wait(browser, 60).until(
+        lambda d: next(
+            (o.text for o in d.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output") if o.text),
+            None,
+        )
+    )
+    jail_python = cluster.ok("login", "chroot /jail python3 -c 'import sys; print(sys.version)'")
+    assert output == f"python {jail_python.split()[0]}", output
+
+    # the queue view lists the job
+    launcher_card(browser, portal, "ada", "Slurm Dashboard").click()
+    _wait(browser, 60).until(lambda d: job in d.find_element(By.TAG_NAME, "body").text)
+
+    # stopping the server from the hub ends the job
+    browser.get(f"{portal.url}/hub/home")
+    _wait(browser).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    deadline = time.monotonic() + 60
+    while portal.squeue("ada") and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not portal.squeue("ada")
+    rows = sacct(cluster, "ada", [job])
+    assert rows[job][0] in ("CANCELLED", "COMPLETED") or rows[job][0].startswith("CANCELLED")
+
+
+def test_another_user_cannot_open_a_server_and_wrong_passwords_are_refused(
+    portal: Portal, browsers: Callable[[], WebDriver]
+) -> None:
+    ada, bob = browsers(), browsers()
+    log_in(bob, portal, "bob", "not-" + PASSWORDS["bob"])
+    _wait(bob).until(lambda d: "Invalid username or password" in d.page_source)
+    assert "/hub/login" in bob.current_url
+    log_in(ada, portal, "ada", PASSWORDS["ada"])
+    start_server(ada, portal)
+    log_in(bob, portal, "bob", PASSWORDS["bob"])
+    _wait(bob).until(lambda d: "/hub/login" not in d.current_url)
+    bob.get(f"{portal.url}/user/ada/lab")
+    try:
+        _wait(bob, 30).until(lambda d: "403" in d.title or "403 : Forbidden" in d.page_source)
+    except TimeoutException:
+        pytest.fail(f"bob reached {bob.current_url}: {bob.title}")
+    assert not bob.find_elements(By.ID, "jp-main-dock-panel")
+    ada.get(f"{portal.url}/hub/home")  # ada's own server is still hers
+    _wait(ada).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    # five wrong passwords, and then for a while not even the right one gets carol in
+    carol = browsers()
+    log_in(carol, portal, "carol", PASSWORDS["carol"])  # her password is right
+    assert "/hub/login" not in carol.current_url
+    carol.get(f"{portal.url}/hub/logout")
+    for _ in range(5):
+        log_in(carol, portal, "carol", "guess")
+        assert "Invalid username or password" in carol.page_source
+    log_in(carol, portal, "carol", PASSWORDS["carol"])
+    assert "/hub/login" in carol.current_url, "logged in right after five wrong passwords"
+
+
+def test_an_idle_server_is_ended_and_its_job_with_it(portal: Portal, browser: WebDriver) -> None:
+    cluster = portal.cluster
+    cluster.user("erin")
+    cluster.ok("login", "echo 'erin:erin-Secret-3' | chroot /jail chpasswd")
+    log_in(browser, portal, "erin", "erin-Secret-3")
+    start_server(browser, portal)
+    (job, state, _), *_ = portal.squeue("erin")
+    assert state == "RUNNING"
+    browser.get("about:blank")  # nothing keeps the server busy
+    deadline = time.monotonic() + IDLE * 4
+    while portal.squeue("erin") and time.monotonic() < deadline:
+        time.sleep(5)
+    assert not portal.squeue("erin"), f"job {job} still runs {IDLE * 4} s after its last use"
+    assert sacct(cluster, "erin", [job])[job][0].startswith("CANCELLED")
+
+
+def test_a_restarted_hub_finds_the_running_server_and_orphans_no_job(
+    portal: Portal, browser: WebDriver
+) -> None:
+    log_in(browser, portal, "ada", PASSWORDS["ada"])
+    start_server(browser, portal)
+    (job, _, _), *_ = portal.squeue("ada")
+    portal.cluster.container("portal").restart(timeout=30)
+    deadline = time.monotonic() + 90
+    while True:  # the hub answers again
+        try:
+            browser.get(f"{portal.url}/user/ada/lab")
+            _wait(browser, 20).until(
+                ready.presence_of_element_located((By.ID, "jp-main-dock-panel"))
+            )
+            break
+        except TimeoutException:
+            assert time.monotonic() < deadline, f"no JupyterLab after the restart: {browser.title}"
+    assert [j[0] for j in portal.squeue("ada")] == [job]  # the same job, and no other
+    browser.get(f"{portal.url}/hub/home")
+    _wait(browser).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    deadline = time.monotonic() + 60
+    while portal.squeue("ada") and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not portal.squeue("ada"), "the server's job outlived its stop"
+
+
+def test_a_server_whose_job_cannot_start_shows_why_and_is_given_up(
+    portal: Portal, browser: WebDriver
+) -> None:
+    cluster = portal.cluster
+    blocker = cluster.ok(
+        "login",
+        "cd /tmp && sbatch --parsable -N2 --exclusive -t 10 -o /dev/null --wrap 'sleep 600'",
+        user="ada",
+    )
+    try:
+        cluster.wait_states({"cpu-0": "alloc", "cpu-1": "alloc"}, timeout=60)
+        log_in(browser, portal, "bob", PASSWORDS["bob"])
+        browser.get(f"{portal.url}/hub/spawn")
+        _wait(browser).until(ready.presence_of_element_located((By.ID, "cpus")))
+        browser.find_element(By.CSS_SELECTOR, "form [type=submit]").click()
+        message = _wait(browser, 30).until(
+            ready.presence_of_element_located((By.ID, "progress-message"))
+        )
+        _wait(browser, 30).until(lambda d: "is pending (Resources)" in message.text)
+        (job, state, _), *_ = portal.squeue("bob")
+        assert state == "PENDING"
+        # given up after start_timeout: the hub says so, and the job is cancelled
+        started = time.monotonic()
+        _wait(browser, START + 30).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, "#progress-bar.bg-danger")
+        )
+        assert time.monotonic() - started > START - 35, "given up before start_timeout"
+        assert "fail" in message.text.lower() or "timeout" in message.text.lower(), message.text
+        deadline = time.monotonic() + 30
+        while portal.squeue("bob") and time.monotonic() < deadline:
+            time.sleep(2)
+        assert not portal.squeue("bob"), f"job {job} outlived its server's start"
+    finally:
+        cluster.ok("slurmctld", f"scancel {blocker.splitlines()[-1].split(';')[0]}")
