@@ -34,6 +34,8 @@ from tests.ports import free_ports
 
 BASE = "dc=lab,dc=example"
 PASSWORDS = {"ada": "ada-Secret-1", "bob": "bob-Secret-2", "carol": "carol-Secret-4"}
+# dave is in the directory but not in lab-users: no association, so no job
+PASSWORDS["dave"] = "dave-Secret-5"
 IDLE = 30  # portal.idle_timeout here: the culler's test waits about this long
 START = 45  # portal.start_timeout here: a server is up in about 10 s
 ARTIFACTS = ROOT / ".cache" / "portal"
@@ -345,3 +347,13 @@ def test_a_server_whose_job_cannot_start_shows_why_and_is_given_up(
         assert not portal.squeue("bob"), f"job {job} outlived its server's start"
     finally:
         cluster.ok("slurmctld", f"scancel {blocker.splitlines()[-1].split(';')[0]}")
+
+
+def test_a_user_without_an_association_is_told_why(portal: Portal, browser: WebDriver) -> None:
+    log_in(browser, portal, "dave", PASSWORDS["dave"])
+    browser.get(f"{portal.url}/hub/spawn")
+    _wait(browser).until(ready.presence_of_element_located((By.ID, "cpus")))
+    browser.find_element(By.CSS_SELECTOR, "form [type=submit]").click()
+    _wait(browser, 30).until(lambda d: "Slurm refused the job" in d.page_source)
+    assert "Invalid account" in browser.page_source, browser.page_source[-2000:]
+    assert not portal.squeue("dave")
