@@ -1,7 +1,7 @@
 """The web portal's glue to JupyterHub: PAM logins with a backoff after failures, and
 batchspawner's SlurmSpawner with a start form bounded by the cluster's partitions.
 
-The cluster's settings come from the deploy's generated portal.yaml (deploy/portal/hub.py);
+The cluster's settings come from the deploy's generated portal.yaml (slurmforge/deploy/portal.py);
 jupyterhub_config.py beside this module hands them to ``configure``.
 """
 
@@ -111,6 +111,10 @@ class PortalSpawner(SlurmSpawner):
 
     def _checked(self, options: dict[str, Any]) -> dict[str, Any]:
         partition = options.get("partition", "")
+        if not all(
+            isinstance(options.get(k), int) for k in ("cpus", "memory_mb", "gpus", "minutes")
+        ):
+            raise web.HTTPError(400, "CPUs, memory, time limit and GPUs are whole numbers")
         if partition not in self.settings["partitions"]:
             raise web.HTTPError(400, f"no partition {partition!r}")
         most = self._limits(partition)
@@ -123,20 +127,17 @@ class PortalSpawner(SlurmSpawner):
             raise web.HTTPError(400, "the time limit is at least one minute")
         return options
 
-    async def start(self) -> Any:
-        options = self._checked(
-            self.user_options
-            or {
-                **self.settings["form"],
-                "minutes": math.ceil(self.settings["form"]["time"] / 60),
-            }
-        )
+    def apply_options(self, user_options: dict[str, Any]) -> None:
+        """JupyterHub's apply_user_options hook: the form's choices (its defaults when a start
+        names none, as one through the REST API may), checked, as the job's request."""
+        form = self.settings["form"]
+        defaults = {**form, "minutes": math.ceil(form["time"] / 60)}
+        options = self._checked({**defaults, **(user_options or {})})
         self.req_partition = options["partition"]
         self.req_nprocs = str(options["cpus"])
         self.req_memory = f"{options['memory_mb']}M"
         self.req_runtime = str(options["minutes"])
         self.req_gres = f"gpu:{options['gpus']}" if options["gpus"] else ""
-        return await super().start()
 
     async def submit_batch_script(self) -> str:
         """sbatch's own refusal (no association with an account, a limit) as the hub's message."""
@@ -207,6 +208,7 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
     PortalSpawner.settings = settings
     c.JupyterHub.spawner_class = PortalSpawner
     c.PortalSpawner.options_form = PortalSpawner.form_html  # called with the spawner
+    c.PortalSpawner.apply_user_options = PortalSpawner.apply_options  # (spawner, options)
     # the pending reason before the batch host (progress shows it; the host is the last word)
     c.PortalSpawner.batch_query_cmd = "squeue -h -j {job_id} -o '%T %r %B'"
     # as the user; from /tmp, a directory the jail plugin takes submissions from (it refuses the
