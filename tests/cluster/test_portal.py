@@ -138,7 +138,8 @@ def _wait(driver: WebDriver, timeout: float = 30) -> WebDriverWait:
     return WebDriverWait(driver, timeout, poll_frequency=0.5)
 
 
-def log_in(driver: WebDriver, portal: Portal, user: str, password: str) -> None:
+def _submit_login(driver: WebDriver, portal: Portal, user: str, password: str) -> bool:
+    """The login form, filled and sent; whether the hub let the user in."""
     driver.get(f"{portal.url}/hub/login")
     _wait(driver).until(ready.presence_of_element_located((By.ID, "username_input")))
     driver.find_element(By.ID, "username_input").send_keys(user)
@@ -147,6 +148,24 @@ def log_in(driver: WebDriver, portal: Portal, user: str, password: str) -> None:
     # the hub's answer: on to the user's page, or the login form again with its refusal
     _wait(driver).until(
         lambda d: "/hub/login" not in d.current_url or "Invalid username" in d.page_source
+    )
+    return "/hub/login" not in driver.current_url
+
+
+def log_in(driver: WebDriver, portal: Portal, user: str, password: str) -> None:
+    """A login with the right password, as a user tries again after a moment when the directory
+    was slow to answer (SSSD counts a bind that takes over ldap_opt_timeout as a refusal: a
+    loaded CI machine showed it once)."""
+    deadline = time.monotonic() + 30
+    while not _submit_login(driver, portal, user, password):
+        assert time.monotonic() < deadline, f"{user} was refused for 30 s with the right password"
+        time.sleep(5)
+
+
+def refused(driver: WebDriver, portal: Portal, user: str, password: str) -> bool:
+    """Whether a login is refused, with the hub's own message."""
+    return not _submit_login(driver, portal, user, password) and (
+        "Invalid username or password" in driver.page_source
     )
 
 
@@ -213,6 +232,8 @@ def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
     cell = _wait(browser, 60).until(
         ready.element_to_be_clickable((By.CSS_SELECTOR, ".jp-Cell .cm-content"))
     )
+    # the kernel up first (a cell run before it is connected can be lost on a loaded machine)
+    _wait(browser, 90).until(lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text)
     cell.click()
     cell.send_keys("import sys; print('python', sys.version.split()[0])")
     cell.send_keys(Keys.SHIFT, Keys.ENTER)
@@ -244,13 +265,10 @@ def test_another_user_cannot_open_a_server_and_wrong_passwords_are_refused(
     portal: Portal, browsers: Callable[[], WebDriver]
 ) -> None:
     ada, bob = browsers(), browsers()
-    log_in(bob, portal, "bob", "not-" + PASSWORDS["bob"])
-    _wait(bob).until(lambda d: "Invalid username or password" in d.page_source)
-    assert "/hub/login" in bob.current_url
+    assert refused(bob, portal, "bob", "not-" + PASSWORDS["bob"])
     log_in(ada, portal, "ada", PASSWORDS["ada"])
     start_server(ada, portal)
     log_in(bob, portal, "bob", PASSWORDS["bob"])
-    _wait(bob).until(lambda d: "/hub/login" not in d.current_url)
     bob.get(f"{portal.url}/user/ada/lab")
     try:
         _wait(bob, 30).until(lambda d: "403" in d.title or "403 : Forbidden" in d.page_source)
@@ -262,13 +280,12 @@ def test_another_user_cannot_open_a_server_and_wrong_passwords_are_refused(
     # five wrong passwords, and then for a while not even the right one gets carol in
     carol = browsers()
     log_in(carol, portal, "carol", PASSWORDS["carol"])  # her password is right
-    assert "/hub/login" not in carol.current_url
     carol.get(f"{portal.url}/hub/logout")
     for _ in range(5):
-        log_in(carol, portal, "carol", "guess")
-        assert "Invalid username or password" in carol.page_source
-    log_in(carol, portal, "carol", PASSWORDS["carol"])
-    assert "/hub/login" in carol.current_url, "logged in right after five wrong passwords"
+        assert refused(carol, portal, "carol", "guess")
+    assert refused(carol, portal, "carol", PASSWORDS["carol"])
+    said = portal.cluster.container("portal").logs().decode(errors="replace")
+    assert "portal: carol: 5 failed logins; refused for now" in said  # not PAM's refusal
 
 
 def test_an_idle_server_is_ended_and_its_job_with_it(portal: Portal, browser: WebDriver) -> None:
