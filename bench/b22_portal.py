@@ -30,7 +30,7 @@ from selenium.webdriver.support import expected_conditions as ready
 
 from bench.common import ROOT, invoke
 from tests.cluster.test_portal import _chromium, _wait, log_in, start_server
-from tests.ports import free_ports, published
+from tests.ports import published
 
 ROUNDS = 5
 USER, PASSWORD = "bench", "bench-Secret-1"
@@ -92,9 +92,9 @@ def main() -> None:
         root = Path(tmp)
         data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
         ports = published()
-        taken = frozenset(p["port"] for p in (ports["login"], ports["rest"]))
-        port = free_ports(1, taken=taken)[0]
-        data.update(name="b22portal", **ports, portal={"enabled": True, "port": port})
+        port = ports["portal"]["port"]
+        data.update(name="b22portal", **ports)
+        data["portal"]["enabled"] = True
         (root / "layers").symlink_to(ROOT / "deploy" / "layers")
         path = root / "cluster.yaml"
         path.write_text(yaml.safe_dump(data))

@@ -35,13 +35,14 @@ def free_port(address: str = "127.0.0.1") -> int:
 def published(login: int | None = None) -> dict[str, Any]:
     """The cluster file keys of every port a local cluster publishes, each a free one and no two
     the same (the login port may be given: a test that needs it busy, or one picked before).
-    Prometheus scrapes every 3 s."""
+    Prometheus scrapes every 3 s; the portal's port is there for a test that enables it."""
     if login is None:
-        login, rest, prometheus = free_ports(3)
+        login, rest, prometheus, portal = free_ports(4)
     else:
-        rest, prometheus = free_ports(2, taken=frozenset({login}))
+        rest, prometheus, portal = free_ports(3, taken=frozenset({login}))
     return {
         "login": {"address": "127.0.0.1", "port": login},
         "rest": {"port": rest},
         "metrics": {"prometheus": {"port": prometheus, "scrape_interval": 3}},
+        "portal": {"port": portal},
     }

@@ -125,8 +125,11 @@ def write_cluster(root: Path, name: str, port: int, **changes) -> Path:
     # The cell under test (`invoke test-cluster --set S --cell C`), else the file's own choice.
     if TEST_CELLS or TEST_SET != "default":
         data["images"] = {"set": TEST_SET, **({"cell": TEST_CELLS[0]} if TEST_CELLS else {})}
-    # clusters of one run side by side, and beside README's own
-    data.update({"name": name, **published(port), **changes})
+    # clusters of one run side by side, and beside README's own; a test's portal settings keep
+    # the free port picked with the others
+    ports = published(port)
+    portal = {**ports["portal"], **changes.pop("portal", {})}
+    data.update({"name": name, **ports, **changes, "portal": portal})
     path = root / "cluster.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -19,8 +19,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+import yaml
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import TimeoutException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -30,7 +31,6 @@ from selenium.webdriver.support.ui import WebDriverWait
 from tests.cluster.conftest import Clusters, Deployed
 from tests.cluster.helpers import sacct
 from tests.conftest import ROOT
-from tests.ports import free_ports
 
 BASE = "dc=lab,dc=example"
 PASSWORDS = {"ada": "ada-Secret-1", "bob": "bob-Secret-2", "carol": "carol-Secret-4"}
@@ -81,7 +81,6 @@ class Portal:
 def portal(clusters: Clusters) -> Portal:
     root = clusters.root("portal")
     (root / "directory.ldif").write_text(_seed())
-    port = free_ports(1)[0]
     cluster = clusters.deploy(
         "sfportal",
         root,
@@ -91,8 +90,9 @@ def portal(clusters: Clusters) -> Portal:
             "accounts": [{"name": "lab"}],
             "accounts_from_groups": {"lab": "lab-users"},
         },
-        portal={"enabled": True, "port": port, "idle_timeout": IDLE, "start_timeout": START},
+        portal={"enabled": True, "idle_timeout": IDLE, "start_timeout": START},
     )
+    port = yaml.safe_load(cluster.cluster_file.read_text())["portal"]["port"]
     return Portal(cluster, f"http://127.0.0.1:{port}")
 
 
@@ -319,8 +319,9 @@ def test_a_restarted_hub_finds_the_running_server_and_orphans_no_job(
                 ready.presence_of_element_located((By.ID, "jp-main-dock-panel"))
             )
             break
-        except TimeoutException:
+        except WebDriverException:  # a refused or reset connection while the hub starts, too
             assert time.monotonic() < deadline, f"no JupyterLab after the restart: {browser.title}"
+            time.sleep(2)
     assert [j[0] for j in portal.squeue("ada")] == [job]  # the same job, and no other
     browser.get(f"{portal.url}/hub/home")
     _wait(browser).until(ready.element_to_be_clickable((By.ID, "stop"))).click()

@@ -8,14 +8,16 @@ def test_a_clusters_published_ports_are_all_different_and_avoid_a_given_login_po
         login = free_ports(1)[0]
         ports = published(login)
         chosen = [login, ports["rest"]["port"], ports["metrics"]["prometheus"]["port"]]
-        assert len(set(chosen)) == 3, chosen
+        chosen.append(ports["portal"]["port"])
+        assert len(set(chosen)) == 4, chosen
         fresh = published()
         chosen = [
             fresh["login"]["port"],
             fresh["rest"]["port"],
             fresh["metrics"]["prometheus"]["port"],
+            fresh["portal"]["port"],
         ]
-        assert len(set(chosen)) == 3, chosen
+        assert len(set(chosen)) == 4, chosen
 
 
 def test_free_ports_skips_what_is_taken() -> None:
