@@ -202,6 +202,8 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
 
     c.JupyterHub.authenticator_class = ThrottledPAMAuthenticator
     c.Authenticator.allow_all = True  # whoever PAM lets in: the cluster's users
+    # a Unix user name and nothing else: the name reaches sudo's command line (exec_prefix)
+    c.Authenticator.username_pattern = r"^[a-z_][a-z0-9_.-]{0,31}$"
     c.PAMAuthenticator.service = "jupyterhub"  # images/portal/pam-jupyterhub
     c.PAMAuthenticator.open_sessions = True  # pam_mkhomedir: a directory user's first home
 
