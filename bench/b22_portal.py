@@ -29,7 +29,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ready
 
 from bench.common import ROOT, invoke
-from tests.cluster.test_portal import _chromium, _wait, log_in, start_server
+from tests.cluster.test_portal import chromium, log_in, start_server, wait_for
 from tests.ports import published
 
 ROUNDS = 5
@@ -75,12 +75,12 @@ def sbatch_to_running(login, user: str) -> float:
 def portal_to_lab(driver, portal, login) -> float:
     start = time.perf_counter()
     start_server(driver, portal)
-    _wait(driver, 60).until(
+    wait_for(driver, 60).until(
         lambda d: [c for c in d.find_elements(By.CSS_SELECTOR, ".jp-LauncherCard") if c.text]
     )
     took = time.perf_counter() - start
     driver.get(f"{portal.url}/hub/home")
-    _wait(driver).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    wait_for(driver).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
     _until_no_jobs(login, USER)
     time.sleep(12)  # the hub's poll (10 s) sees the job gone before the next Start
     return took
@@ -114,7 +114,7 @@ def main() -> None:
             class Portal:
                 url = f"http://127.0.0.1:{port}"
 
-            driver = _chromium()
+            driver = chromium()
             log_in(driver, Portal, USER, PASSWORD)
             portal, baseline = [], []
             for _ in range(ROUNDS):

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from slurmforge import features, refs
-from slurmforge.inputs import Model
+from slurmforge.inputs import Model, inside
 from slurmforge.pins import (
     _DEB_NAME,
     NATIVE_ARCH,
@@ -132,13 +132,6 @@ class AptRepo(Model):
     packages: tuple[AptPin, ...] = Field(min_length=1)
 
 
-def _relative_file(value: str) -> str:
-    parts = Path(value).parts
-    if not value or value.startswith("/") or ".." in parts:
-        raise ValueError(f"expected a file path relative to versions.yaml, got {value!r}")
-    return value
-
-
 def _deb(source: Source) -> Source:
     if not source.filename.endswith(".deb"):
         raise ValueError(f"expected the URL of a .deb file, got {source.url!r}")
@@ -155,7 +148,9 @@ class Userspace(Model):
     debs: tuple[Annotated[Source, AfterValidator(_deb)], ...] = ()
     apt: AptRepo | None = None
     # a pip lock file, relative to versions.yaml: every line pinned with its hashes
-    lock: Annotated[str, Strict(), AfterValidator(_relative_file)] | None = None
+    lock: Annotated[str, Strict(), AfterValidator(inside("versions.yaml's directory"))] | None = (
+        None
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Userspace:

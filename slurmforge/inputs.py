@@ -21,6 +21,18 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from slurmforge.errors import ConfigError, quote
 
 
+def inside(where: str) -> Callable[[str], str]:
+    """A validator of a path relative to ``where`` (a file's directory): not absolute, no ``..``.
+    The path is only read, so this is all a name needs to be kept inside."""
+
+    def check(value: str) -> str:
+        if not value or value.startswith("/") or ".." in Path(value).parts:
+            raise ValueError(f"expected a path inside {where}, got {quote(value)}")
+        return value
+
+    return check
+
+
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

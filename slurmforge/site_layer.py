@@ -31,7 +31,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, StringConstraints
 
 from slurmforge.errors import ConfigError, quote
-from slurmforge.inputs import Model, read_yaml, validate
+from slurmforge.inputs import Model, inside, read_yaml, validate
 
 FILE = "site.yaml"
 # The images' Pythons (Ubuntu 22.04, Debian 12, Ubuntu 24.04): a site's wheels are fetched for
@@ -49,15 +49,10 @@ def _deb(value: str) -> str:
     return value
 
 
-def _relative(value: str) -> str:
-    parts = Path(value).parts
-    if not value or value.startswith("/") or ".." in parts:
-        raise ValueError(f"expected a path inside the site directory, got {quote(value)}")
-    return value
-
-
 Deb = Annotated[str, StringConstraints(strict=True), AfterValidator(_deb)]
-Relative = Annotated[str, StringConstraints(strict=True), AfterValidator(_relative)]
+Relative = Annotated[
+    str, StringConstraints(strict=True), AfterValidator(inside("the site directory"))
+]
 
 
 class ComponentLayer(Model):

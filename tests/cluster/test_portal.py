@@ -96,7 +96,7 @@ def portal(clusters: Clusters) -> Portal:
     return Portal(cluster, f"http://127.0.0.1:{port}")
 
 
-def _chromium() -> WebDriver:
+def chromium() -> WebDriver:
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
@@ -115,7 +115,7 @@ def browsers(request: pytest.FixtureRequest) -> Iterator[Callable[[], WebDriver]
     opened: list[WebDriver] = []
 
     def new() -> WebDriver:
-        opened.append(_chromium())
+        opened.append(chromium())
         return opened[-1]
 
     yield new
@@ -134,19 +134,19 @@ def browser(browsers: Callable[[], WebDriver]) -> WebDriver:
     return browsers()
 
 
-def _wait(driver: WebDriver, timeout: float = 30) -> WebDriverWait:
+def wait_for(driver: WebDriver, timeout: float = 30) -> WebDriverWait:
     return WebDriverWait(driver, timeout, poll_frequency=0.5)
 
 
 def _submit_login(driver: WebDriver, portal: Portal, user: str, password: str) -> bool:
     """The login form, filled and sent; whether the hub let the user in."""
     driver.get(f"{portal.url}/hub/login")
-    _wait(driver).until(ready.presence_of_element_located((By.ID, "username_input")))
+    wait_for(driver).until(ready.presence_of_element_located((By.ID, "username_input")))
     driver.find_element(By.ID, "username_input").send_keys(user)
     driver.find_element(By.ID, "password_input").send_keys(password)
     driver.find_element(By.ID, "login_submit").click()
     # the hub's answer: on to the user's page, or the login form again with its refusal
-    _wait(driver).until(
+    wait_for(driver).until(
         lambda d: "/hub/login" not in d.current_url or "Invalid username" in d.page_source
     )
     return "/hub/login" not in driver.current_url
@@ -172,19 +172,21 @@ def refused(driver: WebDriver, portal: Portal, user: str, password: str) -> bool
 def start_server(driver: WebDriver, portal: Portal, cpus: int = 1, timeout: float = 180) -> None:
     """The start form, filled as a user would, then JupyterLab's shell once it is up."""
     driver.get(f"{portal.url}/hub/spawn")
-    field = _wait(driver).until(ready.presence_of_element_located((By.ID, "cpus")))
+    field = wait_for(driver).until(ready.presence_of_element_located((By.ID, "cpus")))
     field.clear()
     field.send_keys(str(cpus))
     driver.find_element(
         By.CSS_SELECTOR, "form input[type=submit], form button[type=submit]"
     ).click()
-    _wait(driver, timeout).until(ready.presence_of_element_located((By.ID, "jp-main-dock-panel")))
+    wait_for(driver, timeout).until(
+        ready.presence_of_element_located((By.ID, "jp-main-dock-panel"))
+    )
 
 
 def launcher_card(driver: WebDriver, portal: Portal, user: str, title: str):
     """A card of JupyterLab's launcher, in a layout reset to the launcher alone."""
     driver.get(f"{portal.url}/user/{user}/lab?reset")
-    cards = _wait(driver, 60).until(
+    cards = wait_for(driver, 60).until(
         lambda d: [c for c in d.find_elements(By.CSS_SELECTOR, ".jp-LauncherCard") if c.text]
     )
     found = [c for c in cards if title.lower() in c.text.lower()]
@@ -207,7 +209,7 @@ def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
 
     # the terminal: a shell on that node, inside the job, as ada; its output lands in ~
     launcher_card(browser, portal, "ada", "Terminal").click()
-    terminal = _wait(browser).until(
+    terminal = wait_for(browser).until(
         ready.presence_of_element_located((By.CSS_SELECTOR, ".jp-Terminal textarea"))
     )
     time.sleep(2)  # the shell's prompt
@@ -229,15 +231,15 @@ def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
 
     # a notebook: the jail's Python
     launcher_card(browser, portal, "ada", "Python 3").click()
-    cell = _wait(browser, 60).until(
+    cell = wait_for(browser, 60).until(
         ready.element_to_be_clickable((By.CSS_SELECTOR, ".jp-Cell .cm-content"))
     )
     # the kernel up first (a cell run before it is connected can be lost on a loaded machine)
-    _wait(browser, 90).until(lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text)
+    wait_for(browser, 90).until(lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text)
     cell.click()
     cell.send_keys("import sys; print('python', sys.version.split()[0])")
     cell.send_keys(Keys.SHIFT, Keys.ENTER)
-    output = _wait(browser, 60).until(
+    output = wait_for(browser, 60).until(
         lambda d: next(
             (o.text for o in d.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output") if o.text),
             None,
@@ -248,11 +250,11 @@ def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
 
     # the queue view lists the job
     launcher_card(browser, portal, "ada", "Slurm Dashboard").click()
-    _wait(browser, 60).until(lambda d: job in d.find_element(By.TAG_NAME, "body").text)
+    wait_for(browser, 60).until(lambda d: job in d.find_element(By.TAG_NAME, "body").text)
 
     # stopping the server from the hub ends the job
     browser.get(f"{portal.url}/hub/home")
-    _wait(browser).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    wait_for(browser).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
     deadline = time.monotonic() + 60
     while portal.squeue("ada") and time.monotonic() < deadline:
         time.sleep(2)
@@ -271,12 +273,12 @@ def test_another_user_cannot_open_a_server_and_wrong_passwords_are_refused(
     log_in(bob, portal, "bob", PASSWORDS["bob"])
     bob.get(f"{portal.url}/user/ada/lab")
     try:
-        _wait(bob, 30).until(lambda d: "403" in d.title or "403 : Forbidden" in d.page_source)
+        wait_for(bob, 30).until(lambda d: "403" in d.title or "403 : Forbidden" in d.page_source)
     except TimeoutException:
         pytest.fail(f"bob reached {bob.current_url}: {bob.title}")
     assert not bob.find_elements(By.ID, "jp-main-dock-panel")
     ada.get(f"{portal.url}/hub/home")  # ada's own server is still hers
-    _wait(ada).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    wait_for(ada).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
     # five wrong passwords, and then for a while not even the right one gets carol in
     carol = browsers()
     log_in(carol, portal, "carol", PASSWORDS["carol"])  # her password is right
@@ -315,7 +317,7 @@ def test_a_restarted_hub_finds_the_running_server_and_orphans_no_job(
     while True:  # the hub answers again
         try:
             browser.get(f"{portal.url}/user/ada/lab")
-            _wait(browser, 20).until(
+            wait_for(browser, 20).until(
                 ready.presence_of_element_located((By.ID, "jp-main-dock-panel"))
             )
             break
@@ -324,7 +326,7 @@ def test_a_restarted_hub_finds_the_running_server_and_orphans_no_job(
             time.sleep(2)
     assert [j[0] for j in portal.squeue("ada")] == [job]  # the same job, and no other
     browser.get(f"{portal.url}/hub/home")
-    _wait(browser).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    wait_for(browser).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
     deadline = time.monotonic() + 60
     while portal.squeue("ada") and time.monotonic() < deadline:
         time.sleep(2)
@@ -344,17 +346,17 @@ def test_a_server_whose_job_cannot_start_shows_why_and_is_given_up(
         cluster.wait_states({"cpu-0": "alloc", "cpu-1": "alloc"}, timeout=60)
         log_in(browser, portal, "bob", PASSWORDS["bob"])
         browser.get(f"{portal.url}/hub/spawn")
-        _wait(browser).until(ready.presence_of_element_located((By.ID, "cpus")))
+        wait_for(browser).until(ready.presence_of_element_located((By.ID, "cpus")))
         browser.find_element(By.CSS_SELECTOR, "form [type=submit]").click()
-        message = _wait(browser, 30).until(
+        message = wait_for(browser, 30).until(
             ready.presence_of_element_located((By.ID, "progress-message"))
         )
-        _wait(browser, 30).until(lambda d: "is pending (Resources)" in message.text)
+        wait_for(browser, 30).until(lambda d: "is pending (Resources)" in message.text)
         (job, state, _), *_ = portal.squeue("bob")
         assert state == "PENDING"
         # given up after start_timeout: the hub says so, and the job is cancelled
         started = time.monotonic()
-        _wait(browser, START + 30).until(
+        wait_for(browser, START + 30).until(
             lambda d: d.find_elements(By.CSS_SELECTOR, "#progress-bar.bg-danger")
         )
         assert time.monotonic() - started > START - 35, "given up before start_timeout"
@@ -370,8 +372,8 @@ def test_a_server_whose_job_cannot_start_shows_why_and_is_given_up(
 def test_a_user_without_an_association_is_told_why(portal: Portal, browser: WebDriver) -> None:
     log_in(browser, portal, "dave", PASSWORDS["dave"])
     browser.get(f"{portal.url}/hub/spawn")
-    _wait(browser).until(ready.presence_of_element_located((By.ID, "cpus")))
+    wait_for(browser).until(ready.presence_of_element_located((By.ID, "cpus")))
     browser.find_element(By.CSS_SELECTOR, "form [type=submit]").click()
-    _wait(browser, 30).until(lambda d: "Slurm refused the job" in d.page_source)
+    wait_for(browser, 30).until(lambda d: "Slurm refused the job" in d.page_source)
     assert "Invalid account" in browser.page_source, browser.page_source[-2000:]
     assert not portal.squeue("dave")

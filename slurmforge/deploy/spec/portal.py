@@ -1,5 +1,5 @@
 """The web portal's part of the cluster file (``portal:``): JupyterHub, where users log in with the
-cluster's own identities and start JupyterLab as a Slurm job in the jail (deploy/portal/)."""
+cluster's own identities and start JupyterLab as a Slurm job in the jail (deploy/portal.py)."""
 
 from __future__ import annotations
 
