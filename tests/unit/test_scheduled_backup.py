@@ -153,6 +153,49 @@ def test_the_pod_program_writes_an_archive_restore_accepts_and_keeps_the_newest(
         assert source.read() == b"k" * 1024
 
 
+@pytest.mark.parametrize("changing", [1, snapshot.STATE_TRIES])
+def test_statesave_changed_under_its_copy_is_copied_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changing: int
+) -> None:
+    """tar exits 1 when a file changed as it read it (slurmctld renamed a save into place; CI
+    saw it on the k8s lab): the copy is made again, and kept with a note only when every copy
+    met a save."""
+    state, out = tmp_path / "state", tmp_path / "out"
+    state.mkdir()
+    (state / "job_state").write_bytes(b"jobs")
+    later = time.time() + 60
+    os.utime(state / "job_state", (later, later))
+    # the machine's tar, which says the first `changing` times it copies StateSave that the
+    # directory changed
+    shim, count = tmp_path / "bin", tmp_path / "state-copies"
+    shim.mkdir()
+    real = subprocess.run(["bash", "-c", "command -v tar"], capture_output=True, text=True)
+    (shim / "tar").write_text(
+        f'#!/bin/bash\n{real.stdout.strip()} "$@" || exit\n[[ $* == *" -C {state} "* ]] || exit 0\n'
+        f"echo copy >> {count}\n"
+        f"if (( $(wc -l < {count}) <= {changing} )); then\n"
+        "  echo 'tar: .: file changed as we read it' >&2; exit 1\nfi\n"
+    )
+    (shim / "tar").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    plan = snapshot.Plan(
+        cluster="train", slurm="25.11.7", slurmforge="0", images={}, files={}, secrets={},
+        state_dir=str(state), jail_root=str(tmp_path), jail=["home"], database=None,
+    )  # fmt: skip
+    (tmp_path / "home").mkdir()
+    (tmp_path / "plan.json").write_text(plan.dump())
+    assert snapshot.main([str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2"]) == 0
+    assert len(count.read_text().splitlines()) == min(changing + 1, snapshot.STATE_TRIES)
+    (made,) = out.iterdir()
+    manifest = archive.verify(made)
+    with archive.member(made, "state.tar") as source:
+        listing = subprocess.run(["tar", "-t"], input=source.read(), capture_output=True).stdout
+    assert listing.decode().split() == ["./", "./job_state"]  # one copy, whole
+    noted = [n for n in manifest.notes if "StateSave changed" in n]
+    assert len(noted) == (changing == snapshot.STATE_TRIES)
+
+
 def test_a_pod_without_a_secret_fails_and_leaves_no_archive(tmp_path: Path, capsys) -> None:
     plan = snapshot.Plan(
         cluster="train", slurm="25.11.7", slurmforge="0", images={}, files={},

@@ -42,6 +42,7 @@ from slurmforge.errors import ConfigError, DeployError
 SAVE_MAX_WAIT = 5.0  # seconds between two saves of slurmctld's save thread (state_save.c)
 # what that thread writes (a trigger's state too, when there are triggers)
 STATE_FILES = ("job_state", "node_state", "part_state", "resv_state", "trigger_state")
+STATE_TRIES = 5  # copies of StateSave while a save renames its files under tar (Snapshot.state)
 # slurmctld asked to save its nodes (request_node_save): its clock, then one node's comment
 # written back as it is
 SAVE_NODE_STATE = (
@@ -287,11 +288,24 @@ class Snapshot:
         self.waited = time.monotonic() - start
 
     def state(self, writer: archive.Writer, after: float) -> None:
+        """StateSave, copied again while tar says a file changed as it read it (a save renamed
+        its files: each whole, the set maybe of two saves); after STATE_TRIES, kept, noted."""
         self.wait_for_save(after, self.request_node_save())
-        copy = self.stream(
-            STATE, f"tar --numeric-owner -C {self.plan.state_dir} --exclude='*.new' -cf - ."
-        )
-        writer.add("state.tar", copy.chunks())
+        command = f"tar --numeric-owner -C {self.plan.state_dir} --exclude='*.new' -cf - ."
+        for attempt in range(1, STATE_TRIES + 1):
+            with tempfile.SpooledTemporaryFile(max_size=64 << 20) as held:
+                copy = self.stream(STATE, command, ok=(0, 1))
+                held.writelines(copy.chunks())
+                if copy.code == 1 and attempt < STATE_TRIES:
+                    time.sleep(1)
+                    continue
+                held.seek(0)
+                writer.add("state.tar", archive.chunks(held))
+                if copy.code == 1:
+                    writer.manifest.notes.append(
+                        f"StateSave changed while it was read, {STATE_TRIES} times: {copy.stderr}"
+                    )
+                return
 
     def jail(self, writer: archive.Writer) -> None:
         root = self.plan.jail_root
