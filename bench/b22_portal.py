@@ -26,10 +26,9 @@ from pathlib import Path
 import docker
 import yaml
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as ready
 
 from bench.common import ROOT, invoke
-from tests.cluster.test_portal import chromium, log_in, start_server, wait_for
+from tests.browser import chromium, log_in, start_server, stop_server, wait_for
 from tests.ports import published
 
 ROUNDS = 5
@@ -79,8 +78,7 @@ def portal_to_lab(driver, portal, login) -> float:
         lambda d: [c for c in d.find_elements(By.CSS_SELECTOR, ".jp-LauncherCard") if c.text]
     )
     took = time.perf_counter() - start
-    driver.get(f"{portal.url}/hub/home")
-    wait_for(driver).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    stop_server(driver, portal.url)
     _until_no_jobs(login, USER)
     time.sleep(12)  # the hub's poll (10 s) sees the job gone before the next Start
     return took

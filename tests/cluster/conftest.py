@@ -19,6 +19,7 @@ import docker
 import pytest
 import yaml
 
+from tests.browser import browser, browsers  # noqa: F401 (the portal tests' fixtures)
 from tests.conftest import ROOT, TEST_CELLS, TEST_SET
 from tests.ports import free_port, published
 

@@ -5,32 +5,34 @@ the jail's Python, the queue view lists the job, and stopping the server ends th
 user cannot open that server, a wrong password is refused, a local user logs in with the password
 `passwd` gave them, and an idle server is ended by the culler.
 
-A test that fails leaves a screenshot and the page's HTML under .cache/portal/."""
+A test that fails leaves a screenshot and the page's HTML under .cache/portal/ (tests/browser.py's
+`browsers`)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import os
-import re
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 import yaml
-from selenium import webdriver
 from selenium.common.exceptions import TimeoutException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ready
-from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.browser import (
+    launcher_card,
+    log_in,
+    refused,
+    ssha,
+    start_server,
+    stop_server,
+    wait_for,
+)
 from tests.cluster.conftest import Clusters, Deployed
 from tests.cluster.helpers import sacct
-from tests.conftest import ROOT
 
 BASE = "dc=lab,dc=example"
 PASSWORDS = {"ada": "ada-Secret-1", "bob": "bob-Secret-2", "carol": "carol-Secret-4"}
@@ -38,14 +40,6 @@ PASSWORDS = {"ada": "ada-Secret-1", "bob": "bob-Secret-2", "carol": "carol-Secre
 PASSWORDS["dave"] = "dave-Secret-5"
 IDLE = 30  # portal.idle_timeout here: the culler's test waits about this long
 START = 45  # portal.start_timeout here: a server is up in about 10 s
-ARTIFACTS = ROOT / ".cache" / "portal"
-
-
-def _ssha(password: str) -> str:
-    """A directory password as slapd stores one ({SSHA}: salted SHA-1, RFC 2307's scheme)."""
-    salt = os.urandom(8)
-    digest = hashlib.sha1(password.encode() + salt).digest()
-    return "{SSHA}" + base64.b64encode(digest + salt).decode()
 
 
 def _seed() -> str:
@@ -61,7 +55,7 @@ def _seed() -> str:
             f"dn: uid={user},ou=people,{BASE}\nobjectClass: inetOrgPerson\n"
             f"objectClass: posixAccount\nuid: {user}\ncn: {user}\nsn: {user}\n"
             f"uidNumber: {41000 + i}\ngidNumber: 40000\nhomeDirectory: /home/{user}\n"
-            f"loginShell: /bin/bash\nuserPassword: {_ssha(password)}"
+            f"loginShell: /bin/bash\nuserPassword: {ssha(password)}"
         )
     return "\n\n".join(entries) + "\n"
 
@@ -96,111 +90,13 @@ def portal(clusters: Clusters) -> Portal:
     return Portal(cluster, f"http://127.0.0.1:{port}")
 
 
-def chromium() -> WebDriver:
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        options.add_argument(arg)
-    options.add_argument("--window-size=1400,1000")
-    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(60)
-    return driver
-
-
-@pytest.fixture
-def browsers(request: pytest.FixtureRequest) -> Iterator[Callable[[], WebDriver]]:
-    """New browsers, each with no cookie of another (a second person at another machine); a
-    failed test leaves each one's screenshot and page under .cache/portal/."""
-    opened: list[WebDriver] = []
-
-    def new() -> WebDriver:
-        opened.append(chromium())
-        return opened[-1]
-
-    yield new
-    report = getattr(request.node, "rep_call", None)
-    for i, driver in enumerate(opened):
-        if report is not None and report.failed:
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', request.node.name)}-{i}"
-            driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
-            (ARTIFACTS / f"{name}.html").write_text(driver.page_source)
-        driver.quit()
-
-
-@pytest.fixture
-def browser(browsers: Callable[[], WebDriver]) -> WebDriver:
-    return browsers()
-
-
-def wait_for(driver: WebDriver, timeout: float = 30) -> WebDriverWait:
-    return WebDriverWait(driver, timeout, poll_frequency=0.5)
-
-
-def _submit_login(driver: WebDriver, portal: Portal, user: str, password: str) -> bool:
-    """The login form, filled and sent; whether the hub let the user in."""
-    driver.get(f"{portal.url}/hub/login")
-    wait_for(driver).until(ready.presence_of_element_located((By.ID, "username_input")))
-    driver.find_element(By.ID, "username_input").send_keys(user)
-    driver.find_element(By.ID, "password_input").send_keys(password)
-    driver.find_element(By.ID, "login_submit").click()
-    # the hub's answer: on to the user's page, or the login form again with its refusal
-    wait_for(driver).until(
-        lambda d: "/hub/login" not in d.current_url or "Invalid username" in d.page_source
-    )
-    return "/hub/login" not in driver.current_url
-
-
-def log_in(driver: WebDriver, portal: Portal, user: str, password: str) -> None:
-    """A login with the right password, as a user tries again after a moment when the directory
-    was slow to answer (SSSD counts a bind that takes over ldap_opt_timeout as a refusal: a
-    loaded CI machine showed it once)."""
-    deadline = time.monotonic() + 30
-    while not _submit_login(driver, portal, user, password):
-        assert time.monotonic() < deadline, f"{user} was refused for 30 s with the right password"
-        time.sleep(5)
-
-
-def refused(driver: WebDriver, portal: Portal, user: str, password: str) -> bool:
-    """Whether a login is refused, with the hub's own message."""
-    return not _submit_login(driver, portal, user, password) and (
-        "Invalid username or password" in driver.page_source
-    )
-
-
-def start_server(driver: WebDriver, portal: Portal, cpus: int = 1, timeout: float = 180) -> None:
-    """The start form, filled as a user would, then JupyterLab's shell once it is up."""
-    driver.get(f"{portal.url}/hub/spawn")
-    field = wait_for(driver).until(ready.presence_of_element_located((By.ID, "cpus")))
-    field.clear()
-    field.send_keys(str(cpus))
-    driver.find_element(
-        By.CSS_SELECTOR, "form input[type=submit], form button[type=submit]"
-    ).click()
-    wait_for(driver, timeout).until(
-        ready.presence_of_element_located((By.ID, "jp-main-dock-panel"))
-    )
-
-
-def launcher_card(driver: WebDriver, portal: Portal, user: str, title: str):
-    """A card of JupyterLab's launcher, in a layout reset to the launcher alone."""
-    driver.get(f"{portal.url}/user/{user}/lab?reset")
-    cards = wait_for(driver, 60).until(
-        lambda d: [c for c in d.find_elements(By.CSS_SELECTOR, ".jp-LauncherCard") if c.text]
-    )
-    found = [c for c in cards if title.lower() in c.text.lower()]
-    assert found, f"no launcher card {title!r} in {[c.text for c in cards]}"
-    return found[0]
-
-
 def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
     portal: Portal, browser: WebDriver
 ) -> None:
     cluster = portal.cluster
     started = time.monotonic()
-    log_in(browser, portal, "ada", PASSWORDS["ada"])
-    start_server(browser, portal, cpus=1)
+    log_in(browser, portal.url, "ada", PASSWORDS["ada"])
+    start_server(browser, portal.url, cpus=1)
     jobs = portal.squeue("ada")
     assert len(jobs) == 1 and jobs[0][1] == "RUNNING", jobs
     job, _, node = jobs[0]
@@ -208,7 +104,7 @@ def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
     print(f"portal: Start to JupyterLab in {time.monotonic() - started:.1f} s (job {job})")
 
     # the terminal: a shell on that node, inside the job, as ada; its output lands in ~
-    launcher_card(browser, portal, "ada", "Terminal").click()
+    launcher_card(browser, portal.url, "ada", "Terminal").click()
     terminal = wait_for(browser).until(
         ready.presence_of_element_located((By.CSS_SELECTOR, ".jp-Terminal textarea"))
     )
@@ -230,7 +126,7 @@ def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
     assert lines[-1].startswith("slurm="), seen  # a file the jail alone has
 
     # a notebook: the jail's Python
-    launcher_card(browser, portal, "ada", "Python 3").click()
+    launcher_card(browser, portal.url, "ada", "Python 3").click()
     cell = wait_for(browser, 60).until(
         ready.element_to_be_clickable((By.CSS_SELECTOR, ".jp-Cell .cm-content"))
     )
@@ -249,12 +145,11 @@ def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
     assert output == f"python {jail_python.split()[0]}", output
 
     # the queue view lists the job
-    launcher_card(browser, portal, "ada", "Slurm Dashboard").click()
+    launcher_card(browser, portal.url, "ada", "Slurm Dashboard").click()
     wait_for(browser, 60).until(lambda d: job in d.find_element(By.TAG_NAME, "body").text)
 
     # stopping the server from the hub ends the job
-    browser.get(f"{portal.url}/hub/home")
-    wait_for(browser).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    stop_server(browser, portal.url)
     deadline = time.monotonic() + 60
     while portal.squeue("ada") and time.monotonic() < deadline:
         time.sleep(2)
@@ -267,25 +162,24 @@ def test_another_user_cannot_open_a_server_and_wrong_passwords_are_refused(
     portal: Portal, browsers: Callable[[], WebDriver]
 ) -> None:
     ada, bob = browsers(), browsers()
-    assert refused(bob, portal, "bob", "not-" + PASSWORDS["bob"])
-    log_in(ada, portal, "ada", PASSWORDS["ada"])
-    start_server(ada, portal)
-    log_in(bob, portal, "bob", PASSWORDS["bob"])
+    assert refused(bob, portal.url, "bob", "not-" + PASSWORDS["bob"])
+    log_in(ada, portal.url, "ada", PASSWORDS["ada"])
+    start_server(ada, portal.url)
+    log_in(bob, portal.url, "bob", PASSWORDS["bob"])
     bob.get(f"{portal.url}/user/ada/lab")
     try:
         wait_for(bob, 30).until(lambda d: "403" in d.title or "403 : Forbidden" in d.page_source)
     except TimeoutException:
         pytest.fail(f"bob reached {bob.current_url}: {bob.title}")
     assert not bob.find_elements(By.ID, "jp-main-dock-panel")
-    ada.get(f"{portal.url}/hub/home")  # ada's own server is still hers
-    wait_for(ada).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    stop_server(ada, portal.url)  # ada's own server is still hers
     # five wrong passwords, and then for a while not even the right one gets carol in
     carol = browsers()
-    log_in(carol, portal, "carol", PASSWORDS["carol"])  # her password is right
+    log_in(carol, portal.url, "carol", PASSWORDS["carol"])  # her password is right
     carol.get(f"{portal.url}/hub/logout")
     for _ in range(5):
-        assert refused(carol, portal, "carol", "guess")
-    assert refused(carol, portal, "carol", PASSWORDS["carol"])
+        assert refused(carol, portal.url, "carol", "guess")
+    assert refused(carol, portal.url, "carol", PASSWORDS["carol"])
     said = portal.cluster.container("portal").logs().decode(errors="replace")
     assert "portal: carol: 5 failed logins; refused for now" in said  # not PAM's refusal
 
@@ -294,8 +188,8 @@ def test_an_idle_server_is_ended_and_its_job_with_it(portal: Portal, browser: We
     cluster = portal.cluster
     cluster.user("erin")
     cluster.ok("login", "echo 'erin:erin-Secret-3' | chroot /jail chpasswd")
-    log_in(browser, portal, "erin", "erin-Secret-3")
-    start_server(browser, portal)
+    log_in(browser, portal.url, "erin", "erin-Secret-3")
+    start_server(browser, portal.url)
     (job, state, _), *_ = portal.squeue("erin")
     assert state == "RUNNING"
     browser.get("about:blank")  # nothing keeps the server busy
@@ -309,8 +203,8 @@ def test_an_idle_server_is_ended_and_its_job_with_it(portal: Portal, browser: We
 def test_a_restarted_hub_finds_the_running_server_and_orphans_no_job(
     portal: Portal, browser: WebDriver
 ) -> None:
-    log_in(browser, portal, "ada", PASSWORDS["ada"])
-    start_server(browser, portal)
+    log_in(browser, portal.url, "ada", PASSWORDS["ada"])
+    start_server(browser, portal.url)
     (job, _, _), *_ = portal.squeue("ada")
     portal.cluster.container("portal").restart(timeout=30)
     deadline = time.monotonic() + 90
@@ -325,8 +219,7 @@ def test_a_restarted_hub_finds_the_running_server_and_orphans_no_job(
             assert time.monotonic() < deadline, f"no JupyterLab after the restart: {browser.title}"
             time.sleep(2)
     assert [j[0] for j in portal.squeue("ada")] == [job]  # the same job, and no other
-    browser.get(f"{portal.url}/hub/home")
-    wait_for(browser).until(ready.element_to_be_clickable((By.ID, "stop"))).click()
+    stop_server(browser, portal.url)
     deadline = time.monotonic() + 60
     while portal.squeue("ada") and time.monotonic() < deadline:
         time.sleep(2)
@@ -344,7 +237,7 @@ def test_a_server_whose_job_cannot_start_shows_why_and_is_given_up(
     )
     try:
         cluster.wait_states({"cpu-0": "alloc", "cpu-1": "alloc"}, timeout=60)
-        log_in(browser, portal, "bob", PASSWORDS["bob"])
+        log_in(browser, portal.url, "bob", PASSWORDS["bob"])
         browser.get(f"{portal.url}/hub/spawn")
         wait_for(browser).until(ready.presence_of_element_located((By.ID, "cpus")))
         browser.find_element(By.CSS_SELECTOR, "form [type=submit]").click()
@@ -370,7 +263,7 @@ def test_a_server_whose_job_cannot_start_shows_why_and_is_given_up(
 
 
 def test_a_user_without_an_association_is_told_why(portal: Portal, browser: WebDriver) -> None:
-    log_in(browser, portal, "dave", PASSWORDS["dave"])
+    log_in(browser, portal.url, "dave", PASSWORDS["dave"])
     browser.get(f"{portal.url}/hub/spawn")
     wait_for(browser).until(ready.presence_of_element_located((By.ID, "cpus")))
     browser.find_element(By.CSS_SELECTOR, "form [type=submit]").click()

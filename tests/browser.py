@@ -1,0 +1,148 @@
+"""The web portal as a user meets it, for the portal's tests on both targets and its benchmark:
+Debian's Chromium through its WebDriver (Selenium), a hub's login form, its start form and
+JupyterLab's launcher. A test that fails leaves each browser's screenshot and page under
+.cache/portal/ (the ``browsers`` fixture)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as ready
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.conftest import ROOT
+
+ARTIFACTS = ROOT / ".cache" / "portal"
+
+
+def ssha(password: str) -> str:
+    """A directory password as slapd stores one ({SSHA}: salted SHA-1, RFC 2307's scheme)."""
+    salt = os.urandom(8)
+    digest = hashlib.sha1(password.encode() + salt).digest()
+    return "{SSHA}" + base64.b64encode(digest + salt).decode()
+
+
+def chromium() -> WebDriver:
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1400,1000")
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(60)
+    return driver
+
+
+@pytest.fixture
+def browsers(request: pytest.FixtureRequest) -> Iterator[Callable[[], WebDriver]]:
+    """New browsers, each with no cookie of another (a second person at another machine); a
+    failed test leaves each one's screenshot and page under .cache/portal/."""
+    opened: list[WebDriver] = []
+
+    def new() -> WebDriver:
+        opened.append(chromium())
+        return opened[-1]
+
+    yield new
+    report = getattr(request.node, "rep_call", None)
+    for i, driver in enumerate(opened):
+        if report is not None and report.failed:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', request.node.name)}-{i}"
+            driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+            (ARTIFACTS / f"{name}.html").write_text(driver.page_source)
+        driver.quit()
+
+
+@pytest.fixture
+def browser(browsers: Callable[[], WebDriver]) -> WebDriver:
+    return browsers()
+
+
+def wait_for(driver: WebDriver, timeout: float = 30) -> WebDriverWait:
+    return WebDriverWait(driver, timeout, poll_frequency=0.5)
+
+
+def _submit_login(driver: WebDriver, url: str, user: str, password: str) -> bool:
+    """The login form, filled and sent; whether the hub let the user in."""
+    driver.get(f"{url}/hub/login")
+    wait_for(driver).until(ready.presence_of_element_located((By.ID, "username_input")))
+    driver.find_element(By.ID, "username_input").send_keys(user)
+    driver.find_element(By.ID, "password_input").send_keys(password)
+    driver.find_element(By.ID, "login_submit").click()
+    # the hub's answer: on to the user's page, or the login form again with its refusal
+    wait_for(driver).until(
+        lambda d: "/hub/login" not in d.current_url or "Invalid username" in d.page_source
+    )
+    return "/hub/login" not in driver.current_url
+
+
+def log_in(driver: WebDriver, url: str, user: str, password: str) -> None:
+    """A login with the right password, as a user tries again after a moment when the directory
+    was slow to answer (SSSD counts a bind that takes over ldap_opt_timeout as a refusal: a
+    loaded CI machine showed it once)."""
+    deadline = time.monotonic() + 30
+    while not _submit_login(driver, url, user, password):
+        assert time.monotonic() < deadline, f"{user} was refused for 30 s with the right password"
+        time.sleep(5)
+
+
+def refused(driver: WebDriver, url: str, user: str, password: str) -> bool:
+    """Whether a login is refused, with the hub's own message."""
+    return not _submit_login(driver, url, user, password) and (
+        "Invalid username or password" in driver.page_source
+    )
+
+
+def start_server(driver: WebDriver, url: str, cpus: int = 1, timeout: float = 180) -> None:
+    """The start form, filled as a user would, then JupyterLab's shell once it is up."""
+    driver.get(f"{url}/hub/spawn")
+    field = wait_for(driver).until(ready.presence_of_element_located((By.ID, "cpus")))
+    field.clear()
+    field.send_keys(str(cpus))
+    driver.find_element(
+        By.CSS_SELECTOR, "form input[type=submit], form button[type=submit]"
+    ).click()
+    wait_for(driver, timeout).until(
+        ready.presence_of_element_located((By.ID, "jp-main-dock-panel"))
+    )
+
+
+def launcher_card(driver: WebDriver, url: str, user: str, title: str):
+    """A card of JupyterLab's launcher, in a layout reset to the launcher alone."""
+    driver.get(f"{url}/user/{user}/lab?reset")
+    cards = wait_for(driver, 60).until(
+        lambda d: [c for c in d.find_elements(By.CSS_SELECTOR, ".jp-LauncherCard") if c.text]
+    )
+    found = [c for c in cards if title.lower() in c.text.lower()]
+    assert found, f"no launcher card {title!r} in {[c.text for c in cards]}"
+    return found[0]
+
+
+def stop_server(driver: WebDriver, url: str, timeout: float = 90) -> None:
+    """*Stop My Server* on the hub's home page, pressed until the hub has taken it (the button
+    hides once the hub answers). On a loaded machine the button can be shown before the page's
+    script has bound it (CI saw a press do nothing once), so a press that changed nothing in
+    20 s is made again, as a user would."""
+    driver.get(f"{url}/hub/home")
+    deadline = time.monotonic() + timeout
+    while True:
+        button = wait_for(driver).until(ready.element_to_be_clickable((By.ID, "stop")))
+        button.click()
+        try:
+            wait_for(driver, 20).until(ready.invisibility_of_element_located((By.ID, "stop")))
+            return
+        except TimeoutException:
+            assert time.monotonic() < deadline, f"the hub did not stop the server: {driver.title}"
