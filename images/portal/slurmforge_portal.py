@@ -213,6 +213,8 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
     c.PortalSpawner.apply_user_options = PortalSpawner.apply_options  # (spawner, options)
     # the pending reason before the batch host (progress shows it; the host is the last word)
     c.PortalSpawner.batch_query_cmd = "squeue -h -j {job_id} -o '%T %r %B'"
+    if settings.get("node_domain"):  # the node's name as the hub's proxy resolves it
+        c.PortalSpawner.state_exechost_exp = rf"\1.{settings['node_domain']}"
     # as the user; from /tmp, a directory the jail plugin takes submissions from (it refuses the
     # hub's own, which no node has: the script names the job's directory and output file)
     c.PortalSpawner.exec_prefix = "cd /tmp && sudo -E -u {username}"

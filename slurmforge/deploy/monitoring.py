@@ -115,7 +115,7 @@ def prometheus_config(cluster: Cluster, gpu_nodes: list[str]) -> dict[str, Any]:
         scrape.append(
             {
                 "job_name": PORTAL_JOB,
-                "metrics_path": "/hub/metrics",
+                "metrics_path": roles.role(roles.PORTAL).metrics_path,
                 "static_configs": [{"targets": [f"{roles.PORTAL}:{roles.PORTAL_API.number}"]}],
             }
         )

@@ -1,5 +1,5 @@
 """The web portal's settings for its hub: what images/portal/slurmforge_portal.py reads from
-portal.yaml (the generated configuration's PORTAL_CONF), the same file on both targets."""
+portal.yaml (the generated configuration's PORTAL_CONF)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ SETTINGS_FILE = "portal.yaml"
 JUPYTER = "/usr/lib/slurmforge/jupyter/bin"
 
 
-def settings(cluster: Cluster) -> dict[str, Any]:
+def settings(cluster: Cluster, node_domain: str = "") -> dict[str, Any]:
+    """``node_domain``: what a node's name needs after it for the hub to reach its notebook
+    server (Kubernetes: the nodes' headless Service; Compose resolves the bare name)."""
     spec = cluster.spec
     form = spec.portal.form
     return {
         "hub_host": roles.PORTAL,  # its Compose service, its Kubernetes Service
+        "node_domain": node_domain,
         "jupyter": JUPYTER,
         "partitions": {p.name: portal_limits(spec, p) for p in spec.partitions},
         "form": {
@@ -33,8 +36,9 @@ def settings(cluster: Cluster) -> dict[str, Any]:
     }
 
 
-def files(cluster: Cluster) -> dict[str, str]:
+def files(cluster: Cluster, node_domain: str = "") -> dict[str, str]:
     """PORTAL_CONF's files (none without the portal)."""
     if not cluster.spec.portal.enabled:
         return {}
-    return {SETTINGS_FILE: generated.dump_yaml(settings(cluster), str(cluster.path))}
+    text = generated.dump_yaml(settings(cluster, node_domain), str(cluster.path))
+    return {SETTINGS_FILE: text}

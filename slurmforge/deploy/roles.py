@@ -287,7 +287,8 @@ class Role:
     # holds no capability but its own (Docker's default set dropped) and gains none (setuid
     # programs, file capabilities: no-new-privileges)
     least_privilege: bool = False
-    scraped: Port | None = None  # the port Prometheus scrapes (GET /metrics)
+    scraped: Port | None = None  # the port Prometheus scrapes, at metrics_path
+    metrics_path: str = "/metrics"
     targets: tuple[str, ...] = tuple(TARGETS)
     when: Callable[[ClusterSpec], bool] = _always  # whether a cluster runs it
     env: Callable[[ClusterSpec], dict[str, str]] = field(default=_no_env)
@@ -552,7 +553,8 @@ ROLES: tuple[Role, ...] = (
         stable_name=True,  # notebook servers reach its API by name
         after=(CONTROLLER,),
         resources=Resources(("100m", "256Mi"), ("1", "1Gi")),
-        targets=("local",),  # Kubernetes: refused for now (k8s/manifests.py)
+        scraped=PORTAL_API,  # the hub's own metrics
+        metrics_path="/hub/metrics",
         when=_portal,
         env=_portal_env,
     ),

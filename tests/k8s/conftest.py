@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.browser import browser, browsers  # noqa: F401 (the portal test's fixtures)
 from tests.conftest import ROOT
 from tests.k8s import lab
 

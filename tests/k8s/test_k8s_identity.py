@@ -2,22 +2,40 @@
 (ldaps, a CA of its own; tests/site_ldap.py) on the lab's host; the bind password reaches SSSD
 through a Secret and nowhere else; a user who exists only in the directory logs in to the login
 pod's sshd with the key stored there and runs `srun -N2 id` with the same identity on both
-nodes."""
+nodes, and logs in to the web portal with her directory password, in a real browser, to run
+JupyterLab as her job on a node pod (tests/cluster/test_portal.py has the portal's other
+cases, on the local target)."""
 
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as ready
 
 from tests import site_ldap
+from tests.browser import (
+    launcher_card,
+    log_in,
+    refused,
+    ssha,
+    start_server,
+    stop_server,
+    wait_for,
+)
 from tests.external_database import bridge_address
+from tests.k8s import lab
 from tests.k8s.conftest import K8sCluster
 
 pytestmark = pytest.mark.k8s
+PASSWORD = "ada-Secret-1"  # her directory password
 
 
 @pytest.fixture(scope="module")
@@ -36,22 +54,43 @@ def site(
         f"dn: uid=ada,{base}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
         "objectClass: ldapPublicKey\nuid: ada\ncn: ada\nsn: ada\nuidNumber: 31000\n"
         "gidNumber: 30000\nhomeDirectory: /home/ada\nloginShell: /bin/bash\n"
-        f"sshPublicKey: {public}\n"
+        f"sshPublicKey: {public}\nuserPassword: {ssha(PASSWORD)}\n"
     )
     host = bridge_address(client)  # the lab's pods reach this host there
     with site_ldap.run(client, images["slapd"], root / "slapd", host, entries) as directory:
         yield directory, key
 
 
-def test_a_directory_user_logs_in_by_key_and_runs_on_both_nodes(
-    k8s_cluster: K8sCluster, site: tuple[site_ldap.SiteDirectory, Path]
-) -> None:
-    directory, key = site
+@pytest.fixture(scope="module")
+def deployed(
+    k8s_cluster: K8sCluster,
+    site: tuple[site_ldap.SiteDirectory, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> subprocess.CompletedProcess[str]:
+    """The cluster on the site's directory, with the web portal."""
+    directory, _ = site
     data = k8s_cluster.data()
     data["identity"] = directory.settings()
+    data["portal"] = {"enabled": True, "idle_timeout": 0}
     k8s_cluster.write(data)
+    if k8s_cluster.kube.lab:  # the hub's database: a claim of kubernetes.state's class
+        root = tmp_path_factory.mktemp("portal-pv")
+        state = (("state", ("ReadWriteOnce",), "1Gi"),)
+        manifest, names = lab.volumes(root, f"{data['name']}-portal", data["kubernetes"], state)
+        k8s_cluster.kube.run("apply", "-f", str(manifest), namespaced=False)
+        k8s_cluster.kube.made += [f"persistentvolume/{n}" for n in names]
     proc = k8s_cluster.deploy()
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_a_directory_user_logs_in_by_key_and_runs_on_both_nodes(
+    k8s_cluster: K8sCluster,
+    site: tuple[site_ldap.SiteDirectory, Path],
+    deployed: subprocess.CompletedProcess[str],
+) -> None:
+    _, key = site
+    proc = deployed
     kube = k8s_cluster.kube
     # the password is a Secret's, mounted where SSSD runs; no rendered object holds it
     assert kube.run("get", "secret", "ldap-bind-password", "-o", "name")
@@ -71,3 +110,43 @@ def test_a_directory_user_logs_in_by_key_and_runs_on_both_nodes(
     assert ident.startswith("uid=31000(ada) gid=30000(physics-users)"), out
     assert home == "/home/ada"
     assert nodes == [ident], out  # both nodes: the same uid and groups as the login node
+
+
+def test_a_directory_user_runs_jupyterlab_from_the_portal_as_her_job(
+    k8s_cluster: K8sCluster, deployed: subprocess.CompletedProcess[str], browser: WebDriver
+) -> None:
+    kube = k8s_cluster.kube
+    # the lab has no kube-proxy: the browser goes to the hub's pod, where portal-public sends
+    url = f"http://{kube.pod_ip('portal-0')}:8000"
+    assert refused(browser, url, "ada", "not-" + PASSWORD)
+    log_in(browser, url, "ada", PASSWORD)
+    start_server(browser, url)
+    jobs = kube.sh("login-0", "login", "squeue -h -u ada -o '%i %T %N'").split()
+    assert len(jobs) == 3 and jobs[1] == "RUNNING", jobs
+    job, _, node = jobs
+    # the terminal: a shell on that node pod, as ada, in her home on the jail
+    launcher_card(browser, url, "ada", "Terminal").click()
+    terminal = wait_for(browser).until(
+        ready.presence_of_element_located((By.CSS_SELECTOR, ".jp-Terminal textarea"))
+    )
+    time.sleep(2)  # the shell's prompt
+    terminal.send_keys(
+        "(hostname; id; cat /etc/slurmforge-jail-release) > ~/from-lab.txt" + Keys.ENTER
+    )
+    deadline, seen = time.monotonic() + 30, ""
+    while time.monotonic() < deadline and "slurm=" not in seen:
+        time.sleep(1)
+        seen = kube.sh("login-0", "login", "cat /jail/home/ada/from-lab.txt 2>/dev/null || true")
+    lines = seen.splitlines()
+    assert lines[0] == node, seen
+    assert lines[1].startswith("uid=31000(ada) gid=30000(physics-users)"), seen
+    assert lines[-1].startswith("slurm="), seen  # a file the jail alone has
+    # stopping the server ends the job
+    stop_server(browser, url)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if not kube.sh("login-0", "login", "squeue -h -u ada -o %i"):
+            break
+        time.sleep(2)
+    state = kube.sh("login-0", "login", f"sacct -n -X -P -j {job} -o State", user="ada")
+    assert state.startswith(("CANCELLED", "COMPLETED")), state

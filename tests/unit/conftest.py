@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from slurmforge import state
-from slurmforge.deploy import loader
-from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
-from tests.unit.kube import cluster_data
+from tests.unit.kube import cluster_data, with_images_lock
 
 
 @pytest.fixture
@@ -33,10 +29,5 @@ def write_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture
 def checkout(tmp_path: Path, write_cluster) -> tuple[Path, Path]:
     """A checkout-like dir: versions.yaml, a cluster file and a push lock for every image."""
-    versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
     cluster_file = write_cluster(cluster_data())
-    cluster = loader.load(cluster_file, versions)
-    lock = {ref: f"sha256:{i:064x}" for i, ref in enumerate(sorted(cluster.images.values()))}
-    (tmp_path / "build").mkdir()
-    (tmp_path / state.IMAGES_LOCK).write_text(json.dumps(lock))
-    return cluster_file, tmp_path
+    return cluster_file, with_images_lock(cluster_file, tmp_path)

@@ -3,14 +3,17 @@ whose kubectl calls a test may answer."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from slurmforge import state
 from slurmforge.deploy import loader
 from slurmforge.deploy.k8s.run import Kube
 from slurmforge.versions import load as load_versions
 from tests.unit.helpers import shipped_with
 
+ROOT = Path(__file__).resolve().parents[2]
 POD_OWNERS = {"StatefulSet", "Deployment", "Job"}
 
 
@@ -35,9 +38,18 @@ def cluster_data(**kubernetes: Any) -> dict:
     )
 
 
+def with_images_lock(cluster_file: Path, root: Path) -> Path:
+    """``root`` made checkout-like for ``cluster_file``: a build directory and a push lock for
+    every image the cluster runs."""
+    cluster = loader.load(cluster_file, load_versions(ROOT / "versions.yaml"))
+    lock = {ref: f"sha256:{i:064x}" for i, ref in enumerate(sorted(cluster.images.values()))}
+    (root / "build").mkdir(exist_ok=True)
+    (root / state.IMAGES_LOCK).write_text(json.dumps(lock))
+    return root
+
+
 def rendered_kube(cluster_file: Path, root: Path, run=None, **kw: Any) -> Kube:
-    versions = load_versions(Path(__file__).resolve().parents[2] / "versions.yaml")
-    cluster = loader.load(cluster_file, versions)
+    cluster = loader.load(cluster_file, load_versions(ROOT / "versions.yaml"))
     if run is not None:
         kw["run"] = run
     kube = Kube(cluster, root / "out", root, None, **kw)

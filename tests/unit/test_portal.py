@@ -15,7 +15,8 @@ from slurmforge.deploy.local import render as local_render
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
-from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
+from tests.unit.helpers import secret_files, shipped_with
+from tests.unit.kube import cluster_data, pod_of, rendered_kube, with_images_lock
 
 
 @pytest.fixture
@@ -135,9 +136,42 @@ def test_directory_passwords_are_checked_only_where_the_portal_needs_them(
     assert "services = nss, ssh, pam" in conf and "auth_provider = ldap" in conf
 
 
-def test_the_kubernetes_target_refuses_the_portal_before_anything_is_applied(
+def test_on_kubernetes_users_reach_the_proxy_and_nodes_the_hub_by_name(
     write_cluster, tmp_path: Path
 ) -> None:
-    path = write_cluster(shipped_with(portal={"enabled": True}))
-    proc = run_invoke("deploy", "--target", "k8s", "--dry-run", "--cluster", str(path))
-    assert_clean_failure(proc, "portal.enabled: the web portal runs on the local target only")
+    data = cluster_data()
+    data["portal"] = {"enabled": True, "port": 18000}
+    cluster_file = write_cluster(data)
+    kube = rendered_kube(cluster_file, with_images_lock(cluster_file, tmp_path))
+    objects = kube.manifests.objects
+    # notebook servers reach the hub's API by the Service's name, and its metrics are scraped
+    inside = objects["service-portal.yaml"]
+    assert inside["spec"]["clusterIP"] == "None"
+    assert [p["port"] for p in inside["spec"]["ports"]] == [8081]
+    assert inside["metadata"]["annotations"]["prometheus.io/path"] == "/hub/metrics"
+    assert objects["servicemonitor-portal.yaml"]["spec"]["endpoints"] == [
+        {"port": "hub-api", "path": "/hub/metrics"}
+    ]
+    # users reach the proxy through a Service of the login Service's type, beside it
+    public = objects["service-portal-public.yaml"]
+    assert public["spec"]["type"] == "NodePort"
+    assert public["spec"]["ports"] == [
+        {"name": "http", "port": 18000, "targetPort": 8000, "protocol": "TCP"}
+    ]
+    assert public["spec"]["selector"] == inside["spec"]["selector"]
+    # the hub reaches a node's server at the node's name in the nodes' Service
+    config = objects[f"configmap-{roles.PORTAL_CONF.name}.yaml"]["data"][portal.SETTINGS_FILE]
+    assert yaml.safe_load(config)["node_domain"] == "slurm-nodes"
+    # its database on a claim of its own, its secrets from Secrets mounted into it alone
+    hub = objects["statefulset-portal.yaml"]["spec"]
+    assert [c["metadata"]["name"] for c in hub["volumeClaimTemplates"]] == ["portal"]
+    secrets = {
+        v["secret"]["secretName"] for v in hub["template"]["spec"]["volumes"] if "secret" in v
+    }
+    assert {"portal-cookie-secret", "portal-proxy-token", "munge-key"} <= secrets
+    for name, obj in objects.items():
+        pod = pod_of(obj)
+        if pod is None or name == "statefulset-portal.yaml":
+            continue
+        mounted = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        assert not mounted & {"portal-cookie-secret", "portal-proxy-token"}, name

@@ -69,11 +69,6 @@ class Manifests:
                 "of its own; name the site's directory in identity.ldap.uri (with bind_dn, "
                 "bind_password_file and ca_file)"
             )
-        if self.cluster.spec.portal.enabled:
-            raise ConfigError(
-                f"{self.cluster.path}: portal.enabled: the web portal runs on the local target "
-                "only so far; deploy it there, or set portal.enabled: false for k8s"
-            )
         siteconf.check_cluster(self.cluster, self.engine)
         local_ids: dict[str, str] = {}
         pyxis = False

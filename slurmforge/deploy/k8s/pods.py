@@ -22,27 +22,29 @@ from slurmforge.deploy.roles import (
 )
 
 
-def scrape_annotations(port: roles.Port) -> dict[str, str]:
+def scrape_annotations(role: Role) -> dict[str, str]:
     """The annotations a plain Prometheus' kubernetes_sd_configs relabelling conventionally
-    keeps (prometheus.io/scrape, port, path)."""
+    keeps (prometheus.io/scrape, port, path), for the port ``role`` is scraped on."""
+    assert role.scraped is not None
     return {
         "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(port.number),
-        "prometheus.io/path": "/metrics",
+        "prometheus.io/port": str(role.scraped.number),
+        "prometheus.io/path": role.metrics_path,
     }
 
 
 class PodRenderer(WorkloadBuilder):
-    def service_monitor(self, name: str, port: roles.Port) -> dict[str, Any]:
+    def service_monitor(self, role: Role) -> dict[str, Any]:
         """For a Prometheus Operator: scrape the role's Service (applied only where the API
         serves monitoring.coreos.com/v1; the Service's annotations serve a plain Prometheus)."""
+        assert role.scraped is not None
         return {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "ServiceMonitor",
-            "metadata": self.meta(name, name),
+            "metadata": self.meta(role.name, role.name),
             "spec": {
-                "selector": {"matchLabels": self.selector(name)},
-                "endpoints": [{"port": port.name, "path": "/metrics"}],
+                "selector": {"matchLabels": self.selector(role.name)},
+                "endpoints": [{"port": role.scraped.name, "path": role.metrics_path}],
             },
         }
 

@@ -10,7 +10,8 @@ One file per object plus ``kustomization.yaml``, under ``deploy/out/k8s/<cluster
 - per role: a StatefulSet when it keeps data (a volumeClaimTemplate per ``Data``) or is reached
   by a stable pod name (slurmctld-0, login-0, mariadb-0), else a one-pod Deployment; a headless
   Service for the ports other pods reach it on, a Service of ``kubernetes.login_service``'s type
-  for the ports it publishes; a CronJob for a scheduled role (the GPU health check);
+  for the ports it publishes (``<role>-public`` where it has both: public_service); a CronJob
+  for a scheduled role (the GPU health check);
 - the compute nodes: one StatefulSet per node set behind one headless Service (``slurm-nodes``):
   pod ``cpu-0`` is Slurm node ``cpu-0`` at ``cpu-0.slurm-nodes``; GPU node sets request
   ``nvidia.com/gpu`` and mount the node's driver directories through hostPath, read-only.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from slurmforge.deploy import monitoring, roles
+from slurmforge.deploy import monitoring, portal, roles
 from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.k8s import controllers
@@ -48,6 +49,7 @@ from slurmforge.deploy.roles import (
     IDENTITY_CONF,
     JAIL_CONF,
     NODE,
+    PORTAL_CONF,
     SLURM_CONF,
     Role,
 )
@@ -103,6 +105,7 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
             JAIL_CONF.name: {k: files[k] for k in slurmconf.JAIL_FILES},
             DBD_CONF.name: {"slurmdbd.conf": slurmconf.slurmdbd_conf(cluster)},
             IDENTITY_CONF.name: identity.files(cluster.spec, cluster.path),
+            PORTAL_CONF.name: portal.files(cluster, node_domain=NODES_SERVICE),
         }
         used = {c for r in running for c in r.mounted_configs(cluster.spec)}
         if BACKUP_CONF in used:
@@ -133,12 +136,11 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
         if inside:
             out[f"service-{role.name}.yaml"] = self.headless(role.name, role.name, inside)
         if role.scraped:
-            out[f"service-{role.name}.yaml"]["metadata"]["annotations"] = scrape_annotations(
-                role.scraped
-            )
-            out[f"servicemonitor-{role.name}.yaml"] = self.service_monitor(role.name, role.scraped)
+            out[f"service-{role.name}.yaml"]["metadata"]["annotations"] = scrape_annotations(role)
+            out[f"servicemonitor-{role.name}.yaml"] = self.service_monitor(role)
         if outside:
-            out[f"service-{role.name}.yaml"] = self.published(role.name, outside)
+            name = public_service(role)
+            out[f"service-{name}.yaml"] = self.published(name, outside, role.name)
         volumes, mounts = self.volumes(role)
         container = self.container(role, self.images.refs[role.image], mounts)
         pod = self.pod_spec([container], volumes, wait=role.jail is not None)
@@ -190,6 +192,14 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
                 role.name, role.name, replicas, pod, config_hash
             ),
         }
+
+
+def public_service(role: Role) -> str:
+    """The Service users reach ``role`` through: its own name, or ``<role>-public`` beside the
+    headless Service of a role that other pods reach on ports of their own (the portal: users
+    on its proxy, notebook servers on its hub's API)."""
+    inside = any(not p.publish for p in role.ports)
+    return f"{role.name}-public" if inside else role.name
 
 
 def one_per_set(cluster: Cluster) -> Cluster:

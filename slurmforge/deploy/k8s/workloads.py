@@ -109,15 +109,19 @@ class WorkloadBuilder(ObjectBuilder):
             },
         }
 
-    def published(self, name: str, ports: list[roles.Port]) -> dict[str, Any]:
-        """Where users reach a role: a Service of kubernetes.login_service's type."""
+    def published(
+        self, name: str, ports: list[roles.Port], component: str | None = None
+    ) -> dict[str, Any]:
+        """Where users reach a role (``component``, else ``name``): a Service of
+        kubernetes.login_service's type."""
+        component = component or name
         return {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": self.meta(name, name),
+            "metadata": self.meta(name, component),
             "spec": {
                 "type": self.k8s.login_service,
-                "selector": self.selector(name),
+                "selector": self.selector(component),
                 "ports": [
                     {
                         "name": p.name,
