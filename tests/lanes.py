@@ -1,13 +1,18 @@
-"""The tiers that mostly wait, in a lane of their own: the Kubernetes tier (its tests wait on
-pods) and the cluster modules that wait on Slurm's own timers (a backup controller's takeover,
-elastic nodes' idle and start times, a lost node's SlurmdTimeout: that one deploys the default
-cluster again in the lane, 4 minutes of waiting moved for under one of deploying). A run that
-collects them beside other tiers (README's test command) runs them in a second pytest process,
-started when the session first reaches a tier past the build tier (the cluster tier, whose tests
-mostly wait on their daemons too), and fails when that process fails. The lane's output goes to
-.cache/k8s-lane.log; its summary, failures and slowest tests are printed at the end of the run.
+"""The tiers that mostly wait, in lanes of their own beside the main process: a run that collects
+them with other tiers (README's test command) runs each lane in a pytest process of its own,
+all started when the session first reaches a tier past the build tier (the cluster tier, whose
+tests mostly wait on their daemons too), and fails when one of them fails.
 
-A run of those alone (`pytest tests/k8s`), or with SLURMFORGE_K8S_LANE=0, runs them inline.
+- ``k8s``: the Kubernetes tier (its tests wait on pods), then the image tier (testinfra on each
+  mission cell's images: its containers are its own, and on a fresh machine it waits for the
+  cells the prebuild makes, as it did at the main process' end).
+- ``waiting``: the cluster modules that wait on Slurm's own timers (a backup controller's
+  takeover, elastic nodes' idle and start times, a lost node's SlurmdTimeout: that one deploys
+  the default cluster again, 4 minutes of waiting moved for under one of deploying).
+
+A lane's output goes to .cache/lane-<name>.log; its summary, failures and slowest tests are
+printed at the end of the run. A run of one lane's tests alone (`pytest tests/k8s`), or with
+SLURMFORGE_LANES=0, runs them inline.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,38 +29,50 @@ import pytest
 from tests import order
 
 ROOT = Path(__file__).resolve().parents[1]
-K8S, BUILD = ROOT / "tests" / "k8s", ROOT / "tests" / "build"
-# besides tests/k8s: cluster modules whose tests wait on Slurm's timers
+K8S, IMAGE, BUILD = (ROOT / "tests" / tier for tier in ("k8s", "image", "build"))
+# cluster modules whose tests wait on Slurm's timers
 WAITING = (
     ROOT / "tests" / "cluster" / "test_failover.py",
     ROOT / "tests" / "cluster" / "test_elastic.py",
     ROOT / "tests" / "cluster" / "test_node_loss.py",
 )
-LOG = ROOT / ".cache" / "k8s-lane.log"
-LANE_NAMES = "tests/k8s, test_failover.py, test_elastic.py, test_node_loss.py"
 
 
-def _under(item: pytest.Item, tier: Path) -> bool:
-    return tier in Path(item.fspath).resolve().parents
+def _under(path: Path, tier: Path) -> bool:
+    return tier in path.parents
 
 
-def _in_lane(item: pytest.Item) -> bool:
-    return _under(item, K8S) or Path(item.fspath).resolve() in WAITING
+# name → whether a test file is the lane's, in the order the lane runs them
+LANES: dict[str, tuple[Callable[[Path], bool], ...]] = {
+    "k8s": (lambda p: _under(p, K8S), lambda p: _under(p, IMAGE)),
+    "waiting": (lambda p: p in WAITING,),
+}
+
+
+def lane_of(path: Path) -> tuple[str, int] | None:
+    """The lane a test file runs in, and its group's place there; None: the main process."""
+    for name, groups in LANES.items():
+        for place, belongs in enumerate(groups):
+            if belongs(path):
+                return name, place
+    return None
 
 
 class Lane:
-    """The lane's selected tests in a pytest process of their own."""
+    """One lane's selected tests in a pytest process of its own."""
 
-    def __init__(self, nodeids: list[str]) -> None:
+    def __init__(self, name: str, nodeids: list[str]) -> None:
+        self.name = name
         self.nodeids = nodeids
+        self.log = ROOT / ".cache" / f"lane-{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.code: int | None = None
 
     def start(self) -> None:
         if self.proc is not None:
             return
-        LOG.parent.mkdir(parents=True, exist_ok=True)
-        with LOG.open("wb") as log:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as log:
             argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *self.nodeids]
             self.proc = subprocess.Popen(
                 argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -75,7 +93,7 @@ class Lane:
 
     def summary(self) -> list[str]:
         """The lane's slowest tests, failures and final line, as it printed them."""
-        lines = LOG.read_text(errors="replace").splitlines() if LOG.exists() else []
+        lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
         start = next((i for i, ln in enumerate(lines) if "slowest" in ln and "==" in ln), None)
         if start is None:  # it stopped before its summary
             start = max(0, len(lines) - 40)
@@ -89,60 +107,64 @@ def pytest_collection_modifyitems(
     # machine, the arm64 build tests compiled the same Slurm for arm64 beside the prebuild (load 30
     # on 2 cores), and the mixed-arch module held the session for 32 minutes while it waited for it.
     items.sort(key=order.rank)  # stable: each group keeps its order
-    if os.environ.get("SLURMFORGE_K8S_LANE") == "0" or config.option.collectonly:
+    if os.environ.get("SLURMFORGE_LANES") == "0" or config.option.collectonly:
         return
-    k8s = [item for item in items if _in_lane(item)]
-    if not k8s or len(k8s) == len(items):
-        return
-    # the k8s tier first: it starts with the lane, as it did before the waiting modules joined
-    k8s.sort(key=lambda item: not _under(item, K8S))
-    items[:] = [item for item in items if not _in_lane(item)]
-    config.hook.pytest_deselected(items=k8s)
-    config.stash[_LANE] = Lane([item.nodeid for item in k8s])
+    placed = {item.nodeid: lane_of(Path(item.fspath).resolve()) for item in items}
+    groups = {place[0] if place else None for place in placed.values()}
+    if len(groups) < 2:
+        return  # one lane's tests alone, or none of any: inline
+    lanes = []
+    for name in LANES:
+        mine = [item for item in items if (placed[item.nodeid] or ("",))[0] == name]
+        if mine:
+            mine.sort(key=lambda item: placed[item.nodeid][1])  # stable
+            lanes.append(Lane(name, [item.nodeid for item in mine]))
+            config.hook.pytest_deselected(items=mine)
+    items[:] = [item for item in items if placed[item.nodeid] is None]
+    config.stash[_LANES] = lanes
 
 
-_LANE = pytest.StashKey[Lane]()
+_LANES = pytest.StashKey[list[Lane]]()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    lane = item.config.stash.get(_LANE, None)
-    if lane is not None and not _under(item, BUILD):
-        lane.start()
+    if not _under(Path(item.fspath).resolve(), BUILD):
+        for lane in item.config.stash.get(_LANES, []):
+            lane.start()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    lane = session.config.stash.get(_LANE, None)
-    if lane is None:
-        return
+    lanes = session.config.stash.get(_LANES, [])
     if exitstatus == pytest.ExitCode.INTERRUPTED:
-        lane.stop()
+        for lane in lanes:
+            lane.stop()
         return
-    if lane.proc is None and (session.shouldfail or session.shouldstop):
+    if all(lane.proc is None for lane in lanes) and (session.shouldfail or session.shouldstop):
         return  # the run stopped (-x) before it got past the build tier: never started
-    if lane.wait() != 0 and session.exitstatus == pytest.ExitCode.OK:
+    for lane in lanes:
+        lane.start()  # a run of lanes alone: all of them at once
+    failed = [lane for lane in lanes if lane.wait() != 0]
+    if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    lane = config.stash.get(_LANE, None)
-    if lane is None:
-        return
-    if lane.code is None:
+    for lane in config.stash.get(_LANES, []):
+        if lane.code is None:
+            terminalreporter.section(
+                f"the lane {lane.name} did not run to its end: the run stopped first"
+            )
+            continue
+        verdict = "passed" if lane.code == 0 else f"FAILED (exit {lane.code})"
         terminalreporter.section(
-            "the second lane (k8s, failover, elastic) did not run to its end: the run stopped first"
+            f"the lane {lane.name}, run beside the others: {verdict} (log: {lane.log})"
         )
-        return
-    verdict = "passed" if lane.code == 0 else f"FAILED (exit {lane.code})"
-    terminalreporter.section(
-        f"the second lane (k8s, failover, elastic), run beside the others: {verdict} (log: {LOG})"
-    )
-    for line in lane.summary():
-        terminalreporter.write_line(line)
+        for line in lane.summary():
+            terminalreporter.write_line(line)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    lane = config.stash.get(_LANE, None)
-    if lane is not None:
+    for lane in config.stash.get(_LANES, []):
         lane.stop()
