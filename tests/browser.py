@@ -17,6 +17,7 @@ import pytest
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ready
 from selenium.webdriver.support.ui import WebDriverWait
@@ -24,6 +25,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 from tests.conftest import ROOT
 
 ARTIFACTS = ROOT / ".cache" / "portal"
+# a notebook cell that prints the Python its kernel runs
+PYTHON_VERSION = "import sys; print('python', sys.version.split()[0])"
 
 
 def ssha(password: str) -> str:
@@ -146,3 +149,38 @@ def stop_server(driver: WebDriver, url: str, timeout: float = 90) -> None:
             return
         except TimeoutException:
             assert time.monotonic() < deadline, f"the hub did not stop the server: {driver.title}"
+
+
+def run_python(driver: WebDriver, url: str, user: str, code: str) -> str:
+    """``code`` in a new notebook's first cell, once its kernel is up; the cell's output."""
+    launcher_card(driver, url, user, "Python 3").click()
+    cell = wait_for(driver, 60).until(
+        ready.element_to_be_clickable((By.CSS_SELECTOR, ".jp-Cell .cm-content"))
+    )
+    # the kernel up first (a cell run before it is connected can be lost on a loaded machine)
+    wait_for(driver, 90).until(lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text)
+    cell.click()
+    cell.send_keys(code)
+    cell.send_keys(Keys.SHIFT, Keys.ENTER)
+    return wait_for(driver, 60).until(
+        lambda d: next(
+            (o.text for o in d.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output") if o.text),
+            None,
+        )
+    )
+
+
+def queue_view_lists(driver: WebDriver, url: str, user: str, job: str) -> None:
+    """jupyterlab-slurm's queue view, opened from the launcher, lists ``job``."""
+    launcher_card(driver, url, user, "Slurm Dashboard").click()
+    wait_for(driver, 60).until(lambda d: job in d.find_element(By.TAG_NAME, "body").text)
+
+
+def forbidden(driver: WebDriver, url: str, owner: str) -> bool:
+    """Whether the logged-in user is refused ``owner``'s JupyterLab (the hub's 403)."""
+    driver.get(f"{url}/user/{owner}/lab")
+    try:
+        wait_for(driver, 30).until(lambda d: "403" in d.title or "403 : Forbidden" in d.page_source)
+    except TimeoutException:
+        return False
+    return not driver.find_elements(By.ID, "jp-main-dock-panel")

@@ -16,16 +16,20 @@ from dataclasses import dataclass
 
 import pytest
 import yaml
-from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ready
 
 from tests.browser import (
+    PYTHON_VERSION,
+    forbidden,
     launcher_card,
     log_in,
+    queue_view_lists,
     refused,
+    run_python,
     ssha,
     start_server,
     stop_server,
@@ -126,27 +130,12 @@ def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
     assert lines[-1].startswith("slurm="), seen  # a file the jail alone has
 
     # a notebook: the jail's Python
-    launcher_card(browser, portal.url, "ada", "Python 3").click()
-    cell = wait_for(browser, 60).until(
-        ready.element_to_be_clickable((By.CSS_SELECTOR, ".jp-Cell .cm-content"))
-    )
-    # the kernel up first (a cell run before it is connected can be lost on a loaded machine)
-    wait_for(browser, 90).until(lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text)
-    cell.click()
-    cell.send_keys("import sys; print('python', sys.version.split()[0])")
-    cell.send_keys(Keys.SHIFT, Keys.ENTER)
-    output = wait_for(browser, 60).until(
-        lambda d: next(
-            (o.text for o in d.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output") if o.text),
-            None,
-        )
-    )
+    output = run_python(browser, portal.url, "ada", PYTHON_VERSION)
     jail_python = cluster.ok("login", "chroot /jail python3 -c 'import sys; print(sys.version)'")
     assert output == f"python {jail_python.split()[0]}", output
 
     # the queue view lists the job
-    launcher_card(browser, portal.url, "ada", "Slurm Dashboard").click()
-    wait_for(browser, 60).until(lambda d: job in d.find_element(By.TAG_NAME, "body").text)
+    queue_view_lists(browser, portal.url, "ada", job)
 
     # stopping the server from the hub ends the job
     stop_server(browser, portal.url)
@@ -166,12 +155,7 @@ def test_another_user_cannot_open_a_server_and_wrong_passwords_are_refused(
     log_in(ada, portal.url, "ada", PASSWORDS["ada"])
     start_server(ada, portal.url)
     log_in(bob, portal.url, "bob", PASSWORDS["bob"])
-    bob.get(f"{portal.url}/user/ada/lab")
-    try:
-        wait_for(bob, 30).until(lambda d: "403" in d.title or "403 : Forbidden" in d.page_source)
-    except TimeoutException:
-        pytest.fail(f"bob reached {bob.current_url}: {bob.title}")
-    assert not bob.find_elements(By.ID, "jp-main-dock-panel")
+    assert forbidden(bob, portal.url, "ada"), f"bob reached {bob.current_url}: {bob.title}"
     stop_server(ada, portal.url)  # ada's own server is still hers
     # five wrong passwords, and then for a while not even the right one gets carol in
     carol = browsers()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -22,9 +22,13 @@ from selenium.webdriver.support import expected_conditions as ready
 
 from tests import site_ldap
 from tests.browser import (
+    PYTHON_VERSION,
+    forbidden,
     launcher_card,
     log_in,
+    queue_view_lists,
     refused,
+    run_python,
     ssha,
     start_server,
     stop_server,
@@ -35,14 +39,16 @@ from tests.k8s import lab
 from tests.k8s.conftest import K8sCluster
 
 pytestmark = pytest.mark.k8s
-PASSWORD = "ada-Secret-1"  # her directory password
+PASSWORDS = {"ada": "ada-Secret-1", "bob": "bob-Secret-2"}  # their directory passwords
+IDLE = 30  # portal.idle_timeout: the culler's check waits about this long
 
 
 @pytest.fixture(scope="module")
 def site(
     images: dict[str, str], client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[site_ldap.SiteDirectory, Path]]:
-    """The site's directory with user ada (her key beside it) in group physics-users."""
+    """The site's directory with users ada (her key beside it) and bob in group physics-users,
+    each with a password."""
     root = tmp_path_factory.mktemp("site-ldap")
     key = root / "ada_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
@@ -54,7 +60,10 @@ def site(
         f"dn: uid=ada,{base}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
         "objectClass: ldapPublicKey\nuid: ada\ncn: ada\nsn: ada\nuidNumber: 31000\n"
         "gidNumber: 30000\nhomeDirectory: /home/ada\nloginShell: /bin/bash\n"
-        f"sshPublicKey: {public}\nuserPassword: {ssha(PASSWORD)}\n"
+        f"sshPublicKey: {public}\nuserPassword: {ssha(PASSWORDS['ada'])}\n\n"
+        f"dn: uid=bob,{base}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
+        "uid: bob\ncn: bob\nsn: bob\nuidNumber: 31001\ngidNumber: 30000\n"
+        f"homeDirectory: /home/bob\nloginShell: /bin/bash\nuserPassword: {ssha(PASSWORDS['bob'])}\n"
     )
     host = bridge_address(client)  # the lab's pods reach this host there
     with site_ldap.run(client, images["slapd"], root / "slapd", host, entries) as directory:
@@ -71,7 +80,7 @@ def deployed(
     directory, _ = site
     data = k8s_cluster.data()
     data["identity"] = directory.settings()
-    data["portal"] = {"enabled": True, "idle_timeout": 0}
+    data["portal"] = {"enabled": True, "idle_timeout": IDLE}
     k8s_cluster.write(data)
     if k8s_cluster.kube.lab:  # the hub's database: a claim of kubernetes.state's class
         root = tmp_path_factory.mktemp("portal-pv")
@@ -113,26 +122,38 @@ def test_a_directory_user_logs_in_by_key_and_runs_on_both_nodes(
 
 
 def test_a_directory_user_runs_jupyterlab_from_the_portal_as_her_job(
-    k8s_cluster: K8sCluster, deployed: subprocess.CompletedProcess[str], browser: WebDriver
+    k8s_cluster: K8sCluster,
+    deployed: subprocess.CompletedProcess[str],
+    browsers: Callable[[], WebDriver],
 ) -> None:
     kube = k8s_cluster.kube
+
+    def squeue(user: str) -> list[str]:
+        return kube.sh("login-0", "login", f"squeue -h -u {user} -o '%i %T %N'").split()
+
+    def until_no_jobs(user: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while squeue(user) and time.monotonic() < deadline:
+            time.sleep(2)
+        assert not squeue(user), f"{user}'s job still runs {timeout:.0f} s on"
+
     # the lab has no kube-proxy: the browser goes to the hub's pod, where portal-public sends
     url = f"http://{kube.pod_ip('portal-0')}:8000"
-    assert refused(browser, url, "ada", "not-" + PASSWORD)
-    log_in(browser, url, "ada", PASSWORD)
-    start_server(browser, url)
-    jobs = kube.sh("login-0", "login", "squeue -h -u ada -o '%i %T %N'").split()
+    ada, bob = browsers(), browsers()
+    assert refused(ada, url, "ada", "not-" + PASSWORDS["ada"])
+    log_in(ada, url, "ada", PASSWORDS["ada"])
+    start_server(ada, url)
+    jobs = squeue("ada")
     assert len(jobs) == 3 and jobs[1] == "RUNNING", jobs
     job, _, node = jobs
     # the terminal: a shell on that node pod, as ada, in her home on the jail
-    launcher_card(browser, url, "ada", "Terminal").click()
-    terminal = wait_for(browser).until(
+    launcher_card(ada, url, "ada", "Terminal").click()
+    terminal = wait_for(ada).until(
         ready.presence_of_element_located((By.CSS_SELECTOR, ".jp-Terminal textarea"))
     )
     time.sleep(2)  # the shell's prompt
-    terminal.send_keys(
-        "(hostname; id; cat /etc/slurmforge-jail-release) > ~/from-lab.txt" + Keys.ENTER
-    )
+    write = "(hostname; id; cat /etc/slurmforge-jail-release) > ~/from-lab.txt"
+    terminal.send_keys(write + Keys.ENTER)
     deadline, seen = time.monotonic() + 30, ""
     while time.monotonic() < deadline and "slurm=" not in seen:
         time.sleep(1)
@@ -141,12 +162,22 @@ def test_a_directory_user_runs_jupyterlab_from_the_portal_as_her_job(
     assert lines[0] == node, seen
     assert lines[1].startswith("uid=31000(ada) gid=30000(physics-users)"), seen
     assert lines[-1].startswith("slurm="), seen  # a file the jail alone has
+    # a notebook on the jail's Python, and the queue view
+    jail_python = kube.sh(
+        "login-0", "login", "chroot /jail python3 -c 'import sys; print(sys.version)'"
+    )
+    assert run_python(ada, url, "ada", PYTHON_VERSION) == f"python {jail_python.split()[0]}"
+    queue_view_lists(ada, url, "ada", job)
+    # bob may not open it
+    log_in(bob, url, "bob", PASSWORDS["bob"])
+    assert forbidden(bob, url, "ada"), f"bob reached {bob.current_url}: {bob.title}"
     # stopping the server ends the job
-    stop_server(browser, url)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if not kube.sh("login-0", "login", "squeue -h -u ada -o %i"):
-            break
-        time.sleep(2)
+    stop_server(ada, url)
+    until_no_jobs("ada", 60)
     state = kube.sh("login-0", "login", f"sacct -n -X -P -j {job} -o State", user="ada")
     assert state.startswith(("CANCELLED", "COMPLETED")), state
+    # bob's server, left alone, is ended by the culler, and its job with it
+    start_server(bob, url)
+    assert squeue("bob")[1] == "RUNNING"
+    bob.get("about:blank")
+    until_no_jobs("bob", IDLE * 4)
