@@ -184,3 +184,14 @@ def forbidden(driver: WebDriver, url: str, owner: str) -> bool:
     except TimeoutException:
         return False
     return not driver.find_elements(By.ID, "jp-main-dock-panel")
+
+
+def type_in_terminal(driver: WebDriver, url: str, user: str, line: str) -> None:
+    """``line`` typed into a new JupyterLab terminal, once its shell has had a moment for its
+    prompt, and sent."""
+    launcher_card(driver, url, user, "Terminal").click()
+    terminal = wait_for(driver).until(
+        ready.presence_of_element_located((By.CSS_SELECTOR, ".jp-Terminal textarea"))
+    )
+    time.sleep(2)  # the shell's prompt
+    terminal.send_keys(line + Keys.ENTER)

@@ -18,14 +18,12 @@ import pytest
 import yaml
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ready
 
 from tests.browser import (
     PYTHON_VERSION,
     forbidden,
-    launcher_card,
     log_in,
     queue_view_lists,
     refused,
@@ -33,6 +31,7 @@ from tests.browser import (
     ssha,
     start_server,
     stop_server,
+    type_in_terminal,
     wait_for,
 )
 from tests.cluster.conftest import Clusters, Deployed
@@ -108,14 +107,11 @@ def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
     print(f"portal: Start to JupyterLab in {time.monotonic() - started:.1f} s (job {job})")
 
     # the terminal: a shell on that node, inside the job, as ada; its output lands in ~
-    launcher_card(browser, portal.url, "ada", "Terminal").click()
-    terminal = wait_for(browser).until(
-        ready.presence_of_element_located((By.CSS_SELECTOR, ".jp-Terminal textarea"))
-    )
-    time.sleep(2)  # the shell's prompt
-    terminal.send_keys(
-        "(hostname; id; cat /proc/self/cgroup; cat /etc/slurmforge-jail-release) > ~/from-lab.txt"
-        + Keys.ENTER
+    type_in_terminal(
+        browser,
+        portal.url,
+        "ada",
+        "(hostname; id; cat /proc/self/cgroup; cat /etc/slurmforge-jail-release) > ~/from-lab.txt",
     )
     deadline = time.monotonic() + 30
     seen = ""

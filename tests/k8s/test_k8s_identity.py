@@ -15,16 +15,12 @@ from pathlib import Path
 
 import docker
 import pytest
-from selenium.webdriver.common.by import By
-from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support import expected_conditions as ready
 
 from tests import site_ldap
 from tests.browser import (
     PYTHON_VERSION,
     forbidden,
-    launcher_card,
     log_in,
     queue_view_lists,
     refused,
@@ -32,7 +28,7 @@ from tests.browser import (
     ssha,
     start_server,
     stop_server,
-    wait_for,
+    type_in_terminal,
 )
 from tests.external_database import bridge_address
 from tests.k8s import lab
@@ -147,13 +143,8 @@ def test_a_directory_user_runs_jupyterlab_from_the_portal_as_her_job(
     assert len(jobs) == 3 and jobs[1] == "RUNNING", jobs
     job, _, node = jobs
     # the terminal: a shell on that node pod, as ada, in her home on the jail
-    launcher_card(ada, url, "ada", "Terminal").click()
-    terminal = wait_for(ada).until(
-        ready.presence_of_element_located((By.CSS_SELECTOR, ".jp-Terminal textarea"))
-    )
-    time.sleep(2)  # the shell's prompt
     write = "(hostname; id; cat /etc/slurmforge-jail-release) > ~/from-lab.txt"
-    terminal.send_keys(write + Keys.ENTER)
+    type_in_terminal(ada, url, "ada", write)
     deadline, seen = time.monotonic() + 30, ""
     while time.monotonic() < deadline and "slurm=" not in seen:
         time.sleep(1)
