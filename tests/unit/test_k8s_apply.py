@@ -232,6 +232,70 @@ def test_a_failing_wait_names_the_job(checkout) -> None:
         k8s_apply.apply(kube, 5)
 
 
+# pods as `kubectl get pods -o json` lists them while a deploy waits on them (trimmed)
+STUCK_PODS = [
+    {"metadata": {"name": "jail-populate-2d2e6bc92b8b-x7k2p",
+                  "ownerReferences": [{"kind": "Job", "name": "jail-populate-2d2e6bc92b8b"}]},
+     "status": {"phase": "Pending", "conditions": [
+         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+          "message": "0/1 nodes are available: 1 node(s) were unschedulable."}]}},
+    {"metadata": {"name": "login-0"},
+     "status": {"phase": "Pending",
+                "initContainerStatuses": [{"name": "wait-jail", "ready": False,
+                                           "state": {"running": {}}}],
+                "containerStatuses": [{"name": "login", "ready": False, "state": {
+                    "waiting": {"reason": "PodInitializing"}}}]}},
+    {"metadata": {"name": "slurmctld-0"},
+     "status": {"phase": "Running", "containerStatuses": [
+         {"name": "slurmctld", "ready": False, "restartCount": 3,
+          "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                "message": "back-off 40s restarting failed container"}},
+          "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}},
+    {"metadata": {"name": "cpu-0"},
+     "status": {"phase": "Running", "containerStatuses": [
+         {"name": "slurmd", "ready": True, "state": {"running": {}}}]}},
+    {"metadata": {"name": "slurmdbd-5d9c-abcde", "deletionTimestamp": "2026-11-27T16:00:00Z"},
+     "status": {"phase": "Running"}},
+]  # fmt: skip
+
+
+def test_a_failing_wait_names_each_pod_not_ready_and_why(checkout) -> None:
+    cluster_file, root = checkout
+    _, served = _server(SERVED_121)
+    logs = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        if "wait" in argv:
+            return subprocess.CompletedProcess(argv, 1, "", "error: timed out")
+        if argv[-1] == "json" and "pods" in argv:
+            return subprocess.CompletedProcess(argv, 0, json.dumps({"items": STUCK_PODS}), "")
+        if "logs" in argv:
+            logs.append(argv[argv.index("logs") :])
+            out = "".join(f"line {i}\n" for i in range(9)) + "fatal: no StateSaveLocation\n"
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        return served(argv)
+
+    kube = rendered_kube(cluster_file, root, run)
+    with pytest.raises(DeployError) as exc:
+        k8s_apply.apply(kube, 5)
+    (_, reasons) = exc.value.message.split("\n  pods not ready:\n")
+    assert reasons.splitlines() == [
+        "  jail-populate-2d2e6bc92b8b-x7k2p: not scheduled: 0/1 nodes are available: "
+        "1 node(s) were unschedulable.",
+        "  login-0: init container wait-jail: still running",
+        "  slurmctld-0: container slurmctld: CrashLoopBackOff (last exit 1): "
+        "back-off 40s restarting failed container",
+        "    | line 5",
+        "    | line 6",
+        "    | line 7",
+        "    | line 8",
+        "    | fatal: no StateSaveLocation",
+        "  slurmdbd-5d9c-abcde: terminating",
+    ]
+    # the crashed run's log, not the waiting container's (which has none yet)
+    assert logs == [["logs", "slurmctld-0", "-c", "slurmctld", "--tail=5", "--previous"]]
+
+
 def test_status_and_login_on_k8s_run_these_kubectl_commands(checkout) -> None:
     cluster_file, root = checkout
     calls: list[list[str]] = []

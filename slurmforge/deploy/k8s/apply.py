@@ -3,9 +3,10 @@ set leaves out drained; server-side apply of the Namespace, then the missing Sec
 (secrets.py; each made once, in a private temporary file removed right after, or from an
 external database's password file), then the rest, leaving out (and naming) kinds the server
 does not serve; ``kubectl wait`` for the populate Job; a rollout status per StatefulSet and
-Deployment; running pods brought to the applied config (config_sync.py) and ``scontrol
-reconfigure``; a wait, through ``kubectl exec`` in slurmctld, until every node is in service;
-and with accounting, until slurmdbd knows the cluster (then the default account)."""
+Deployment (a wait that fails names the pods not ready and why: stuck.py); running pods
+brought to the applied config (config_sync.py) and ``scontrol reconfigure``; a wait, through
+``kubectl exec`` in slurmctld, until every node is in service; and with accounting, until
+slurmdbd knows the cluster (then the default account)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Protocol
 
 from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.backup.access import BackupAccess
-from slurmforge.deploy.k8s import config_sync, controllers, power
+from slurmforge.deploy.k8s import config_sync, controllers, power, stuck
 from slurmforge.deploy.k8s.kubectl import Kubectl
 from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.secrets import Secrets
@@ -108,12 +109,14 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     for name, why in skipped.items():
         print(f"not applied: {kube.dir / name} ({why})", file=kube.log)
     wait = f"--timeout={int(timeout)}s"
-    kube.k.check(
+    stuck.wait(
+        kube.k,
         kube.k.argv("wait", "--for=condition=complete", f"job/{kube.manifests.populate_job}", wait),
         f"waiting for job/{kube.manifests.populate_job}",
     )
     for kind, name in rollouts(kube):
-        kube.k.check(
+        stuck.wait(
+            kube.k,
             kube.k.argv("rollout", "status", f"{kind}/{name}", wait),
             f"rollout of {kind}/{name}",
         )
