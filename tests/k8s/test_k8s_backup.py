@@ -199,7 +199,11 @@ def test_the_primarys_pod_lost_hands_control_to_the_backup_and_no_job_is_lost(
     ha: K8sCluster,
 ) -> None:
     kube = ha.kube
-    long = _user(ha, "sbatch --parsable -N2 -o /dev/null --wrap 'srun sleep 60'")
+    # runs until the test releases it, however long Kubernetes and the takeover take (a
+    # `sleep 60` ended before the check on a loaded CI run)
+    _user(ha, "rm -f ~/release")
+    hold = "srun bash -c 'until [ -e ~/release ]; do sleep 1; done'"
+    long = _user(ha, f'sbatch --parsable -N2 -o /dev/null --wrap "{hold}"')
     until("the long job running", lambda: _state(ha, long) == "RUNNING", 60)
     stream = Stream(ha)
     time.sleep(3)  # some accepted before the loss
@@ -238,8 +242,10 @@ def test_the_primarys_pod_lost_hands_control_to_the_backup_and_no_job_is_lost(
         assert "slurmctld is not answering" not in status.stdout
         time.sleep(2)
         accepted, refused = stream.stop()
+        _user(ha, "touch ~/release")
     finally:
         kube.run("uncordon", node, namespaced=False)
+        stream.proc.kill()  # where the test failed before it stopped it
     # sbatch waited for a controller, it never gave up; but one in flight when the primary got
     # SIGTERM is reset, says so and exits 1 (refused, never accepted: a CI run met it)
     assert len(refused) <= 1 and all("Connection reset by peer" in r for r in refused), refused
