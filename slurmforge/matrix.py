@@ -1,8 +1,6 @@
 """Matrix sets → cells → image targets, ordered as a DAG.
 
-A component is declared once, as data: which axes identify it (a component that does not depend
-on CUDA is built once and tagged for every CUDA version of its cells), which components it is
-built from, and whether it is published."""
+The components themselves are declared in components.py."""
 
 from __future__ import annotations
 
@@ -11,180 +9,15 @@ import graphlib
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import cached_property
 
+from slurmforge.components import COMPONENTS, Axis
 from slurmforge.config import Config, MatrixSet
 from slurmforge.errors import ConfigError
 from slurmforge.inputs import format_path
 from slurmforge.pins import NATIVE_ARCH
 
 INTERNAL_REGISTRY = "slurmforge"
-
-
-class Axis(StrEnum):
-    DISTRO = "distro"
-    SLURM = "slurm"
-    CUDA = "cuda"
-    # every component has it; a target's coordinates name it only when it is not the native
-    # arch, so that amd64 targets keep the IDs and tags they had before the axis
-    ARCH = "arch"
-
-
-@dataclass(frozen=True)
-class Component:
-    name: str
-    axes: tuple[Axis, ...]
-    parents: tuple[str, ...]
-    public: bool
-    help: str
-    # upstream artifacts its build context needs besides its features' (features.py)
-    sources: tuple[str, ...] = ()
-    # project directories (besides images/<name>/) and files of slurmforge itself
-    # (slurmforge/…, read from the installed package) that join its build context
-    context: tuple[str, ...] = ()
-    # runs on the native arch whatever its cell's: it makes packages for the cell's arch there
-    # (a cross-compile), from the native parents
-    builder: bool = False
-    # builders it takes its compiled parts from in a cell of another arch than the native one
-    # (where native cells compile them in a stage of their own build)
-    cross_parents: tuple[str, ...] = ()
-    # a builder only cells of another arch have (through cross_parents)
-    cross_only: bool = False
-
-
-COMPONENTS: dict[str, Component] = {
-    c.name: c
-    for c in (
-        Component("base", (Axis.DISTRO,), (), False, "distro root filesystem"),
-        Component(
-            "slurm-debs",
-            (Axis.DISTRO, Axis.SLURM),
-            ("base",),
-            False,
-            "Slurm, the jail SPANK plugin, pyxis and enroot compiled into .debs (internal builder)",
-            sources=("slurm",),
-            context=("jail/spank",),
-            builder=True,
-        ),
-        Component(
-            "runtime",
-            (Axis.DISTRO, Axis.SLURM),
-            ("base", "slurm-debs"),
-            False,
-            "munge, accounts, libslurm and the Slurm client",
-        ),
-        Component(
-            "slurmctld",
-            (Axis.DISTRO, Axis.SLURM),
-            ("runtime", "slurm-debs"),
-            True,
-            "controller",
-            context=("images/accounting",),
-        ),
-        Component(
-            "slurmd",
-            (Axis.DISTRO, Axis.SLURM),
-            ("runtime", "slurm-debs"),
-            True,
-            "compute node daemon, with pyxis and enroot for containers in jobs; sshd for users "
-            "with a job on it (pam_slurm_adopt)",
-            context=("images/gpu", "images/login"),
-        ),
-        Component(
-            "login",
-            (Axis.DISTRO, Axis.SLURM),
-            ("runtime", "slurm-debs"),
-            True,
-            "login node: client, sshd, nss_slurm",
-        ),
-        Component(
-            "slurmdbd",
-            (Axis.DISTRO, Axis.SLURM),
-            ("runtime", "slurm-debs"),
-            True,
-            "accounting daemon (slurmdbd), storing into MariaDB/MySQL",
-            context=("images/accounting",),
-        ),
-        Component(
-            "slurmrestd",
-            (Axis.DISTRO, Axis.SLURM),
-            ("runtime", "slurm-debs"),
-            True,
-            "REST API (slurmrestd) with JWT authentication, as its own unprivileged user",
-        ),
-        Component(
-            "exporter",
-            (Axis.DISTRO, Axis.SLURM),
-            ("runtime", "slurm-debs"),
-            True,
-            "Prometheus exporter of the cluster (Slurm's JSON output), unprivileged",
-        ),
-        Component(
-            "portal",
-            (Axis.DISTRO, Axis.SLURM),
-            ("runtime", "slurm-debs"),
-            True,
-            "web portal: JupyterHub, starting each user's notebook server as a Slurm job",
-        ),
-        Component(
-            "prometheus",
-            (Axis.DISTRO,),
-            ("base",),
-            True,
-            "Prometheus (and promtool) from the distro's archive",
-        ),
-        Component(
-            "slapd",
-            (Axis.DISTRO,),
-            ("base",),
-            True,
-            "the embedded directory (identity.ldap.embedded): OpenLDAP from the distro's archive",
-        ),
-        Component(
-            "mariadb",
-            (Axis.DISTRO,),
-            ("base",),
-            True,
-            "the accounting database: MariaDB from the distro's archive",
-            # the scheduled backup (k8s) runs in this image: snapshot.py and what it imports
-            context=(
-                "slurmforge/errors.py",
-                "slurmforge/deploy/backup/archive.py",
-                "slurmforge/deploy/backup/snapshot.py",
-            ),
-        ),
-        Component(
-            "nccl-tests",
-            (Axis.DISTRO, Axis.CUDA),
-            ("base",),
-            False,
-            "nccl-tests cross-compiled for a cell of another arch (internal builder)",
-            sources=("cuda", "cuda-build", "nccl", "nccl-tests"),
-            context=("images/gpu",),
-            builder=True,
-            cross_only=True,
-        ),
-        Component(
-            "worker",
-            (Axis.DISTRO, Axis.SLURM, Axis.CUDA),
-            ("slurmd", "slurm-debs", "base"),
-            True,
-            "GPU compute node: slurmd (with enroot, pyxis) + CUDA user space, NCCL, nccl-tests",
-            context=("images/gpu", "jail/gpu"),
-            cross_parents=("nccl-tests",),
-        ),
-        Component(
-            "jail",
-            (Axis.DISTRO, Axis.SLURM, Axis.CUDA),
-            ("base", "slurm-debs"),
-            True,
-            "the users' shared root filesystem (with CUDA user space); populates a volume",
-            context=("rootfs", "jail/populate", "images/gpu"),
-            cross_parents=("nccl-tests",),
-        ),
-    )
-}
 
 
 def arch_suffix(arch: str) -> str:

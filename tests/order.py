@@ -20,7 +20,7 @@ TESTS = ROOT / "tests"
 LATE = (
     TESTS / "cluster" / "test_mixed_arch.py",  # grace, both arches
     TESTS / "registry" / "test_manifest_list.py",  # grace's arm64 slurmd
-    TESTS / "build" / "test_arm64.py",  # grace's arm64 worker, the default cell's arm64 slurmd
+    TESTS / "build" / "test_arm64.py",  # grace's arm64 worker and jail, the default cell's slurmd
     TESTS / "cluster" / "test_upgrade.py",  # current 25.11 (CUDA 12.2)
     TESTS / "image",  # ci 23.11 and 24.05, current 25.11 (CUDA 12.9)
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -126,6 +127,21 @@ def test_slurm_for_arm64_is_cross_compiled_and_its_node_image_runs_here(
     assert [f for f in files if f.rsplit("/", 1)[-1] in names or "/ssh_host_" in f] == []
 
 
+def _grace_arm64(tmp_path: Path, client, component: str, builder: str) -> str:
+    """The grace set's arm64 ``component``, built in a copy of the project at ``tmp_path`` (the
+    prebuild has made it by the time this runs): its reference, once it is checked to be arm64
+    and ``builder``, which made a part of it, amd64."""
+    root = copy_project(tmp_path, share_build_lock=True)
+    args = ("--set", "grace", "--cell", f"{GRACE}-arm64", "--component", component)
+    proc = run_build(root, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    targets = {t.id: t for t in Project(Selection(root / "versions.yaml", "grace")).targets}
+    ref = next(t.ref for t in targets.values() if (t.component, t.arch) == (component, "arm64"))
+    assert client.images.get(targets[builder].ref).attrs["Architecture"] == "amd64"
+    assert client.images.get(ref).attrs["Architecture"] == "arm64"
+    return ref
+
+
 def test_the_arm64_gpu_worker_runs_cross_compiled_nccl_tests_and_an_aarch64_driver(
     tmp_path: Path, client
 ) -> None:
@@ -133,15 +149,7 @@ def test_the_arm64_gpu_worker_runs_cross_compiled_nccl_tests_and_an_aarch64_driv
     nccl-tests cross-compiled on the amd64 builder (its own builder image, amd64), every binary
     aarch64 with each library it needs found; and an arm64 host's stand-in driver, mounted the
     way the Kubernetes target mounts it, is bound read-only and loadable under emulation."""
-    root = copy_project(tmp_path, share_build_lock=True)
-    args = ("--set", "grace", "--cell", f"{GRACE}-arm64", "--component", "worker")
-    proc = run_build(root, *args)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    targets = {t.id: t for t in Project(Selection(root / "versions.yaml", "grace")).targets}
-    builder = targets["nccl-tests/debian12-12.9.1-arm64"]
-    worker = targets["worker/debian12-24.05.8-12.9.1-arm64"].ref
-    assert client.images.get(builder.ref).attrs["Architecture"] == "amd64"
-    assert client.images.get(worker).attrs["Architecture"] == "arm64"
+    worker = _grace_arm64(tmp_path, client, "worker", "nccl-tests/debian12-12.9.1-arm64")
     perf = ("all_reduce_perf", "all_gather_perf", "alltoall_perf", "sendrecv_perf")
     for name in perf:
         assert _elf_machine(client, worker, f"/usr/local/bin/{name}") == AARCH64, name
@@ -170,3 +178,40 @@ def test_the_arm64_gpu_worker_runs_cross_compiled_nccl_tests_and_an_aarch64_driv
     assert not [f for f in files if "/libcuda.so" in f or "/libnvidia-ml.so" in f]
     names = {*SECRET_FILES, *(f".wh.{n}" for n in SECRET_FILES)}
     assert [f for f in files if f.rsplit("/", 1)[-1] in names or "/ssh_host_" in f] == []
+
+
+def test_the_arm64_jails_jupyterlab_is_made_natively_and_runs_from_its_byte_code(
+    tmp_path: Path, client
+) -> None:
+    """The grace set's arm64 jail: JupyterLab's venv made on the amd64 builder (images/jupyter:
+    the lock's arm64 wheels unpacked and byte-compiled by the same Debian Python), not by pip
+    under emulation. Under emulation, on a read-only root as users see the jail, it runs the
+    lock's JupyterLab with the queue view, its compiled extensions are aarch64, and every module
+    a notebook server imports is loaded from that byte code: none stale, none compiled from
+    source at each start."""
+    jail = _grace_arm64(tmp_path, client, "jail", "jupyter/debian12-arm64")
+    venv = "/usr/lib/slurmforge/jupyter"
+    site = f"{venv}/lib/python3.11/site-packages"
+    assert _elf_machine(client, jail, f"{site}/_cffi_backend.cpython-311-aarch64-linux-gnu.so") == (
+        AARCH64
+    )
+    imports = "import jupyterlab, jupyter_server.serverapp, batchspawner.singleuser"
+    script = (
+        "jupyter-lab --version; "
+        "jupyter server extension list 2>&1 | grep -c 'jupyterlab_slurm.*OK'; "
+        f'{venv}/bin/python -v -c "{imports}" 2>/tmp/v || cat /tmp/v >&2; '
+        "grep -c \"^# code object from '.*\\.pyc'$\" /tmp/v; "
+        "grep -E \"^# bytecode is stale|^# code object from '.*\\.py'$\" /tmp/v || true"
+    )
+    out = subprocess.run(
+        ["docker", "run", "--rm", "--platform", "linux/arm64", "--read-only", "--tmpfs", "/tmp",
+         "--entrypoint", "bash", jail, "-c", script],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    version, extension, from_byte_code, *from_source = out.stdout.splitlines()
+    lock = (tmp_path / "images/jail/jupyterlab.lock").read_text()
+    assert version == re.search(r"^jupyterlab==(\S+)", lock, re.M).group(1)
+    assert extension == "1"
+    assert int(from_byte_code) > 500, out.stdout  # jupyter_server alone imports hundreds
+    assert from_source == []

@@ -144,18 +144,19 @@ def test_an_arm64_cell_is_a_second_graph_whose_published_tags_are_the_amd64_ones
     default = matrix.expand(cfg, "default", matrix.cells_of(cfg, "default"))
     assert {t.id: t.tags for t in default}.items() <= {i: t.tags for i, t in by_id.items()}.items()
     # the arm64 half: every target once more, built from arm64 targets, except the builders:
-    # they cross-compile for arm64 on the amd64 base, as amd64 images: Slurm's packages, and
-    # nccl-tests (which an amd64 cell compiles in a stage of its worker and jail)
+    # they make arm64 parts on the amd64 base, as amd64 images: Slurm's packages, nccl-tests
+    # and JupyterLab's venv (which an amd64 cell makes in its worker's and jail's own builds)
     arm = [t for t in targets if t.arch == "arm64"]
-    assert len(arm) == len(default) + 1 and all(t.id.endswith("-arm64") for t in arm)
+    assert len(arm) == len(default) + 2 and all(t.id.endswith("-arm64") for t in arm)
     debs = by_id["slurm-debs/debian12-24.05.8-arm64"]
     nccl = by_id["nccl-tests/debian12-12.2.2-arm64"]
-    for builder in (debs, nccl):
+    jupyter = by_id["jupyter/debian12-arm64"]
+    for builder in (debs, nccl, jupyter):
         assert builder.parents == ("base/debian12",) and builder.platform == "linux/amd64"
-    assert not any(t.component == "nccl-tests" for t in default)
+    assert not any(t.component in ("nccl-tests", "jupyter") for t in default)
     assert nccl.id in by_id["worker/debian12-24.05.8-12.2.2-arm64"].parents
-    assert nccl.id in by_id["jail/debian12-24.05.8-12.2.2-arm64"].parents
-    rest = [t for t in arm if t not in (debs, nccl)]
+    assert {nccl.id, jupyter.id} <= set(by_id["jail/debian12-24.05.8-12.2.2-arm64"].parents)
+    rest = [t for t in arm if t not in (debs, nccl, jupyter)]
     assert all(by_id[p].arch == "arm64" for t in rest for p in t.parents)
     assert {t.platform for t in rest} == {"linux/arm64"}
     login = by_id["login/debian12-24.05.8-arm64"]
