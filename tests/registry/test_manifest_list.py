@@ -1,9 +1,9 @@
 """Push tier, two arches: the default cell built for amd64 and arm64 (the arm64 half as the
-build tier builds it: Slurm cross-compiled, the rest under emulation), pushed to a real registry: each published tag is one
-manifest list of both images, made by a push of the whole set or, after a push per cell (as CI
-runs them, each on its own machine), by `push --lists` from the registry alone; each arch pulled
-through it is that arch, the lock holds the list's and each arch's digest, and a list that names
-another image than the one pushed is refused."""
+build tier builds it: Slurm cross-compiled, the rest under emulation), pushed to a real
+registry: each published tag is one manifest list of both images, made by a push of the whole
+set or, after a push per cell (as CI runs them, each on its own machine), by `push --lists` from
+the registry alone; each arch pulled through it is that arch, the lock holds the list's and each
+arch's digest, and a list that names another image than the one pushed is refused."""
 
 from __future__ import annotations
 
