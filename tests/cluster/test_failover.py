@@ -195,12 +195,13 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
     """The primary is killed outright (SIGKILL), as a lost host is, and the backup takes control
     within SlurmctldTimeout and a few seconds. The primary took a 2-node job's end just before,
     and died before it saved it (it saves at most every 5 s): the backup reads the job as
-    running, holding both nodes. When the job's batch node registers without it, Slurm requeues
-    it (it cannot know how the job ended), and the nodes are free: the next 2-node job runs, and
-    both jobs complete, the requeued one too. primary-on asks the nodes to register soon after
-    the takeover; where the nodes' word that the job's epilog ran reached the backup first (it
-    then shows the nodes idle under the job, and no registration ends it: about half the runs
-    here), primary-on requeues the job itself."""
+    running, holding both nodes (unless the batch node's word of the job's end reaches it too).
+    When the job's batch node registers without it, Slurm requeues it (it cannot know how the
+    job ended), and the nodes are free: the next 2-node job runs, and both jobs complete, the
+    requeued one too. primary-on asks the nodes to register soon after the takeover; where the
+    nodes' word that the job's epilog ran reached the backup first (it then shows the nodes idle
+    under the job, and no registration ends it: about half the runs here), primary-on requeues
+    the job itself."""
     cluster.ok("login", "rm -f ~/go", user=USER)
     script = "until [ -e ~/go ]; do sleep 0.1; done; srun true"
     job = cluster.ok("login", f"sbatch --parsable -N2 -o /dev/null --wrap '{script}'", user=USER)
@@ -229,8 +230,11 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
     )
     took = time.monotonic() - killed
     assert took < TAKEOVER + 20, f"the backup took {took:.1f} s"
-    # what the backup read: the job still running on both nodes
-    assert _running(cluster, job), "the backup did not read the ended job as running"
+    # what the backup read: as a rule the job still running on both nodes; where the primary
+    # died before it answered the batch node's word of the job's end, the node says it again,
+    # to the backup, which ends the job itself (a fresh CI run met it): nothing was lost then,
+    # and what follows holds all the same
+    read = cluster.sh("login", f"squeue -h -t all -j {job} -o %T", user=USER)[1].strip()
 
     def states() -> dict[str, str]:
         argv = f"sacct -n -P -X -j {job},{next_job} -o JobID,State"
@@ -267,6 +271,7 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
           timeout=240, detail=story)  # fmt: skip
     # who requeued it: Slurm, at a registration, or primary-on (it says so in AdminComment)
     comment = cluster.sh("login", f"sacct -n -P -X -j {job} -o AdminComment", user=USER)[1]
-    print(f"after the kill: {seen}; {comment.strip() or 'requeued by Slurm'}")  # (-rP shows it)
+    by = comment.strip() or ("requeued by Slurm" if read == "RUNNING" else "no end lost")
+    print(f"the backup read it {read}; after the kill: {seen}; {by}")  # (-rP shows it)
     _primary_back(cluster, primary)
     cluster.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=120)
