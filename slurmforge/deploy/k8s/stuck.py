@@ -14,9 +14,9 @@ from slurmforge.errors import DeployError
 TAIL = 5  # log lines shown of a container that exited non-zero
 
 
-def _container(kind: str, status: dict[str, Any]) -> tuple[str, str | None] | None:
-    """What holds one container, and the ``kubectl logs`` flag that shows why where it
-    exited non-zero ("" for this run's log, "--previous" for the run before a restart)."""
+def _container(kind: str, status: dict[str, Any]) -> tuple[str, list[str] | None] | None:
+    """What holds one container, and where it exited non-zero the ``kubectl logs`` flags that
+    show why ([] for this run's log, ["--previous"] for the run before a restart)."""
     name = f"{kind} {status['name']}"
     state = status.get("state", {})
     if "waiting" in state:
@@ -24,13 +24,12 @@ def _container(kind: str, status: dict[str, Any]) -> tuple[str, str | None] | No
         last = status.get("lastState", {}).get("terminated")
         after = f" (last exit {last.get('exitCode')})" if last else ""
         message = f": {waiting['message']}" if waiting.get("message") else ""
-        return f"{name}: {waiting.get('reason', 'waiting')}{after}{message}", (
-            "--previous" if last else None
-        )
+        line = f"{name}: {waiting.get('reason', 'waiting')}{after}{message}"
+        return line, ["--previous"] if last else None
     if "terminated" in state:
         code = state["terminated"].get("exitCode", 0)
         if code:
-            return f"{name}: exited {code} ({state['terminated'].get('reason', '')})", ""
+            return f"{name}: exited {code} ({state['terminated'].get('reason', '')})", []
         return None
     if kind == "init container":  # running: the pod waits on it
         return f"{name}: still running", None
@@ -39,10 +38,10 @@ def _container(kind: str, status: dict[str, Any]) -> tuple[str, str | None] | No
     return None
 
 
-def holding(pod: dict[str, Any]) -> tuple[str, list[list[str]]] | None:
+def holding(pod: dict[str, Any]) -> tuple[str, list[str]] | None:
     """One line for a pod that is not ready or a Job's pod still running (None for a ready
-    or finished one), and the ``kubectl logs`` arguments of the containers whose logs say
-    why."""
+    or finished one), and the ``kubectl logs`` arguments after the pod's name that show why
+    ([] where no log says)."""
     name = pod["metadata"]["name"]
     status = pod.get("status", {})
     if pod["metadata"].get("deletionTimestamp"):
@@ -58,8 +57,8 @@ def holding(pod: dict[str, Any]) -> tuple[str, list[list[str]]] | None:
         for container in status.get(key, []):
             found = _container(kind, container)
             if found:
-                line, flag = found
-                logs = [[container["name"], *([flag] if flag else [])]] if flag is not None else []
+                line, flags = found
+                logs = [] if flags is None else ["-c", container["name"], f"--tail={TAIL}", *flags]
                 return f"{name}: {line}", logs
     if status.get("phase") != "Running":
         return f"{name}: {status.get('phase', 'Unknown')}", []
@@ -83,9 +82,8 @@ def explain(k: Kubectl) -> list[str]:
             continue
         line, logs = found
         lines.append(line)
-        for container, *flag in logs:
-            argv = ["logs", pod["metadata"]["name"], "-c", container, f"--tail={TAIL}", *flag]
-            proc = k.run(k.argv(*argv))
+        if logs:
+            proc = k.run(k.argv("logs", pod["metadata"]["name"], *logs))
             lines += [f"  | {ln}" for ln in proc.stdout.splitlines()[-TAIL:]]
     return lines
 
