@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
 import signal
 import socket
 import time
@@ -113,6 +114,20 @@ def test_a_redeploy_leaves_an_operators_drain_and_says_so(deployed: Deployed) ->
     finally:
         deployed.sh("slurmctld", "scontrol update NodeName=cpu-1 State=RESUME")
     deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})
+
+
+def test_a_redeploy_after_its_directory_was_deleted_gives_the_containers_the_new_one(
+    deployed: Deployed,
+) -> None:
+    """A new checkout at the same path, or a deleted manifest directory: the running containers
+    still hold the deleted one. A deploy that called them up to date left a node that restarted
+    later (the host's reboot) without a slurm.conf, down for good (CI met it)."""
+    shutil.rmtree(deployed.root / "out" / "local" / deployed.name)
+    proc = deployed.invoke("deploy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    deployed.container("cpu-1").restart()
+    deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})
+    assert deployed.ok("login", "srun -N2 true && echo fine", user="root") == "fine"
 
 
 def test_controller_restart_keeps_queued_jobs(deployed: Deployed) -> None:

@@ -310,6 +310,43 @@ def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: 
     assert services["login"]["ports"] == ["127.0.0.1:2222:22"]
 
 
+def test_a_service_whose_bound_files_were_replaced_is_made_again(
+    write_cluster, versions, tmp_path: Path
+) -> None:
+    """A container keeps the directory it was started with: where the reviewable directory was
+    deleted and written again (a new checkout at the same path), its services' labels change,
+    so Compose makes them again instead of calling them up to date."""
+    cluster = _two_sets(write_cluster, versions)
+    secrets, out = secret_files(tmp_path), tmp_path / "out"
+
+    def labels() -> dict[str, str]:
+        services = local_render.render(cluster, secrets, "sha256:0", directory=out)["services"]
+        return {n: s["labels"].get(local_render.BOUND_LABEL, "") for n, s in services.items()}
+
+    assert not any(labels().values())  # nothing there yet: nothing to tell apart
+    services = local_render.render(cluster, secrets, "sha256:0")["services"]
+    assert not any(local_render.BOUND_LABEL in s["labels"] for s in services.values())
+    for volume in (v for s in services.values() for v in s["volumes"]):
+        if volume.startswith("./"):
+            (out / volume.split(":")[0]).mkdir(parents=True, exist_ok=True)
+    for secret in secrets.values():
+        secret.write_bytes(b"a key")
+    first = labels()
+    assert first["slurmctld"] and first["cpu-0"] and first["login"], first
+    assert labels() == first  # written again in place: nothing is made again
+    (out / "etc" / "slurm").rename(tmp_path / "old")
+    (out / "etc" / "slurm").mkdir()
+    second = labels()
+    readers = {n for n, s in services.items() if any("./etc/slurm:" in v for v in s["volumes"])}
+    assert {"slurmctld", "cpu-0", "big-2", "login"} <= readers
+    assert {n for n in first if first[n] != second[n]} == readers
+    key = secrets["munge.key"]
+    key.rename(tmp_path / "old-key")
+    key.write_bytes(b"a new key")
+    holders = {n for n, s in services.items() if any(str(key) in v for v in s["volumes"])}
+    assert holders and {n for n in first if second[n] != labels()[n]} == holders
+
+
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="needs docker-compose")
 def test_compose_cli_accepts_the_file(write_cluster, versions, tmp_path: Path) -> None:
     cluster = _two_sets(write_cluster, versions)

@@ -94,7 +94,7 @@ class Files:
             self.dbd_changed = bool(was) and was != _texts(dbd)
         self.prometheus(assignment)
         self.identity()
-        data = local_render.render(self.cluster, secrets, jail_id, assignment)
+        data = local_render.render(self.cluster, secrets, jail_id, assignment, self.dir)
         self.project.file.write_text(local_render.dump(data, str(self.cluster.path)))
         (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")
         return bool(before) and before != _texts(conf)

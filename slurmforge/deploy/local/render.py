@@ -51,6 +51,7 @@ def usr_volume(arch: str) -> str:
 
 IDENTITY_LABEL = "io.slurmforge.identity"  # SSSD reads its settings when the container starts
 PORTAL_LABEL = "io.slurmforge.portal"  # the hub reads its settings when it starts
+BOUND_LABEL = "io.slurmforge.bound"  # which files on this host its bind mounts are (below)
 
 
 def _mount_caps(
@@ -85,9 +86,15 @@ class ComposeRenderer:
     containers that mount it; never an environment variable."""
 
     def __init__(
-        self, cluster: Cluster, secrets: dict[str, Path], jail_id: str, gpus: Assignment
+        self,
+        cluster: Cluster,
+        secrets: dict[str, Path],
+        jail_id: str,
+        gpus: Assignment,
+        directory: Path | None = None,
     ) -> None:
         self.cluster = cluster
+        self.directory = directory  # where the Compose file is written: its ./ paths' base
         self.spec = cluster.spec
         self.secrets = secrets
         self.jail_id = jail_id
@@ -150,6 +157,9 @@ class ComposeRenderer:
         }
         if roles.IDENTITY_CONF in role.mounted_configs(self.spec):
             service["labels"][IDENTITY_LABEL] = self.identity_digest
+        bound = self.bound(service["volumes"])
+        if bound:
+            service["labels"][BOUND_LABEL] = bound
         if roles.PORTAL_CONF in role.mounted_configs(self.spec):
             settings = "".join(portal.files(self.cluster).values()).encode()
             service["labels"][PORTAL_LABEL] = hashlib.sha256(settings).hexdigest()
@@ -158,6 +168,27 @@ class ComposeRenderer:
             service["depends_on"] = after
         service["restart"] = "no" if job else "unless-stopped"
         return service
+
+    def bound(self, volumes: list[str]) -> str:
+        """Which files and directories on this host a service's bind mounts are (their inodes).
+        A container keeps what it was started with: where one was replaced since (a directory
+        deleted and written again, a new checkout at the same path, a secret made again, the
+        engine's socket after a restart of the engine), the container must be made again, and
+        Compose makes again a service whose labels changed. Empty without a directory (a render
+        that is not written)."""
+        if self.directory is None:
+            return ""
+        found = []
+        for volume in volumes:
+            source = volume.split(":", 1)[0]
+            if not source.startswith(("./", "/")):
+                continue  # a named volume
+            try:
+                inode = (self.directory / source).stat().st_ino  # an absolute source stays so
+            except FileNotFoundError:
+                continue  # Docker makes a missing source a directory, at the container's start
+            found.append(f"{source} {inode}")
+        return hashlib.sha256("\n".join(found).encode()).hexdigest()[:16] if found else ""
 
     def node(self, role: Role, ns: NodeSet, node: str) -> dict[str, Any]:
         driver = _gpu(self.gpus, node)
@@ -272,10 +303,15 @@ def gpu_metrics_nodes(cluster: Cluster, gpus: Assignment) -> list[str]:
 
 
 def render(
-    cluster: Cluster, secrets: dict[str, Path], jail_id: str, gpus: Assignment | None = None
+    cluster: Cluster,
+    secrets: dict[str, Path],
+    jail_id: str,
+    gpus: Assignment | None = None,
+    directory: Path | None = None,
 ) -> dict[str, Any]:
-    """The Compose file's data for ``cluster``."""
-    return ComposeRenderer(cluster, secrets, jail_id, gpus or Assignment()).render()
+    """The Compose file's data for ``cluster``; ``directory``: where it is written (its services
+    are then labelled with what their bind mounts are, ComposeRenderer.bound)."""
+    return ComposeRenderer(cluster, secrets, jail_id, gpus or Assignment(), directory).render()
 
 
 def dump(compose: dict[str, Any], source: str) -> str:
