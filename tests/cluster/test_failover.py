@@ -196,12 +196,10 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
     within SlurmctldTimeout and a few seconds. The primary took a 2-node job's end just before,
     and died before it saved it (it saves at most every 5 s): the backup reads the job as
     running, holding both nodes (unless the batch node's word of the job's end reaches it too).
-    When the job's batch node registers without it, Slurm requeues it (it cannot know how the
-    job ended), and the nodes are free: the next 2-node job runs, and both jobs complete, the
-    requeued one too. primary-on asks the nodes to register soon after the takeover. Where the
-    nodes' word that the job's epilog ran reached the backup first, the backup shows them idle
-    under the job and no registration ends it (about half the runs here; issue 46, open): that
-    one way of failing, and no other, is reported as an expected failure with the jobs' path."""
+    Either the batch node registers without the job (primary-on asks the nodes to, soon after
+    the takeover) and Slurm requeues it, or the nodes' word that its epilog ran reached the
+    backup first, which showed them idle under the job, and primary-on requeues it. Either way
+    the nodes are free: the next 2-node job runs, and both jobs complete, the requeued one too."""
     cluster.ok("login", "rm -f ~/go", user=USER)
     script = "until [ -e ~/go ]; do sleep 0.1; done; srun true"
     job = cluster.ok("login", f"sbatch --parsable -N2 -o /dev/null --wrap '{script}'", user=USER)
@@ -252,35 +250,32 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
             seen[job_id].append(f"{state} @{time.monotonic() - killed:.0f}s")
         return state.split(" ")[0]
 
+    def said() -> list[str]:
+        """What the backup's primary-on said (on slurmctld's standard error, the container's
+        log)."""
+        log = cluster.container("slurmctld-backup").logs().decode(errors="replace")
+        return [line for line in log.splitlines() if "slurmforge primary-on:" in line]
+
     def story() -> str:
-        """What each job went through, and what accounting and Slurm say now."""
+        """What each job went through, and what accounting, Slurm and primary-on say now."""
         steps = f"sacct -n -P -j {job},{next_job} -o JobID,State,ExitCode,NodeList,Start,End"
         now = cluster.sh("login", f"{steps}; squeue; sinfo -N", user=USER)[1]
-        return f"states seen: {seen}; {now}"
+        return f"states seen: {seen}; {now}; primary-on: {said()}"
 
     # Within 4 minutes of the kill (a requeued job waits 121 s before it may run, below)
-    try:
-        until(
-            "the next 2-node job completed",
-            lambda: [ended(j) for j in (job, next_job)][1] == "COMPLETED",
-            timeout=240 - (time.monotonic() - killed),
-            detail=story,
-        )
-    except AssertionError:
-        # issue 46, open: the nodes' word that the job's epilog ran reached the backup, which
-        # took each node out of the job it holds as running (job_epilog_complete ->
-        # make_node_idle): the job RUNNING on nodes sinfo shows idle, which no registration
-        # ends; any other way is a failure
-        holding = cluster.sh("login", f"squeue -h -j {job} -o '%T %N'", user=USER)[1].split()
-        idle = cluster.sh("login", "sinfo -h -N -o '%N %T'", user=USER)[1].split()
-        if holding == ["RUNNING", "cpu-[0-1]"] and idle == ["cpu-0", "idle", "cpu-1", "idle"]:
-            pytest.xfail(f"issue 46: the ended job holds idle nodes after the takeover: {story()}")
-        raise
+    until(
+        "the next 2-node job completed",
+        lambda: [ended(j) for j in (job, next_job)][1] == "COMPLETED",
+        timeout=240 - (time.monotonic() - killed),
+        detail=story,
+    )
     # the requeued job starts again no sooner than 121 s after its requeue (Slurm waits out the
     # credential lifetime, CredExpire, before a requeued batch job may launch again)
     until("both jobs completed", lambda: states() == {job: "COMPLETED", next_job: "COMPLETED"},
           timeout=240, detail=story)  # fmt: skip
-    by = "requeued by Slurm" if read == "RUNNING" else "no end lost"
+    by = "no end lost" if read != "RUNNING" else "requeued by Slurm"
+    if any(f"job {job} runs on idle nodes" in line for line in said()):
+        by = "requeued by primary-on (its nodes were idle under it)"
     print(f"the backup read it {read}; after the kill: {seen}; {by}")  # (-rP shows it)
     _primary_back(cluster, primary)
     cluster.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=120)

@@ -56,43 +56,107 @@ def _fake(directory: Path, name: str, body: str) -> None:
     (directory / name).chmod(0o755)
 
 
-@pytest.mark.parametrize(("batch", "message", "waits"), [(10, 10, 30), (30, 60, 50), (5, 3, 18)])
-def test_a_controller_taking_control_has_the_allocated_nodes_register_again(
-    write_cluster, versions, tmp_path: Path, batch: int, message: int, waits: int
-) -> None:
-    """primary-on waits until Slurm would end a batch job its node no longer has (BatchStartTimeout
-    + MessageTimeout up to 10 s, then 10 s more), then has every node a job runs on, as this
-    controller knows it (an idle one too: the full CI run showed a node made idle by the
-    takeover's first registration under the job it no longer had), and every allocated or mixed
-    node register again, and once more 30 s later; a drained or draining node stays so."""
+def _primary_on(write_cluster, versions, tmp_path: Path, sinfo: list[str], squeue: str,
+                config_text: str = "") -> list[str]:  # fmt: skip
+    """primary-on run with Slurm's commands answering as given (``squeue``: a shell body that
+    sees its arguments), watching as long as PRIMARY_ON_WATCH says; every change it asks of
+    Slurm, and each of its sleeps, in order. It returns at once (slurmctld is not kept
+    waiting); its watch goes on in the background."""
     data = shipped_with(controller={"replicas": 2})
     script = slurmconf.render(loader.load(write_cluster(data), versions))["primary-on"]
-    bin_ = tmp_path / "bin"
+    bin_, log = tmp_path / "bin", tmp_path / "calls"
     bin_.mkdir()
-    log = tmp_path / "calls"
-    config_text = f"BatchStartTimeout       = {batch} sec\nMessageTimeout          = {message} sec"
+    # Slurm's hostlist grammar, as far as these tests write it: cpu-[1,3],cpu-5, cpu-[0-1]
+    (bin_ / "hostnames.py").write_text(
+        "import re, sys\n"
+        "for part in re.findall(r'[^,[]+(?:\\[[^]]*\\])?', sys.argv[1]):\n"
+        "    m = re.fullmatch(r'(.*)\\[(.*)\\]', part)\n"
+        "    for r in m[2].split(',') if m else []:\n"
+        "        a, _, b = r.partition('-')\n"
+        "        print(*(m[1] + str(i) for i in range(int(a), int(b or a) + 1)), sep='\\n')\n"
+        "    if not m:\n"
+        "        print(part)\n"
+    )
     _fake(bin_, "scontrol", f'if [[ $1 == show && $2 == config ]]; then printf "{config_text}\\n"; '
-          'elif [[ $1 == show && $2 == hostnames ]]; then printf "cpu-1\\ncpu-3\\ncpu-5\\n"; '
+          f'elif [[ $1 == show && $2 == hostnames ]]; then python3 {bin_}/hostnames.py "$3"; '
+          'elif [[ $1 == show && $2 == job ]]; then echo " Requeue=$(( $3 != 43 ))"; '
           f'else echo "scontrol $*" >> {log}; fi')  # fmt: skip
-    sinfo = "cpu-0 allocated", "cpu-0 allocated", "cpu-1 idle", "cpu-2 mixed", "cpu-3 draining"
+    _fake(bin_, "scancel", f'echo "scancel $*" >> {log}')
     _fake(bin_, "sinfo", "printf '%s\\n' " + " ".join(f"'{line}'" for line in sinfo))
-    # the jobs this controller holds as running: on cpu-1 (idle to sinfo), cpu-3 and cpu-5
-    _fake(bin_, "squeue", "echo 'cpu-[1,3]'; echo cpu-5")
+    _fake(bin_, "squeue", squeue.replace("LOG", str(log)))
     _fake(bin_, "sleep", f'echo "sleep $*" >> {log}')
     (tmp_path / "primary-on").write_text(script)
     (tmp_path / "primary-on").chmod(0o755)
-    env = {"PATH": f"{bin_}:/usr/bin:/bin"}
     start = time.monotonic()
-    subprocess.run([tmp_path / "primary-on"], env=env, check=True, timeout=10)
-    # slurmctld is not kept waiting: the work goes on in the background
+    subprocess.run([tmp_path / "primary-on"], env={"PATH": f"{bin_}:/usr/bin:/bin"}, timeout=10)
     assert time.monotonic() - start < 5
-    while (
-        time.monotonic() - start < 10
-        and (log.read_text() if log.exists() else "").count("scontrol update") < 2
+    watch = slurmconf.PRIMARY_ON_WATCH // 10
+    while time.monotonic() - start < 20 and (
+        (log.read_text() if log.exists() else "").count("sleep") < watch
     ):
         time.sleep(0.05)
+    time.sleep(0.3)  # the last look
+    return log.read_text().splitlines()
+
+
+@pytest.fixture
+def short_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """primary-on watching 100 s, not 10 minutes: ten looks (each sleep returns at once here)."""
+    monkeypatch.setattr(slurmconf, "PRIMARY_ON_WATCH", 100)
+
+
+@pytest.mark.usefixtures("short_watch")
+@pytest.mark.parametrize(("batch", "message", "looks"), [(10, 10, 3), (30, 60, 5), (5, 3, 2)])
+def test_a_controller_taking_control_has_the_allocated_nodes_register_again(
+    write_cluster, versions, tmp_path: Path, batch: int, message: int, looks: int
+) -> None:
+    """primary-on looks every 10 s. Once Slurm would end a batch job its node no longer has
+    (BatchStartTimeout + MessageTimeout up to 10 s, then 10 s more), it has every node a job
+    runs on, as this controller knows it (an idle one too), and every allocated or mixed node
+    register again, and once more 30 s later; a drained or draining node stays so."""
+    config_text = f"BatchStartTimeout       = {batch} sec\\nMessageTimeout          = {message} sec"
+    sinfo = ["cpu-0 allocated", "cpu-0 allocated", "cpu-2 mixed", "cpu-3 draining", "cpu-5 mixed"]
+    # the jobs this controller holds as running: on cpu-1 and cpu-3, and on cpu-5
+    squeue = "if [[ $* == *%i* ]]; then echo '7 cpu-[1,3]'; echo '8 cpu-5'; " \
+        "else echo 'cpu-[1,3]'; echo cpu-5; fi"  # fmt: skip
+    calls = _primary_on(write_cluster, versions, tmp_path, sinfo, squeue, config_text)
     update = "scontrol update nodename=cpu-0,cpu-1,cpu-2,cpu-5 state=undrain"
-    assert log.read_text().splitlines() == [f"sleep {waits}", update, "sleep 30", update]
+    tick = ["sleep 10"]
+    rest = slurmconf.PRIMARY_ON_WATCH // 10 - looks - 3
+    assert calls == tick * looks + [update] + tick * 3 + [update] + tick * rest
+
+
+@pytest.mark.usefixtures("short_watch")
+def test_a_job_running_on_an_idle_node_at_two_looks_is_requeued_and_said_so(
+    write_cluster, versions, tmp_path: Path, capfd
+) -> None:
+    """The nodes' word that a job's epilog ran, which the dead controller never took, made them
+    idle under the job the new one holds as running (job_epilog_complete -> make_node_idle):
+    seen so at two looks, the job is requeued (cancelled under --no-requeue), its AdminComment
+    saying why, and the controller's log says so. A job seen so at one look only, or running on
+    busy nodes, is left alone."""
+    sinfo = ["cpu-0 idle", "cpu-1 idle", "cpu-2 idle", "cpu-3 allocated", "cpu-4 idle"]
+    # 42 holds idle nodes, 43 (--no-requeue) an idle one and a busy one, 44 a busy one; 45 is
+    # on an idle node at the first look only (it ended); a requeued job runs no more
+    squeue = (
+        "if [[ $* == *%i* ]]; then "
+        "grep -q 'requeue 42' LOG 2> /dev/null || echo '42 cpu-[0-1]'; "
+        "grep -q 'scancel 43' LOG 2> /dev/null || echo '43 cpu-2,cpu-3'; echo '44 cpu-3'; "
+        "[[ -e LOG.45 ]] || { touch LOG.45; echo '45 cpu-4'; }; fi"
+    )
+    calls = _primary_on(write_cluster, versions, tmp_path, sinfo, squeue)
+    why = "slurmforge primary-on: its nodes had ended it under the previous controller"
+    changes = [c for c in calls if c != "sleep 10" and not c.endswith("state=undrain")]
+    assert changes == [
+        f"scontrol update jobid=42 admincomment={why}; requeued",
+        "scontrol requeue 42",
+        f"scontrol update jobid=43 admincomment={why}; cancelled (--no-requeue)",
+        "scancel 43",
+    ]
+    assert calls[:3] == ["sleep 10", "sleep 10", changes[0]]  # at the second look
+    said = capfd.readouterr().err
+    assert "slurmforge primary-on: job 42 runs on idle nodes: requeued" in said
+    assert "slurmforge primary-on: job 43 runs on idle nodes: cancelled (--no-requeue)" in said
 
 
 def test_one_controller_runs_nothing_when_it_takes_control(write_cluster, versions) -> None:

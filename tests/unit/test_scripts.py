@@ -1,5 +1,5 @@
-"""Every shell script that ships in an image, the jail or rootfs/ (and our own scripts/, .ci/)
-passes shellcheck."""
+"""Every shell script that ships in an image, the jail or rootfs/ (and our own scripts/, .ci/),
+and every one deploy writes beside slurm.conf, passes shellcheck."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from slurmforge.deploy import loader
+from slurmforge.deploy.slurm import conf as slurmconf
+from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
+from tests.unit.helpers import shipped_with
 
 TREES = ("images", "jail", "rootfs", "scripts", ".ci")
 
@@ -32,10 +36,30 @@ def test_there_are_scripts_to_check() -> None:
     assert {"populate", "createuser", "hello.sh", "entrypoint.sh", "jail-mounts.sh"} <= names
 
 
-def test_shellcheck_is_clean() -> None:
+def _generated_scripts(write_cluster, directory: Path) -> list[Path]:
+    """The scripts deploy writes beside slurm.conf (a backup controller's primary-on, an elastic
+    set's power programs, the site's prolog and epilog), written to ``directory``."""
+    elastic = {"name": "burst", "definitions": ["cpu-small"], "elastic": {"max": 2}}
+    data = shipped_with(controller={"replicas": 2})
+    data["nodesets"].append(elastic)
+    data["partitions"].append({"name": "burst", "nodesets": ["burst"]})
+    cluster = loader.load(write_cluster(data), load_versions(ROOT / "versions.yaml"))
+    files = slurmconf.render(cluster)
+    directory.mkdir()
+    out = []
+    for name, text in files.items():
+        if slurmconf.SCRIPT.match(name):
+            out.append(directory / name)
+            out[-1].write_text(text)
+    assert {"primary-on", "power-resume", "power-suspend"} <= {p.name for p in out}
+    return out
+
+
+def test_shellcheck_is_clean(write_cluster, tmp_path: Path) -> None:
     shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or "shellcheck"
+    generated = _generated_scripts(write_cluster, tmp_path / "generated")
     proc = subprocess.run(
-        [shellcheck, "--severity=style", *map(str, _shell_scripts())],
+        [shellcheck, "--severity=style", *map(str, [*_shell_scripts(), *generated])],
         capture_output=True,
         text=True,
         check=False,

@@ -27,6 +27,10 @@ SPOOL_DIR = "/var/spool/slurmd"
 POWER_PROGRAM = f"{SLURM_CONF_DIR}/power"
 # with a backup controller: what each runs when it takes control (SlurmctldPrimaryOnProg)
 PRIMARY_ON = f"{SLURM_CONF_DIR}/primary-on"
+# how long it watches for jobs a dead predecessor left holding nodes (templates/primary-on.j2):
+# a node's word of a job's end waits for a controller in control, and reaches a new one seconds
+# after it takes control; minutes on a loaded host
+PRIMARY_ON_WATCH = 600
 PYXIS_PLUGIN = "/usr/lib/slurmforge/spank/pyxis.so"  # slurmforge-pyxis, when built
 # node-local container roots, per user (images/gpu/enroot.conf; created by enroot_install)
 ENROOT_LOCAL = "/var/lib/slurmforge/enroot"
@@ -187,7 +191,9 @@ def render(
     # what the jail's createuser reads (the account new users go under)
     files["slurmforge.conf"] = f"default_account={spec.accounting.default_account}\n"
     if spec.controller.replicas > 1:
-        files["primary-on"] = _env.get_template("primary-on.j2").render(name=cluster.name)
+        files["primary-on"] = _env.get_template("primary-on.j2").render(
+            name=cluster.name, watch=PRIMARY_ON_WATCH
+        )
     if cluster.elastic:
         program = _env.get_template("power.j2").render(name=cluster.name, spool=roles.POWER_SPOOL)
         files.update({"power-resume": program, "power-suspend": program})
