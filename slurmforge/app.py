@@ -97,6 +97,14 @@ class Project(Fetching):
     def plan(self) -> list[Decision]:
         return decide(self.targets, self.engine, self.rendered)
 
+    def only_tags(self, fetch: FetchOptions) -> bool:
+        """Whether building the selection would only tag images that exist (under this tag or
+        another) and fetch nothing: then it takes no turn under the build lock."""
+        if self.optional_missing():
+            return False
+        self.fetch_optional(fetch)  # nothing to fetch: what the Dockerfiles say, as build() has it
+        return all(d.action is Action.CACHED for d in self.plan())
+
     @property
     def stamp_key(self) -> list[str]:
         s = self.selection

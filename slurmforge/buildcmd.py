@@ -1,7 +1,9 @@
 """`invoke build`'s entry, for every caller (the CLI, tests, benchmarks): the no-op fast path
-(fastpath.py), checked again under the build lock (a build this one waited for may have built
-the same targets), else the full build. Importing it loads nothing heavy: pydantic, jinja2 and
-the Docker SDK come in only when something is to be built."""
+(fastpath.py); a build that only tags images that exist (another checkout's, another set's),
+which takes no turn; else the full build under the build lock, after the fast path is checked
+again there (a build this one waited for may have built the same targets). Importing it loads
+nothing heavy: pydantic, jinja2 and the Docker SDK come in only when something is to be
+built."""
 
 from __future__ import annotations
 
@@ -54,11 +56,14 @@ def build(select: Select, fetch: FetchOptions, jobs: int, fail_fast: bool) -> Ou
     # daemon, is refused at once, not after another build of this checkout is done
     project = select.project()
     project.engine  # noqa: B018 (connects, or raises EngineUnavailable)
-    with buildlock.held(select.root):
-        done = _unchanged(select, fetch)  # a build this one waited for may have built them
-        if done is not None:
-            return done
+    if project.only_tags(fetch):  # every image there already: tagging waits for no one
         results, skipped = project.build(fetch, jobs, fail_fast)
+    else:
+        with buildlock.held(select.root):
+            done = _unchanged(select, fetch)  # a build this one waited for may have built them
+            if done is not None:
+                return done
+            results, skipped = project.build(fetch, jobs, fail_fast)
     rows = [r.row() for r in results]
     failed = sum(not r.ok for r in results)
     return Outcome(rows, skipped, failed, select.root / ".cache/logs/latest")

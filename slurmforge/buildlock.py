@@ -1,7 +1,8 @@
 """One `invoke build` at a time per checkout. A second build that has work to do waits for the
 first (saying whose turn it is), then looks again: what the first built is cached by then, so
 the same Slurm is never compiled by two builds side by side. A build with nothing to do never
-waits (the no-op fast path answers before the lock is taken).
+waits (the no-op fast path answers before the lock is taken), nor does one that would only tag
+images that exist (a copy of the checkout, another set with the same cell: buildcmd.py).
 
 The lock is flock(2) on .cache/build.lock: the kernel lets go of it when its holder exits,
 however it exits, so a killed build leaves nothing to clean up.

@@ -5,6 +5,7 @@ library only: the no-op fast path writes its summary here too."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,10 @@ def new_log_dir(log_root: Path) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
     log_dir = log_root / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
-    latest = log_root / "latest"
-    latest.unlink(missing_ok=True)
-    latest.symlink_to(stamp)
+    # replaced in one rename: builds that take no turn (buildcmd.py) may make theirs at once
+    link = log_root / f".latest.{stamp}"
+    link.symlink_to(stamp)
+    os.replace(link, log_root / "latest")
     return log_dir
 
 

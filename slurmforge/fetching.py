@@ -65,25 +65,32 @@ class Fetching:
         mirror = resolve_mirror(options.mirror)
         fetched: list[Fetched] = []
         skipped: dict[str, str] = {}
+        for need in self.optional_missing():
+            if need.feature in skipped:
+                continue
+            try:
+                fetched.append(self._fetch(need, options, mirror))
+            except ConfigError:  # refused: unpinned, neither allowed nor trusted
+                url = need.candidates[0].url
+                skipped[need.feature] = f"its sha256 is '{UNPINNED}' ({url}), so not fetched"
+            except SourceError as exc:
+                skipped[need.feature] = f"could not be fetched: {exc.message}"
+        self.remember(fetched)
+        return fetched, skipped
+
+    def optional_missing(self) -> list[Need]:
+        """The optional features' sources the cache lacks, each source once."""
         sources = ContextSources(self.config, self.cache, self.fetched)
         seen: set[tuple[str, ...]] = set()
+        missing = []
         for target in self.targets:
             for need in needs(self.config, target):
                 key = tuple(s.key for s in need.candidates)
-                if not need.optional or key in seen or need.feature in skipped:
-                    continue
-                seen.add(key)
-                if sources.cached(need):
-                    continue
-                try:
-                    fetched.append(self._fetch(need, options, mirror))
-                except ConfigError:  # refused: unpinned, neither allowed nor trusted
-                    url = need.candidates[0].url
-                    skipped[need.feature] = f"its sha256 is '{UNPINNED}' ({url}), so not fetched"
-                except SourceError as exc:
-                    skipped[need.feature] = f"could not be fetched: {exc.message}"
-        self.remember(fetched)
-        return fetched, skipped
+                if need.optional and key not in seen:
+                    seen.add(key)
+                    if not sources.cached(need):
+                        missing.append(need)
+        return missing
 
     def lock(self, options: FetchOptions) -> tuple[list[Fetched], dict[str, str], Path]:
         if not options.trusted:

@@ -7,6 +7,8 @@ so only the target a test breaks is attempted; it fails fast and must leave ever
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -14,6 +16,7 @@ import yaml
 from bench.common import copy_project
 from slurmforge.app import Project, Selection
 from tests.build.helpers import build_notes, build_summary, run_build
+from tests.unit.test_buildlock import HOLD
 
 
 def _tag_ids(client, images: dict[str, str]) -> dict[str, str]:
@@ -99,6 +102,45 @@ def test_noop_fast_path_and_what_invalidates_it(tmp_path: Path, images, client) 
     assert run_build(root).returncode == 0
     assert build_notes(root) != fast
     assert client.images.get(moved).id == client.images.get(images["login"]).id  # repaired
+
+
+def test_a_build_that_only_tags_does_not_wait_for_a_build_in_progress(
+    tmp_path: Path, images, client
+) -> None:
+    """A copy of the checkout whose images exist (CI's copies share the checkout's build lock,
+    which its prebuild holds for most of a run) tags them at once; only one that has an image
+    to build waits its turn."""
+    root = copy_project(tmp_path / "copy")
+    (root / ".cache/build.lock").touch()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        proc = run_build(root, "--set", "default")
+        assert proc.returncode == 0, proc.stderr
+        assert "waiting for" not in proc.stderr
+        assert set(build_summary(root).values()) == {"cached"}
+        _break(root, "exporter")
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "invoke", "--search-root", str(root), "build", "--set",
+             "default", "--component", "exporter"],
+            cwd=root, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            said = ""
+            for line in waiting.stderr:  # it says so, then waits
+                said += line
+                if "build: waiting for invoke build" in line:
+                    break
+            else:
+                raise AssertionError(f"the build did not wait its turn: {said}")
+        finally:
+            waiting.kill()
+            waiting.wait()
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_fail_fast_stops_at_the_first_failure(tmp_path: Path, images, client) -> None:
