@@ -94,10 +94,20 @@ def test_a_backup_that_dies_changes_nothing(cluster: Deployed) -> None:
     _wait("the backup UP again", lambda: "slurmctld-backup is UP" in _ping(cluster), 60)
 
 
+def _state(cluster: Deployed, command: str) -> str:
+    """``command`` on the shared StateSaveLocation, in whichever controller container runs."""
+    for service in ("slurmctld-backup", "slurmctld"):
+        container = cluster.container(service)
+        container.reload()
+        if container.status == "running":
+            return cluster.sh(service, f"cd /var/spool/slurmctld && {command}")[1].strip()
+    raise AssertionError("no controller container is running")
+
+
 def _saved_at(cluster: Deployed) -> str:
     """When slurmctld last saved its jobs (it saves a change within about 6 s,
     src/slurmctld/state_save.c): what a backup reads back from the shared StateSaveLocation."""
-    return cluster.sh("slurmctld-backup", "stat -c %.3Y /var/spool/slurmctld/job_state")[1].strip()
+    return _state(cluster, "stat -c %.3Y job_state")
 
 
 def _saved_since(cluster: Deployed, when: float) -> bool:
@@ -200,6 +210,9 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
     the takeover) and Slurm requeues it, or the nodes' word that its epilog ran reached the
     backup first, which showed them idle under the job, and primary-on requeues it. Either way
     the nodes are free: the next 2-node job runs, and both jobs complete, the requeued one too."""
+    # a backup standing by (an earlier handback can leave it restarting: Slurm's own, README)
+    _wait("both controllers up", lambda: _ping(cluster).count(" is UP") == 2, 120)
+    logged = len(_state(cluster, "cat primary-on.log 2> /dev/null").splitlines())
     cluster.ok("login", "rm -f ~/go", user=USER)
     script = "until [ -e ~/go ]; do sleep 0.1; done; srun true"
     job = cluster.ok("login", f"sbatch --parsable -N2 -o /dev/null --wrap '{script}'", user=USER)
@@ -251,10 +264,8 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
         return state.split(" ")[0]
 
     def said() -> list[str]:
-        """What the backup's primary-on said (on slurmctld's standard error, the container's
-        log)."""
-        log = cluster.container("slurmctld-backup").logs().decode(errors="replace")
-        return [line for line in log.splitlines() if "slurmforge primary-on:" in line]
+        """What primary-on said since the kill (its log in StateSaveLocation)."""
+        return _state(cluster, "cat primary-on.log 2> /dev/null").splitlines()[logged:]
 
     def story() -> str:
         """What each job went through, and what accounting, Slurm and primary-on say now."""

@@ -77,6 +77,9 @@ def _primary_on(write_cluster, versions, tmp_path: Path, sinfo: list[str], squeu
         "    if not m:\n"
         "        print(part)\n"
     )
+    state = tmp_path / "state"  # StateSaveLocation, where it says what it does
+    state.mkdir()
+    config_text += f"\\nStateSaveLocation       = {state}"
     _fake(bin_, "scontrol", f'if [[ $1 == show && $2 == config ]]; then printf "{config_text}\\n"; '
           f'elif [[ $1 == show && $2 == hostnames ]]; then python3 {bin_}/hostnames.py "$3"; '
           'elif [[ $1 == show && $2 == job ]]; then echo " Requeue=$(( $3 != 43 ))"; '
@@ -128,12 +131,12 @@ def test_a_controller_taking_control_has_the_allocated_nodes_register_again(
 
 @pytest.mark.usefixtures("short_watch")
 def test_a_job_running_on_an_idle_node_at_two_looks_is_requeued_and_said_so(
-    write_cluster, versions, tmp_path: Path, capfd
+    write_cluster, versions, tmp_path: Path
 ) -> None:
     """The nodes' word that a job's epilog ran, which the dead controller never took, made them
     idle under the job the new one holds as running (job_epilog_complete -> make_node_idle):
     seen so at two looks, the job is requeued (cancelled under --no-requeue), its AdminComment
-    saying why, and the controller's log says so. A job seen so at one look only, or running on
+    saying why, and primary-on.log in StateSaveLocation says so. A job seen so at one look only, or running on
     busy nodes, is left alone."""
     sinfo = ["cpu-0 idle", "cpu-1 idle", "cpu-2 idle", "cpu-3 allocated", "cpu-4 idle"]
     # 42 holds idle nodes, 43 (--no-requeue) an idle one and a busy one, 44 a busy one; 45 is
@@ -154,7 +157,7 @@ def test_a_job_running_on_an_idle_node_at_two_looks_is_requeued_and_said_so(
         "scancel 43",
     ]
     assert calls[:3] == ["sleep 10", "sleep 10", changes[0]]  # at the second look
-    said = capfd.readouterr().err
+    said = (tmp_path / "state" / "primary-on.log").read_text()
     assert "slurmforge primary-on: job 42 runs on idle nodes: requeued" in said
     assert "slurmforge primary-on: job 43 runs on idle nodes: cancelled (--no-requeue)" in said
 
