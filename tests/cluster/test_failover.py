@@ -287,6 +287,6 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
     by = "no end lost" if read != "RUNNING" else "requeued by Slurm"
     if any(f"job {job} runs on idle nodes" in line for line in said()):
         by = "requeued by primary-on (its nodes were idle under it)"
-    print(f"the backup read it {read}; after the kill: {seen}; {by}")  # (-rP shows it)
+    print(f"the backup read it {read}; after the kill: {seen}; {by}; primary-on: {said()}")
     _primary_back(cluster, primary)
     cluster.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=120)
