@@ -136,8 +136,8 @@ def test_a_job_running_on_an_idle_node_at_two_looks_is_requeued_and_said_so(
     """The nodes' word that a job's epilog ran, which the dead controller never took, made them
     idle under the job the new one holds as running (job_epilog_complete -> make_node_idle):
     seen so at two looks, the job is requeued (cancelled under --no-requeue), its AdminComment
-    saying why, and primary-on.log in StateSaveLocation says so. A job seen so at one look only, or running on
-    busy nodes, is left alone."""
+    saying why, and primary-on.log in StateSaveLocation says so. A job seen so at one look
+    only, or running on busy nodes, is left alone."""
     sinfo = ["cpu-0 idle", "cpu-1 idle", "cpu-2 idle", "cpu-3 allocated", "cpu-4 idle"]
     # 42 holds idle nodes, 43 (--no-requeue) an idle one and a busy one, 44 a busy one; 45 is
     # on an idle node at the first look only (it ended); a requeued job runs no more
