@@ -22,11 +22,14 @@ NODES = ("cpu-0", "cpu-1", "a100-0", "a100-1", "a100-2")  # the cluster of clust
 def _server(served: dict[str, list[str]], failing: str = ""):
     """A recording stand-in for kubectl's answers: the kinds served per API version; ``failing``:
     an apply that names this file fails after applying the files before it. No StatefulSets or
-    pods exist yet, and slurmctld reports every node idle."""
+    pods exist yet, a Job applied has completed, and slurmctld reports every node idle."""
     calls: list[list[str]] = []
+    jobs: list[dict] = []
 
     def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
+        if "get" in argv and "jobs" in argv:
+            return subprocess.CompletedProcess(argv, 0, json.dumps({"items": jobs}), "")
         if argv[-1] == "json":  # get statefulsets / pods
             return subprocess.CompletedProcess(argv, 0, json.dumps({"items": []}), "")
         if slurmctl.NODES in argv:
@@ -49,6 +52,9 @@ def _server(served: dict[str, list[str]], failing: str = ""):
             )
             err = "Error from server (Invalid): first\nError from server (Forbidden): second\n"
             return subprocess.CompletedProcess(argv, 1, out, err)
+        if "apply" in argv:
+            applied = (yaml.safe_load(Path(a).read_text()) for a in argv if a.endswith(".yaml"))
+            jobs.extend({**o, "status": {"succeeded": 1}} for o in applied if o["kind"] == "Job")
         out = "NODELIST   NODES PARTITION STATE\ncpu-0 1 main* idle\n" if "sinfo" in argv else ""
         return subprocess.CompletedProcess(argv, 0, out, "")  # the munge Secret exists already
 
@@ -72,9 +78,12 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     # the ServiceMonitor and PrometheusRule: this server serves no monitoring.coreos.com/v1
     objects = kube.manifests.objects.items()
     files = [str(kube.dir / n) for n, o in objects if "coreos" not in o["apiVersion"]]
+    kinds = ("StatefulSet", "Deployment", "CronJob")
+    workloads = [str(kube.dir / n) for n, o in objects if o["kind"] in kinds]
     apply = [kubectl, *ctx, "apply", "--server-side", "--field-manager=slurmforge"]
     instance, nodes = "app.kubernetes.io/instance=train", "app.kubernetes.io/component=node"
     database = "app.kubernetes.io/component=mariadb"
+    populate = "app.kubernetes.io/component=jail-populate"
     exec_ = [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--"]
     sinfo = slurmctl.NODES
     controller = "app.kubernetes.io/component=slurmctld"
@@ -102,7 +111,11 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
             [kubectl, *ns, "get", "secret", "munge-key", "-o", "jsonpath={.data.munge\\.key}"],
             [kubectl, *ns, "get", "secret", "jwt-key", "-o", "jsonpath={.data.jwt_hs256\\.key}"],
             [kubectl, *ns, "get", "secret", "db-password", "-o", "jsonpath={.data.db-password}"],
-            [*apply, *(a for f in files[1:] for a in ("-f", f))],
+            # what the populate Job mounts and the Job; once it has a node, the workloads
+            [*apply, *(a for f in files[1:] if f not in workloads for a in ("-f", f))],
+            [kubectl, *ns, "get", "jobs", "-l", instance, "-o", "json"],
+            [kubectl, *ns, "get", "pods", "-l", f"{instance},{populate}", "-o", "json"],
+            [*apply, *(a for f in workloads for a in ("-f", f))],
             [
                 kubectl,
                 *ns,

@@ -1,15 +1,17 @@
 """Applying the k8s target's manifests: the accounting database checked; nodes a smaller node
 set leaves out drained; server-side apply of the Namespace, then the missing Secrets
 (secrets.py; each made once, in a private temporary file removed right after, or from an
-external database's password file), then the rest, leaving out (and naming) kinds the server
-does not serve; ``kubectl wait`` for the populate Job; a rollout status per StatefulSet and
-Deployment (a wait that fails names the pods not ready and why: stuck.py); running pods
-brought to the applied config (config_sync.py) and ``scontrol reconfigure``; a wait, through
+external database's password file), then the populate Jobs and what they mount, then (once
+the Jobs' pods have a node) the workloads, leaving out (and naming) kinds the server does not
+serve; ``kubectl wait`` for the populate Job; a rollout status per StatefulSet and Deployment
+(a wait that fails names the pods not ready and why: stuck.py); running pods brought to the
+applied config (config_sync.py) and ``scontrol reconfigure``; a wait, through
 ``kubectl exec`` in slurmctld, until every node is in service; and with accounting, until
 slurmdbd knows the cluster (then the default account)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -19,7 +21,7 @@ from slurmforge.deploy.k8s import config_sync, controllers, power, stuck
 from slurmforge.deploy.k8s.kubectl import Kubectl
 from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.secrets import Secrets
-from slurmforge.deploy.roles import CONTROLLER, DBD, NODE
+from slurmforge.deploy.roles import CONTROLLER, DBD, NODE, POPULATE
 from slurmforge.deploy.slurm import ctl as slurmctl
 from slurmforge.deploy.slurm import database as accounting_db
 from slurmforge.deploy.slurm import upgrade
@@ -54,9 +56,9 @@ def unsupported(kube: Host) -> dict[str, str]:
     return out
 
 
-def apply_files(kube: Host, names: list[str]) -> None:
+def apply_files(kube: Host, names: list[str], earlier: list[str] | None = None) -> None:
     """Server-side apply of these files, in this order; on failure, every line kubectl
-    wrote, and which objects were applied and which were not."""
+    wrote, and which objects were applied (``earlier`` files among them) and which were not."""
     argv = ["apply", "--server-side", "--field-manager=slurmforge"]
     for name in names:
         argv += ["-f", str(kube.dir / name)]
@@ -65,10 +67,11 @@ def apply_files(kube: Host, names: list[str]) -> None:
         return
     done = {ln.split()[0] for ln in proc.stdout.splitlines() if ln.strip()}
     applied, missing = [], []
-    for name in names:
+    for name in [*(earlier or []), *names]:
         obj = kube.manifests.objects[name]
         ref = f"{obj['kind'].lower()}/{obj['metadata']['name']}"
-        (applied if any(d.endswith(ref) for d in done) else missing).append(ref)
+        ok = name in (earlier or []) or any(d.endswith(ref) for d in done)
+        (applied if ok else missing).append(ref)
     lines = (proc.stderr or "").strip().splitlines()
     raise DeployError(
         f"kubectl apply failed (exit {proc.returncode}):"
@@ -76,6 +79,33 @@ def apply_files(kube: Host, names: list[str]) -> None:
         + f"\n  applied: {', '.join(applied) or 'nothing'}"
         + f"\n  not applied: {', '.join(missing) or 'nothing'}"
     )
+
+
+# the kinds whose pods wait for the jail a Job populates; applied after the Jobs have a node
+WORKLOADS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "CronJob"})
+SEAT_BOUND = 30  # seconds the workloads wait for that: a full cluster frees room by rolling
+SEAT_POLL = 0.5
+
+
+def seat_jobs(kube: Host, bound: float) -> None:
+    """Wait, at most ``bound`` seconds, until each Job applied has its pod on a node or has
+    completed. The pods that wait for the jail hold what they request while they wait; a
+    populate Job scheduled after them on a cluster without room beside them would pend, and
+    they would wait for it until the deploy timed out. Past the bound the workloads are applied
+    anyway: a redeploy on a full cluster frees room only as its rollouts replace pods, and the
+    Job's pod, queued first, takes it."""
+    jobs = [obj["metadata"]["name"] for obj in kube.manifests.objects.values()
+            if obj["kind"] == "Job"]  # fmt: skip
+    deadline = time.monotonic() + bound
+    while jobs and time.monotonic() < deadline:
+        done = {j["metadata"]["name"] for j in kube.k.get("jobs") if j["status"].get("succeeded")}
+        for pod in kube.k.get("pods", **{"app.kubernetes.io/component": POPULATE}):
+            conditions = pod["status"].get("conditions", [])
+            if any(c["type"] == "PodScheduled" and c["status"] == "True" for c in conditions):
+                done.add(pod["metadata"]["labels"].get("job-name", ""))
+        jobs = [j for j in jobs if j not in done]
+        if jobs:
+            time.sleep(SEAT_POLL)
 
 
 def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
@@ -100,7 +130,12 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     first = [n for n in names if kube.manifests.objects[n]["kind"] == "Namespace"]
     apply_files(kube, first)
     rotated = kube.secrets.ensure()
-    apply_files(kube, [n for n in names if n not in first])
+    rest = [n for n in names if n not in first]
+    workloads = [n for n in rest if kube.manifests.objects[n]["kind"] in WORKLOADS]
+    jobs = [n for n in rest if n not in workloads]  # the Jobs and what they mount
+    apply_files(kube, jobs, first)
+    seat_jobs(kube, min(timeout, SEAT_BOUND))
+    apply_files(kube, workloads, first + jobs)
     if rotated and kube.k.running_pods(DBD):  # its config takes the password at start
         kube.k.check(
             kube.k.argv("rollout", "restart", f"deployment/{DBD}"),
