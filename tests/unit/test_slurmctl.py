@@ -100,3 +100,26 @@ def test_a_drain_from_before_the_deploy_counts_as_ready_while_it_keeps_its_reaso
     missing = ["a (drain: disk swap)", "b (unknown to slurmctld)"]  # a's drain is new
     assert slurmctl.unready(seen, names, kept) == missing
     assert slurmctl.unready(None, names, kept) == ["a (no answer)", "b (no answer)"]
+
+
+def test_the_elastic_nodes_slurm_counts_as_powered_up_are_those_it_would_give_jobs() -> None:
+    """Powered up, or being powered up, answering or not, running jobs or drained; not powered
+    down, being or about to be powered down, or down."""
+    nodes = {
+        "up": ("idle", ""),
+        "lost": ("idle*", ""),  # a restored node whose slurmd has not registered yet
+        "busy": ("alloc", ""),
+        "starting": ("idle#", ""),
+        "drained": ("drain", "disk swap"),
+        "off": ("idle~", ""),
+        "stopping": ("idle%", ""),
+        "to-stop": ("idle!", ""),
+        "failed": ("down~", "ResumeTimeout reached"),
+        "gone": ("down*", "Not responding"),
+        "drained-down": ("drain+down", "fan"),
+    }
+    seen = slurmctl.nodes(Slurm(nodes, [], 0))
+    assert slurmctl.powered_up(seen, [*nodes, "unknown"]) == [
+        "up", "lost", "busy", "starting", "drained"
+    ]  # fmt: skip
+    assert slurmctl.powered_up(None, list(nodes)) == []

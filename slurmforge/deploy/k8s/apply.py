@@ -168,12 +168,10 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     if synced or changed:  # slurmctld and every slurmd re-read theirs
         slurmctl.reconfigure(kube.controller_sh)
     nodes = [node for _, node in kube.cluster.fixed_nodes]  # an elastic set's: Slurm's to start
-    seen = slurmctl.wait_ready(kube.controller_sh, nodes, kept, timeout)
-    if not slurmctl.ready(seen, nodes, kept):
-        shown = ", ".join(slurmctl.unready(seen, nodes, kept))
-        raise DeployError(f"not every node is in service after {timeout:.0f} s: {shown}")
-    for line in slurmctl.kept_drained(seen or {}, nodes, kept):
+    seen = slurmctl.require_ready(kube.controller_sh, nodes, kept, timeout)
+    for line in slurmctl.kept_drained(seen, nodes, kept):
         print(f"note: {line}", file=kube.log)
+    power.start_powered_up(kube, kept, timeout)
     if kube.cluster.spec.accounting.enabled:
         for line in accounting_db.setup(kube.cluster, kube.controller_sh, timeout):
             print(f"note: {line}", file=kube.log)

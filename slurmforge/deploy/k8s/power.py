@@ -16,6 +16,7 @@ from typing import Any
 from slurmforge.deploy import roles
 from slurmforge.deploy.k8s import kustomize
 from slurmforge.deploy.k8s.pods import PodRenderer
+from slurmforge.deploy.slurm import ctl as slurmctl
 from slurmforge.deploy.spec.model import ClusterSpec
 
 ACCOUNT = roles.NODE_POWER  # the ServiceAccount, its Role and the RoleBinding
@@ -113,3 +114,24 @@ def remove(kube: Any, gone: list[str], timeout: float) -> None:
         wait = f"--timeout={int(timeout)}s"
         argv = kube.k.argv("delete", *(f"deployment/{n}" for n in gone), "--wait=true", wait)
         kube.k.check(argv, f"deleting the Deployments of {', '.join(gone)}")
+
+
+def start_powered_up(kube: Any, kept: dict[str, str], timeout: float) -> None:
+    """Scale to one the elastic nodes' Deployments at zero whose nodes Slurm counts as powered up
+    (a restore of a backup taken while they ran applies them at zero, as it applies every
+    elastic node), and wait until they are in service: what Slurm thinks runs, runs."""
+    elastic = nodes(kube.cluster.spec)
+    up = slurmctl.powered_up(slurmctl.nodes(kube.controller_sh), elastic) if elastic else []
+    if not up:
+        return
+    scaled = {
+        item["metadata"]["name"]: item["spec"].get("replicas", 0)
+        for item in kube.k.get("deployments", **{"app.kubernetes.io/component": roles.NODE})
+    }
+    stopped = [node for node in up if not scaled.get(node)]
+    if not stopped:
+        return
+    print(f"note: starting {', '.join(stopped)}: Slurm has them powered up", file=kube.log)
+    argv = kube.k.argv("scale", *(f"deployment/{n}" for n in stopped), "--replicas=1")
+    kube.k.check(argv, f"starting {', '.join(stopped)}")
+    slurmctl.require_ready(kube.controller_sh, stopped, kept, timeout)

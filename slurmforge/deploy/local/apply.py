@@ -92,6 +92,20 @@ def start_containers(local: Host) -> None:
         local.project.compose("start", *stopped)
 
 
+def start_powered_up(local: Host, kept: dict[str, str], timeout: float) -> None:
+    """Start the elastic nodes that Slurm counts as powered up whose containers do not run (a
+    restore of a backup taken while they ran makes them, like the others, without starting
+    them), and wait until they are in service: what Slurm thinks runs, runs."""
+    elastic = [node for ns in local.cluster.spec.nodesets for node in ns.elastic_nodes]
+    seen = slurmctl.nodes(local.controller_sh) if elastic else None
+    stopped = [n for n in slurmctl.powered_up(seen, elastic) if local.project.running(n) is None]
+    if not stopped:
+        return
+    print(f"note: starting {', '.join(stopped)}: Slurm has them powered up", file=local.log)
+    local.project.compose("start", *stopped)
+    slurmctl.require_ready(local.controller_sh, stopped, kept, timeout)
+
+
 def populate_jail(local: Host, running: bool) -> None:
     """The jail (and each other arch's /usr of it) from the images."""
     name = local.cluster.name

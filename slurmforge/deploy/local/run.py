@@ -145,6 +145,7 @@ class Local(Target):
             slurmctl.hold(self.controller_sh, reason, timeout)
         apply.apply(self, ids[JAIL], secrets, populate=True, upgrading=upgrading)
         ready.wait_ready(self.project, self.cluster, timeout, kept, self.log)
+        apply.start_powered_up(self, kept, timeout)
         if self.cluster.spec.accounting.enabled:  # until slurmdbd knows the cluster
             left = max(timeout - (time.monotonic() - start), 30.0)
             for line in accounting_db.setup(self.cluster, self.controller_sh, left):

@@ -15,6 +15,8 @@ from slurmforge.errors import DeployError
 Shell = Callable[[str], tuple[int, str]]
 IN_SERVICE = {"idle", "mix", "alloc", "comp"}
 DRAINED = {"drain", "drng"}  # sinfo's short states of a drained (or draining) node that answers
+# sinfo's suffixes of a node powered down, being powered down, or about to be
+POWERING_DOWN = {"~", "%", "!"}
 POLL = 2.0  # seconds between two looks at the jobs on nodes being drained
 
 
@@ -37,6 +39,19 @@ def nodes(sh: Shell) -> dict[str, Node] | None:
     rows = [line.split("|", 2) for line in out.splitlines()]
     down = {row[1] for row in rows if len(row) == 2 and row[0] == "down"}
     return {row[0]: Node(row[1], row[2], row[0] in down) for row in rows if len(row) == 3}
+
+
+def powered_up(seen: dict[str, Node] | None, names: list[str]) -> list[str]:
+    """Of ``names`` (elastic nodes), those Slurm counts as powered up, or being powered up, and
+    not down: their containers or pods should run. After a restore StateSave says so of the
+    nodes that ran when the backup was taken, while nothing of them runs yet."""
+
+    def up(node: Node | None) -> bool:
+        if node is None or node.down or node.state.startswith("down"):
+            return False
+        return node.state.rstrip("*")[-1:] not in POWERING_DOWN
+
+    return [name for name in names if up((seen or {}).get(name))]
 
 
 def drains(seen: dict[str, Node] | None) -> dict[str, str]:
@@ -81,6 +96,18 @@ def wait_ready(
     while not ready(seen, names, kept) and time.monotonic() < deadline:
         time.sleep(1)
         seen = nodes(sh)
+    return seen
+
+
+def require_ready(
+    sh: Shell, names: list[str], kept: dict[str, str], timeout: float
+) -> dict[str, Node]:
+    """``wait_ready``; the nodes not ready when the time is up, each with its state, named in
+    a DeployError."""
+    seen = wait_ready(sh, names, kept, timeout)
+    if seen is None or not ready(seen, names, kept):
+        shown = ", ".join(unready(seen, names, kept))
+        raise DeployError(f"not every node is in service after {timeout:.0f} s: {shown}")
     return seen
 
 
