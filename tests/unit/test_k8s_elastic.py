@@ -12,6 +12,7 @@ import yaml
 
 from slurmforge.deploy.k8s import power
 from slurmforge.deploy.roles import NODE_POWER
+from slurmforge.deploy.slurm import ctl as slurmctl
 from tests.unit.kube import containers_of, pod_of, rendered_kube
 
 
@@ -159,3 +160,63 @@ def test_a_redeploy_with_no_elastic_set_left_removes_every_elastic_node(checkout
     kube = rendered_kube(*checkout, run)
     assert not power.nodes(kube.cluster.spec)
     assert power.keep_running(kube) == ["cpu-1", "cpu-2"]
+
+
+def test_the_nodes_slurm_has_powered_up_are_scaled_up_when_their_deployments_are_at_zero(
+    checkout,
+) -> None:
+    """After a restore: Slurm's saved state has cpu-1 up (it ran at the backup) and cpu-2
+    powered down, while both Deployments are at zero. cpu-1 alone is started, and waited for
+    until it is in service."""
+    scales = {"cpu-1": 0, "cpu-2": 0}
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        if "scale" in argv:
+            scales.update({a.removeprefix("deployment/"): 1 for a in argv if "deployment/" in a})
+        if "deployments" in argv:
+            items = [{"metadata": {"name": n}, "spec": {"replicas": r}} for n, r in scales.items()]
+            return subprocess.CompletedProcess(argv, 0, json.dumps({"items": items}), "")
+        if slurmctl.NODES in argv:  # cpu-1 registers once its pod runs
+            cpu1 = "idle" if scales["cpu-1"] else "idle*"
+            out = f"cpu-0|idle|none\ncpu-1|{cpu1}|none\ncpu-2|idle~|none\n"
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    kube = rendered_kube(*_elastic_checkout(checkout), run)
+    power.start_powered_up(kube, {}, 60)
+    (scale,) = [c for c in calls if "scale" in c]
+    assert scale[scale.index("scale") + 1 :] == ["deployment/cpu-1", "--replicas=1"]
+    assert scales == {"cpu-1": 1, "cpu-2": 0}
+    calls.clear()
+    power.start_powered_up(kube, {}, 60)  # nothing more to start
+    assert not [c for c in calls if "scale" in c]
+
+
+def test_an_elastic_gpu_nodes_pod_asks_for_its_gpus_and_mounts_the_driver_as_a_fixed_one(
+    checkout,
+) -> None:
+    """The a100 set elastic, its first node always running: the other nodes' Deployments run
+    the same pod as the set's StatefulSet (GPUs requested, the driver's host paths, GPU nodes
+    only), each as its own host."""
+    cluster_file, root = checkout
+    data = yaml.safe_load(cluster_file.read_text())
+    a100 = next(ns for ns in data["nodesets"] if ns["name"] == "a100")
+    del a100["replicas"]
+    a100["elastic"] = {"min": 1, "max": 3}
+    cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    kube = rendered_kube(cluster_file, root)
+    kube.manifests.validate()
+    objects = _objects(kube)
+    fixed = pod_of(objects[("StatefulSet", "a100")])
+    assert objects[("StatefulSet", "a100")]["spec"]["replicas"] == 1
+    for node in ("a100-1", "a100-2"):
+        pod = pod_of(objects[("Deployment", node)])
+        (slurmd,), (fixed_slurmd,) = pod["containers"], fixed["containers"]
+        assert slurmd["resources"] == fixed_slurmd["resources"]
+        assert slurmd["resources"]["limits"]["nvidia.com/gpu"] == "5"
+        assert slurmd["volumeMounts"] == fixed_slurmd["volumeMounts"]
+        assert pod["volumes"] == fixed["volumes"] and pod["affinity"] == fixed["affinity"]
+        assert any("hostPath" in v for v in pod["volumes"])
+        assert pod["hostname"] == node
