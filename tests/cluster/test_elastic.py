@@ -10,17 +10,19 @@ complete; a job larger than the set pends with Slurm's own reason; a job submitt
 are stopping runs once they started again; a user's ssh to a node started for their job lands
 in the job's cgroup (pam_slurm_adopt); a node whose container cannot start is marked down
 after its start timeout with the reason in `sinfo -R` and the metrics, and its job is requeued
-and runs on another node; and the cluster restored from a backup, on a host that lost it, starts
-its elastic nodes only when a job needs them."""
+and runs on another node; and the cluster restored from a backup, on a host that lost it, runs
+the elastic node that ran then and starts the others only when a job needs them."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from pathlib import Path
 
 import pytest
 
+from tests import driver_root
 from tests.cluster.conftest import Deployed, invoke
 from tests.cluster.helpers import OWN_SSH_KEY, sacct
 from tests.conftest import until
@@ -31,6 +33,7 @@ USER = "elastic"
 IDLE = 30  # elastic.idle: SuspendTime
 START = 45  # elastic.start_timeout: ResumeTimeout
 BURST = ["burst-0", "burst-1", "burst-2"]
+GPU, GPU_LIB = "trainer-0", "/usr/local/nvidia/lib64"
 # stopped after IDLE, powered down once SuspendTimeout (30 s) has passed, checked every 10 s;
 # about 75 s here, with room for a machine that also runs the k8s lane and a compile
 STOPPED_WITHIN = IDLE + 30 + 120
@@ -41,12 +44,20 @@ def cluster(clusters) -> Deployed:
     timers = {"idle": IDLE, "start_timeout": START}
     burst = {"name": "burst", "definitions": ["cpu-small"], "elastic": {"max": 3, **timers}}
     warm = {"name": "warm", "definitions": ["cpu-small"], "elastic": {"min": 1, "max": 2, **timers}}
+    # a GPU worker that runs only for jobs, on a synthetic driver root (tests/driver_root.py)
+    gpus = {"name": "trainer", "definitions": ["gpu"], "cpus": 1, "memory_mb": 1024,
+            "elastic": {"max": 1, **timers}}  # fmt: skip
+    root = clusters.root("elastic")
+    host = driver_root.make(root / "host", gpus=2)
     deployed = clusters.deploy(
         "sfel",
-        nodesets=[burst, warm],
+        root,
+        gpu={"driver_root": str(host)},
+        nodesets=[burst, warm, gpus],
         partitions=[
             {"name": "burst", "nodesets": ["burst"], "default": True},
             {"name": "warm", "nodesets": ["warm"]},
+            {"name": "gpu", "nodesets": ["trainer"]},
         ],
     )
     deployed.user(USER)
@@ -89,15 +100,13 @@ def _powered_down(cluster: Deployed, nodes: list[str]) -> bool:
 
 
 def test_the_deploy_starts_only_the_nodes_that_always_run(cluster: Deployed) -> None:
-    states = _states(cluster)
-    assert {n: states[n] for n in [*BURST, "warm-0", "warm-1"]} == {
-        **dict.fromkeys(BURST, "idle~"),
+    assert _states(cluster) == {
+        **dict.fromkeys([*BURST, "warm-1", GPU], "idle~"),
         "warm-0": "idle",
-        "warm-1": "idle~",
-    }, states
+    }
     assert _status(cluster, "warm-0") == "running"
     # made by the deploy, started by Slurm
-    assert {_status(cluster, n) for n in [*BURST, "warm-1"]} == {"created"}
+    assert {_status(cluster, n) for n in [*BURST, "warm-1", GPU]} == {"created"}
 
 
 def test_a_three_node_job_on_a_set_at_zero_starts_three_nodes_and_runs(cluster: Deployed) -> None:
@@ -151,6 +160,34 @@ def test_a_job_larger_than_the_set_pends_with_slurms_reason(cluster: Deployed) -
         assert state == "PENDING" and reason not in ("None", ""), shown
     finally:
         cluster.ok("login", f"scancel {job}", user=USER)
+
+
+def test_a_gpu_node_started_for_a_job_has_its_own_gpu_and_the_driver_read_only(
+    cluster: Deployed,
+) -> None:
+    """The GPU set at zero: a job asking for a GPU starts its node, and in the jail there the
+    job opens the one GPU it was given and the host's driver, mounted read-only."""
+    probe = (
+        "hostname; test -r /etc/slurmforge-jail-release && echo in-jail; "
+        "ls /dev | grep -E '^nvidia[0-9]+$'; echo visible=$CUDA_VISIBLE_DEVICES; "
+        f"touch {GPU_LIB}/new 2>&1 || true; "
+        "python3 -c 'import ctypes; v=ctypes.c_int(); "
+        'ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)); print("api", v.value)\''
+    )
+    out = cluster.ok(
+        "login", f"srun -Q -p gpu --gres=gpu:1 -t 5 bash -c {shlex.quote(probe)}", user=USER
+    )
+    lines = out.splitlines()
+    assert lines[:4] == [GPU, "in-jail", "nvidia0", "visible=0"], out
+    assert "Read-only file system" in lines[4], out
+    assert lines[5] == f"api {driver_root.CUDA_DRIVER_API}", out
+    assert _status(cluster, GPU) == "running"
+    # the worker holds the host's GPU 0 and its driver files; a CPU node of the cluster, none
+    mounts = cluster.client.api.inspect_container(cluster.container(GPU).id)["HostConfig"]
+    assert [d["PathOnHost"].rsplit("/", 1)[-1] for d in mounts["Devices"] or []
+            if re.fullmatch(r".*/nvidia[0-9]+", d["PathOnHost"])] == ["nvidia0"]  # fmt: skip
+    burst = cluster.client.api.inspect_container(cluster.container("burst-0").id)["HostConfig"]
+    assert not burst["Devices"], burst["Devices"]
 
 
 def test_a_job_submitted_while_nodes_stop_runs_once_they_start_again(cluster: Deployed) -> None:
@@ -209,11 +246,12 @@ def test_a_node_that_cannot_start_is_down_and_its_job_runs_elsewhere(cluster: De
                      text), text  # fmt: skip
 
 
-def test_a_restored_cluster_starts_its_elastic_nodes_only_for_jobs(
+def test_a_restored_cluster_runs_the_elastic_nodes_that_ran_and_starts_the_others_for_jobs(
     cluster: Deployed, tmp_path: Path
 ) -> None:
-    """The host lost and the cluster restored from a backup taken while its elastic nodes were
-    stopped: they come back powered down, warm's first node runs, and a job starts burst's."""
+    """The host lost and the cluster restored from a backup taken while one elastic node ran a
+    job and the others were stopped: the one that ran runs again and is in service, the
+    stopped ones come back powered down, warm's first node runs, and a job starts the rest."""
     # burst-0 back in service as README says, its container still gone (the test above): resume
     # alone leaves it waiting to register (NOT_RESPONDING), which a restarted slurmctld never
     # gives a job; powered down again, it is an idle node at rest
@@ -222,6 +260,11 @@ def test_a_restored_cluster_starts_its_elastic_nodes_only_for_jobs(
         cluster.ok("slurmctld", "scontrol update nodename=burst-0 state=power_down")
     until("the burst nodes powered down", lambda: all(
         _states(cluster)[n] == "idle~" for n in BURST), STOPPED_WITHIN)  # fmt: skip
+    # burst-1 (burst-0's container is gone: the test above) started for a job that is still
+    # running when the backup is taken
+    held = _submit(cluster, "-w burst-1 --no-requeue -o /dev/null --wrap 'sleep 600'")
+    until("burst-1 running its job", lambda: cluster.ok(
+        "slurmctld", f"squeue -h -j {held} -o %T").strip() == "RUNNING", START + 60)  # fmt: skip
     proc = invoke(
         cluster.env, "backup", "--cluster", str(cluster.cluster_file), "--out", str(tmp_path)
     )
@@ -231,13 +274,21 @@ def test_a_restored_cluster_starts_its_elastic_nodes_only_for_jobs(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = cluster.invoke("restore", str(archive))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "note: starting burst-1: Slurm has them powered up" in proc.stderr, proc.stderr
     states = _states(cluster)
-    assert {n: states[n] for n in [*BURST, "warm-0", "warm-1"]} == {
-        **dict.fromkeys(BURST, "idle~"),
+    stopped = ["burst-0", "burst-2", "warm-1"]
+    assert {n: states[n] for n in [*stopped, "warm-0"]} == {
+        **dict.fromkeys(stopped, "idle~"),
         "warm-0": "idle",
-        "warm-1": "idle~",
     }, states
-    assert {_status(cluster, n) for n in [*BURST, "warm-1"]} == {"created"}
+    assert states["burst-1"] in ("idle", "alloc", "mix", "comp"), states
+    assert {n: _status(cluster, n) for n in [*stopped, "burst-1"]} == {
+        **dict.fromkeys(stopped, "created"),
+        "burst-1": "running",
+    }
+    # the job that ran at the backup has no process left, but Slurm counts it as running until
+    # burst-1 next registers (README: about 7 minutes); its user cancels it
+    cluster.ok("login", f"scancel {held}", user=USER)
     job = _submit(cluster, "-N3 -o /dev/null --wrap 'srun true'")
     try:
         assert sacct(cluster, USER, [job], timeout=240)[job][0] == "COMPLETED"
