@@ -6,8 +6,9 @@ the Jobs' pods have a node) the workloads, leaving out (and naming) kinds the se
 serve; ``kubectl wait`` for the populate Job; a rollout status per StatefulSet and Deployment
 (a wait that fails names the pods not ready and why: stuck.py); running pods brought to the
 applied config (config_sync.py) and ``scontrol reconfigure``; a wait, through
-``kubectl exec`` in slurmctld, until every node is in service; and with accounting, until
-slurmdbd knows the cluster (then the default account)."""
+``kubectl exec`` in slurmctld, until every node is in service; the elastic nodes Slurm has
+powered up whose Deployments are at zero (a restore's) scaled to one (power.py); and with
+accounting, until slurmdbd knows the cluster (then the default account)."""
 
 from __future__ import annotations
 
@@ -110,9 +111,11 @@ def seat_jobs(kube: Host, bound: float) -> None:
 
 def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     """Check the accounting database; drain the nodes a smaller node set leaves out; apply
-    (the Namespace, then the missing Secrets, then the rest, so that nothing waits for what
-    it mounts); wait for populate and the rollouts; hand running pods a changed node list;
-    wait for every node, then for slurmdbd to know the cluster. `sinfo -N -l`."""
+    (the Namespace, then the missing Secrets, then the populate Jobs and what they mount, then,
+    once the Jobs have a node, the workloads: nothing waits for what it mounts, and no Job
+    waits behind the pods that wait for it); wait for populate and the rollouts; hand running
+    pods a changed node list; wait for every node, start the elastic nodes Slurm has powered up
+    that do not run, then wait for slurmdbd to know the cluster. `sinfo -N -l`."""
     skipped = unsupported(kube)  # the first call: names a server that does not answer
     controllers.check_storage(kube.cluster, kube.k)
     controllers.check_change(kube.cluster, kube.k)

@@ -1,6 +1,6 @@
 """Bringing the local cluster's containers to its files: the jail populated before anything
-starts, the daemons in Slurm's order on an upgrade, and slurmd and slurmctld told of a changed
-config."""
+starts, the daemons in Slurm's order on an upgrade, slurmd and slurmctld told of a changed
+config, and the elastic nodes Slurm has powered up running."""
 
 from __future__ import annotations
 
