@@ -10,8 +10,10 @@ complete; a job larger than the set pends with Slurm's own reason; a job submitt
 are stopping runs once they started again; a user's ssh to a node started for their job lands
 in the job's cgroup (pam_slurm_adopt); a node whose container cannot start is marked down
 after its start timeout with the reason in `sinfo -R` and the metrics, and its job is requeued
-and runs on another node; and the cluster restored from a backup, on a host that lost it, runs
-the elastic node that ran then and starts the others only when a job needs them."""
+and runs on another node; a job asking for a GPU of the GPU set (on a synthetic driver root)
+starts its node and sees its one GPU and the driver, read-only; and the cluster restored from a
+backup, on a host that lost it, runs the elastic node that ran then and starts the others only
+when a job needs them."""
 
 from __future__ import annotations
 
@@ -166,7 +168,7 @@ def test_a_gpu_node_started_for_a_job_has_its_own_gpu_and_the_driver_read_only(
     cluster: Deployed,
 ) -> None:
     """The GPU set at zero: a job asking for a GPU starts its node, and in the jail there the
-    job opens the one GPU it was given and the host's driver, mounted read-only."""
+    job sees the one GPU it was given and loads the host's driver, mounted read-only."""
     probe = (
         "hostname; test -r /etc/slurmforge-jail-release && echo in-jail; "
         "ls /dev | grep -E '^nvidia[0-9]+$'; echo visible=$CUDA_VISIBLE_DEVICES; "
@@ -182,7 +184,7 @@ def test_a_gpu_node_started_for_a_job_has_its_own_gpu_and_the_driver_read_only(
     assert "Read-only file system" in lines[4], out
     assert lines[5] == f"api {driver_root.CUDA_DRIVER_API}", out
     assert _status(cluster, GPU) == "running"
-    # the worker holds the host's GPU 0 and its driver files; a CPU node of the cluster, none
+    # the worker's container holds the host's GPU 0 alone; a CPU node's holds no device
     mounts = cluster.client.api.inspect_container(cluster.container(GPU).id)["HostConfig"]
     assert [d["PathOnHost"].rsplit("/", 1)[-1] for d in mounts["Devices"] or []
             if re.fullmatch(r".*/nvidia[0-9]+", d["PathOnHost"])] == ["nvidia0"]  # fmt: skip
