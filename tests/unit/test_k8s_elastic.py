@@ -178,6 +178,10 @@ def test_the_nodes_slurm_has_powered_up_are_scaled_up_when_their_deployments_are
         if "deployments" in argv:
             items = [{"metadata": {"name": n}, "spec": {"replicas": r}} for n, r in scales.items()]
             return subprocess.CompletedProcess(argv, 0, json.dumps({"items": items}), "")
+        if "scontrol show node -o cpu-1" in argv:  # its slurmd's start, once its pod runs
+            start = "2026-11-28T00:24:01" if scales["cpu-1"] else "2026-11-28T00:10:00"
+            out = f"NodeName=cpu-1 SlurmdStartTime={start} State=ALLOCATED\n"
+            return subprocess.CompletedProcess(argv, 0, out, "")
         if slurmctl.NODES in argv:  # cpu-1 registers once its pod runs
             cpu1 = "idle" if scales["cpu-1"] else "idle*"
             out = f"cpu-0|idle|none\ncpu-1|{cpu1}|none\ncpu-2|idle~|none\n"

@@ -123,3 +123,26 @@ def test_the_elastic_nodes_slurm_counts_as_powered_up_are_those_it_would_give_jo
         "up", "lost", "busy", "starting", "drained"
     ]  # fmt: skip
     assert slurmctl.powered_up(None, list(nodes)) == []
+
+
+def test_a_started_node_counts_once_a_slurmd_started_since_has_registered() -> None:
+    """cpu-1 registers at the third look; cpu-2 never does (still its restored start time)."""
+    looks = []
+
+    def sh(command: str) -> tuple[int, str]:
+        assert command in ("scontrol show node -o cpu-1,cpu-2", "scontrol show node -o cpu-1")
+        looks.append(command)
+        new = "2026-11-28T00:24:01" if len(looks) >= 3 else "2026-11-28T00:10:00"
+        return 0, (
+            f"NodeName=cpu-1 Arch=x86_64 SlurmdStartTime={new} State=ALLOCATED\n"
+            "NodeName=cpu-2 Arch=x86_64 SlurmdStartTime=2026-11-28T00:10:00 State=IDLE\n"
+        )
+
+    before = slurmctl.slurmd_starts(sh, ["cpu-1", "cpu-2"])
+    assert before == dict.fromkeys(["cpu-1", "cpu-2"], "2026-11-28T00:10:00")
+    slurmctl.wait_registered(sh, {"cpu-1": before["cpu-1"]}, timeout=30)
+    assert len(looks) == 3
+    with pytest.raises(DeployError, match=r"^cpu-2: started, but no slurmd registered"):
+        slurmctl.wait_registered(sh, before, timeout=0)
+    # a controller that does not answer registers nothing
+    assert slurmctl.slurmd_starts(lambda c: (1, "error"), ["cpu-1"]) == {"cpu-1": ""}

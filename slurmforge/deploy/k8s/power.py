@@ -119,7 +119,8 @@ def remove(kube: Any, gone: list[str], timeout: float) -> None:
 def start_powered_up(kube: Any, kept: dict[str, str], timeout: float) -> None:
     """Scale to one the elastic nodes' Deployments at zero whose nodes Slurm counts as powered up
     (a restore of a backup taken while they ran applies them at zero, as it applies every
-    elastic node), and wait until they are in service: what Slurm thinks runs, runs."""
+    elastic node), and wait until each has registered and is in service: what Slurm thinks
+    runs, runs."""
     elastic = nodes(kube.cluster.spec)
     up = slurmctl.powered_up(slurmctl.nodes(kube.controller_sh), elastic) if elastic else []
     if not up:
@@ -132,6 +133,8 @@ def start_powered_up(kube: Any, kept: dict[str, str], timeout: float) -> None:
     if not stopped:
         return
     print(f"note: starting {', '.join(stopped)}: Slurm has them powered up", file=kube.log)
+    before = slurmctl.slurmd_starts(kube.controller_sh, stopped)
     argv = kube.k.argv("scale", *(f"deployment/{n}" for n in stopped), "--replicas=1")
     kube.k.check(argv, f"starting {', '.join(stopped)}")
+    slurmctl.wait_registered(kube.controller_sh, before, timeout)
     slurmctl.require_ready(kube.controller_sh, stopped, kept, timeout)

@@ -95,14 +95,17 @@ def start_containers(local: Host) -> None:
 def start_powered_up(local: Host, kept: dict[str, str], timeout: float) -> None:
     """Start the elastic nodes that Slurm counts as powered up whose containers do not run (a
     restore of a backup taken while they ran makes them, like the others, without starting
-    them), and wait until they are in service: what Slurm thinks runs, runs."""
+    them), and wait until each has registered and is in service: what Slurm thinks runs,
+    runs."""
     elastic = [node for ns in local.cluster.spec.nodesets for node in ns.elastic_nodes]
     seen = slurmctl.nodes(local.controller_sh) if elastic else None
     stopped = [n for n in slurmctl.powered_up(seen, elastic) if local.project.running(n) is None]
     if not stopped:
         return
     print(f"note: starting {', '.join(stopped)}: Slurm has them powered up", file=local.log)
+    before = slurmctl.slurmd_starts(local.controller_sh, stopped)
     local.project.compose("start", *stopped)
+    slurmctl.wait_registered(local.controller_sh, before, timeout)
     slurmctl.require_ready(local.controller_sh, stopped, kept, timeout)
 
 

@@ -5,6 +5,7 @@ Each takes ``sh``: a command line in that container → (exit code, output).
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections.abc import Callable
@@ -109,6 +110,36 @@ def require_ready(
         shown = ", ".join(unready(seen, names, kept))
         raise DeployError(f"not every node is in service after {timeout:.0f} s: {shown}")
     return seen
+
+
+def slurmd_starts(sh: Shell, names: list[str]) -> dict[str, str]:
+    """Node → when its slurmd started, as its last registration told slurmctld (restored from
+    StateSave until the node registers again); "" where slurmctld did not say."""
+    code, out = sh(f"scontrol show node -o {shlex.quote(','.join(names))}")
+    starts = dict.fromkeys(names, "")
+    for line in out.splitlines() if code == 0 else []:
+        name, start = re.search(r"NodeName=(\S+)", line), re.search(r"SlurmdStartTime=(\S+)", line)
+        if name:
+            starts[name.group(1)] = start.group(1) if start else ""
+    return starts
+
+
+def wait_registered(sh: Shell, before: dict[str, str], timeout: float) -> None:
+    """Until each node of ``before`` (its slurmd_starts from before it was started) has
+    registered a slurmd started since; a DeployError names those that did not. A node Slurm
+    restored with a job shows it allocated before it has registered at all."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = slurmd_starts(sh, list(before))
+        waiting = [n for n, start in before.items() if now[n] in ("", start)]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise DeployError(
+                f"{', '.join(waiting)}: started, but no slurmd registered with slurmctld "
+                f"within {timeout:.0f} s"
+            )
+        time.sleep(1)
 
 
 def kept_drained(seen: dict[str, Node], names: list[str], kept: dict[str, str]) -> list[str]:
