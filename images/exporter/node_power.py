@@ -26,6 +26,7 @@ import os
 import shutil
 import socket
 import ssl
+import stat
 import sys
 import time
 import urllib.parse
@@ -137,8 +138,13 @@ def main() -> None:
     project = os.environ["NODE_POWER_PROJECT"]
     allowed = set(filter(None, os.environ.get("NODE_POWER_NODES", "").split(",")))
     os.makedirs(SPOOL, exist_ok=True)
-    # slurmctld's programs run as SlurmUser: the directory is that account's, open to no one else
-    os.chmod(SPOOL, 0o700)
+    # slurmctld's programs run as SlurmUser: the directory is that account's, open to no one
+    # else. It outlives this container (a volume): on a restart, or in a container made again
+    # (an upgrade, a changed definition), it is slurm's already, and this process may not change
+    # the mode of a file it does not own (no FOWNER), so it takes the directory back first
+    if stat.S_IMODE(os.stat(SPOOL).st_mode) != 0o700:
+        os.chown(SPOOL, 0, 0)
+        os.chmod(SPOOL, 0o700)
     shutil.chown(SPOOL, "slurm", "slurm")
     if os.environ.get("NODE_POWER_ENGINE") == "kubernetes":
         carry_out = kubernetes_act

@@ -135,6 +135,23 @@ def test_idle_nodes_stop_and_count_as_powered_down(cluster: Deployed) -> None:
         assert f'slurm_node_state{{node="{node}",state="powered_down"}} 1.0' in text, text
 
 
+def test_the_node_power_agent_restarted_still_starts_nodes(cluster: Deployed) -> None:
+    """The agent's request directory outlives its container (a volume, slurm's once the agent
+    first started): restarted, as an engine restart or an upgrade's new container starts it, it
+    is ready again, and a job on a stopped node runs. (Before, it took the directory back with a
+    chmod it may not make on slurm's file, and restarted for ever: nothing started.)"""
+    agent = cluster.container("node-power")
+    agent.restart()
+    until("the agent running and ready again", lambda: cluster.container("node-power").status
+          == "running" and cluster.container("node-power").logs(tail=5).count(b"ready:") > 0
+          and b"Traceback" not in cluster.container("node-power").logs(tail=20), 60)  # fmt: skip
+    time.sleep(3)  # a restart loop would show by now
+    agent.reload()
+    assert agent.status == "running" and agent.attrs["RestartCount"] == 0, agent.attrs["State"]
+    job = _submit(cluster, "-N1 -o /dev/null --wrap true")
+    assert sacct(cluster, USER, [job], timeout=180)[job][0] == "COMPLETED"
+
+
 def test_jobs_racing_for_stopped_nodes_and_an_array_of_20_all_complete(
     cluster: Deployed,
 ) -> None:
