@@ -141,7 +141,8 @@ def main() -> None:
     # slurmctld's programs run as SlurmUser: the directory is that account's, open to no one
     # else. It outlives this container (a volume): on a restart, or in a container made again
     # (an upgrade, a changed definition), it is slurm's already, and this process may not change
-    # the mode of a file it does not own (no FOWNER), so it takes the directory back first
+    # the mode of a file it does not own (no FOWNER): the mode is set only where it is wrong,
+    # the directory taken back to root first
     if stat.S_IMODE(os.stat(SPOOL).st_mode) != 0o700:
         os.chown(SPOOL, 0, 0)
         os.chmod(SPOOL, 0o700)
