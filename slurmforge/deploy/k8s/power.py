@@ -91,15 +91,20 @@ class PowerRenderer(PodRenderer):
         ]
 
 
+def scales(kube: Any) -> dict[str, int]:
+    """The elastic nodes' Deployments the server has → the scale each has there."""
+    return {
+        item["metadata"]["name"]: item["spec"].get("replicas", 0)
+        for item in kube.k.get("deployments", **{"app.kubernetes.io/component": roles.NODE})
+    }
+
+
 def keep_running(kube: Any) -> list[str]:
     """Before an apply: each elastic node's Deployment keeps the scale the server gives it (a
     node Slurm started goes on running; the file says so too). Returns the elastic nodes the
     server runs that the cluster file no longer has, for ``remove`` once applied (all of them
     when it has none elastic any more)."""
-    running = {
-        item["metadata"]["name"]: item["spec"].get("replicas", 0)
-        for item in kube.k.get("deployments", **{"app.kubernetes.io/component": roles.NODE})
-    }
+    running = scales(kube)
     for name, obj in kube.manifests.objects.items():
         node = obj["metadata"]["name"]
         if obj["kind"] == "Deployment" and node in running and running[node]:
@@ -125,16 +130,14 @@ def start_powered_up(kube: Any, kept: dict[str, str], timeout: float) -> None:
     up = slurmctl.powered_up(slurmctl.nodes(kube.controller_sh), elastic) if elastic else []
     if not up:
         return
-    scaled = {
-        item["metadata"]["name"]: item["spec"].get("replicas", 0)
-        for item in kube.k.get("deployments", **{"app.kubernetes.io/component": roles.NODE})
-    }
+    scaled = scales(kube)
     stopped = [node for node in up if not scaled.get(node)]
     if not stopped:
         return
     print(f"note: starting {', '.join(stopped)}: Slurm has them powered up", file=kube.log)
-    before = slurmctl.slurmd_starts(kube.controller_sh, stopped)
-    argv = kube.k.argv("scale", *(f"deployment/{n}" for n in stopped), "--replicas=1")
-    kube.k.check(argv, f"starting {', '.join(stopped)}")
-    slurmctl.wait_registered(kube.controller_sh, before, timeout)
-    slurmctl.require_ready(kube.controller_sh, stopped, kept, timeout)
+
+    def scale_up(names: list[str]) -> None:
+        argv = kube.k.argv("scale", *(f"deployment/{n}" for n in names), "--replicas=1")
+        kube.k.check(argv, f"starting {', '.join(names)}")
+
+    slurmctl.bring_up(kube.controller_sh, stopped, scale_up, kept, timeout)

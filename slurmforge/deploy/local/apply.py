@@ -103,10 +103,11 @@ def start_powered_up(local: Host, kept: dict[str, str], timeout: float) -> None:
     if not stopped:
         return
     print(f"note: starting {', '.join(stopped)}: Slurm has them powered up", file=local.log)
-    before = slurmctl.slurmd_starts(local.controller_sh, stopped)
-    local.project.compose("start", *stopped)
-    slurmctl.wait_registered(local.controller_sh, before, timeout)
-    slurmctl.require_ready(local.controller_sh, stopped, kept, timeout)
+
+    def start(names: list[str]) -> None:
+        local.project.compose("start", *names)
+
+    slurmctl.bring_up(local.controller_sh, stopped, start, kept, timeout)
 
 
 def populate_jail(local: Host, running: bool) -> None:

@@ -142,6 +142,22 @@ def wait_registered(sh: Shell, before: dict[str, str], timeout: float) -> None:
         time.sleep(1)
 
 
+def bring_up(
+    sh: Shell,
+    names: list[str],
+    start: Callable[[list[str]], object],
+    kept: dict[str, str],
+    timeout: float,
+) -> None:
+    """``start`` (the target's way to run these nodes), then wait until each has registered a
+    slurmd started since, then until each is in service; a DeployError names those that are
+    not."""
+    before = slurmd_starts(sh, names)
+    start(names)
+    wait_registered(sh, before, timeout)
+    require_ready(sh, names, kept, timeout)
+
+
 def kept_drained(seen: dict[str, Node], names: list[str], kept: dict[str, str]) -> list[str]:
     """Lines for the user: the nodes that stayed in the drain they were in before the deploy."""
     return [
