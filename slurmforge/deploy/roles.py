@@ -221,11 +221,20 @@ class Port:
 class Probe:
     """Ready while: the daemon of ``pid_file`` runs, something listens on ``listening`` (read
     from the kernel's socket table: no connection, which daemons would log), or ``command``
-    succeeds. Local deploys wait for Slurm's own view instead."""
+    succeeds. Kubernetes runs it as the readiness probe; a local deploy runs it in the containers
+    of the roles that Slurm's own view of its nodes does not cover (the portal, REST, ...)."""
 
     pid_file: str | None = None
     listening: int | None = None
     command: tuple[str, ...] = ()
+
+    def argv(self) -> list[str]:
+        if self.pid_file:
+            return ["sh", "-c", f"kill -0 $(cat {self.pid_file})"]
+        if self.listening:
+            pattern = f":{self.listening:04X} 0+:0000 0A "
+            return ["grep", "-qE", pattern, "/proc/net/tcp", "/proc/net/tcp6"]
+        return list(self.command)
 
 
 @dataclass(frozen=True)

@@ -50,14 +50,7 @@ def files_digest(files: dict[str, str]) -> str:
 def probe(spec: Probe) -> dict[str, Any]:
     """A readiness probe that makes no connection: an exec of the daemon's pid file check, of
     the kernel's socket table, or of the role's own command."""
-    if spec.pid_file:
-        command = ["sh", "-c", f"kill -0 $(cat {spec.pid_file})"]
-    elif spec.listening:
-        pattern = f":{spec.listening:04X} 0+:0000 0A "
-        command = ["grep", "-qE", pattern, "/proc/net/tcp", "/proc/net/tcp6"]
-    else:
-        command = list(spec.command)
-    return {"exec": {"command": command}, "periodSeconds": PROBE_PERIOD}
+    return {"exec": {"command": spec.argv()}, "periodSeconds": PROBE_PERIOD}
 
 
 def small_resources() -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""Waiting for a local cluster to be in service, as Slurm sees it."""
+"""Waiting for a local cluster to be in service: its nodes as Slurm sees them, then the services
+Slurm does not see (the portal, REST, the database, ...) by their roles' probes."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import IO
 
@@ -10,6 +12,7 @@ from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.roles import CONTROLLER, LOGIN
 from slurmforge.deploy.slurm import ctl as slurmctl
 from slurmforge.deploy.spec.model import Cluster
+from slurmforge.engine import Container
 from slurmforge.errors import DeployError
 
 
@@ -32,18 +35,14 @@ def wait_ready(
 
     while time.monotonic() < deadline:
         found = project.containers()
-        for service, container in found.items():
-            if service in watched and container.status in ("exited", "dead"):
-                raise DeployError(
-                    f"container {container.name} stopped (exit code "
-                    f"{container.attrs['State'].get('ExitCode')})\n{project.tail(service)}"
-                )
+        _none_stopped(project, found, watched)
         running = [c for c in controllers if c in found and found[c].status == "running"]
         answering = running[0] if running else CONTROLLER
         seen = slurmctl.nodes(controller_sh)
         if slurmctl.ready(seen, nodes, kept):
             for line in slurmctl.kept_drained(seen or {}, nodes, kept):
                 print(f"note: {line}", file=log)
+            _wait_probed(project, cluster, deadline)
             return
         time.sleep(1)
     failing = [f"{CONTROLLER} (no answer)"]
@@ -51,3 +50,33 @@ def wait_ready(
         failing = slurmctl.unready(seen, nodes, kept)
     tails = "\n".join(project.tail(shown.split()[0]) for shown in failing[:3])
     raise DeployError(f"not ready after {timeout:.0f} s: {', '.join(failing)}\n{tails}")
+
+
+def _wait_probed(project: Project, cluster: Cluster, deadline: float) -> None:
+    """Until each service but slurmctld passes its role's probe (the hub listens, sshd runs,
+    slurmrestd listens, ...): a deploy that returns leaves nothing a user opens still starting."""
+    waiting = {
+        role.name: shlex.join(role.probe.argv())
+        for role in roles.running(cluster.spec, "local")
+        if role.workload == "daemon" and role.probe is not None and role.name != CONTROLLER
+    }
+    while waiting:
+        _none_stopped(project, project.containers(), set(waiting))
+        waiting = {name: c for name, c in waiting.items() if project.sh(name, c)[0] != 0}
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            names = ", ".join(waiting)
+            tails = "\n".join(project.tail(name) for name in list(waiting)[:3])
+            raise DeployError(f"not ready: {names} (its readiness check fails)\n{tails}")
+        time.sleep(1)
+
+
+def _none_stopped(project: Project, found: dict[str, Container], services: set[str]) -> None:
+    """Refuse at once, with its last logs, a container of ``services`` that has stopped."""
+    for service, container in found.items():
+        if service in services and container.status in ("exited", "dead"):
+            raise DeployError(
+                f"container {container.name} stopped (exit code "
+                f"{container.attrs['State'].get('ExitCode')})\n{project.tail(service)}"
+            )
