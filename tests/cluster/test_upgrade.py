@@ -2,8 +2,9 @@
 with accounting, a user, her files and her jobs is redeployed on a 25.11.7 cell. Its jobs' records,
 StateSave (job IDs go on), users and homes survive; a job that runs when the upgrade starts ends
 normally, and a job still pending runs afterwards; the exporter's scheduler statistics move from
-sdiag to 25.11's own metrics endpoint. Upgrades Slurm cannot make are refused before anything
-changes.
+sdiag to 25.11's own metrics endpoint; an elastic node set keeps starting nodes (the one that ran
+comes back on the new series, and a job starts another there). Upgrades Slurm cannot make are
+refused before anything changes.
 """
 
 from __future__ import annotations
@@ -34,7 +35,15 @@ def old(clusters: Clusters) -> Deployed:
     for set_name, cell in (FROM, TO):
         build(select(set_name, (cell,)))
     images = {"set": FROM[0], "cell": FROM[1]}
-    return clusters.deploy("sfupg", clusters.root("upgrade"), images=images)
+    # beside the fixed nodes, an elastic set whose started nodes stay up through the test
+    burst = {"name": "burst", "definitions": ["cpu-small"],
+             "elastic": {"max": 2, "idle": 900, "start_timeout": 120}}  # fmt: skip
+    partitions = [{"name": "main", "nodesets": ["cpu"], "default": True},
+                  {"name": "burst", "nodesets": ["burst"]}]  # fmt: skip
+    nodesets = [{"name": "cpu", "definitions": ["cpu-small"], "replicas": 2}, burst]
+    return clusters.deploy(
+        "sfupg", clusters.root("upgrade"), images=images, nodesets=nodesets, partitions=partitions
+    )
 
 
 def _use(cluster: Deployed, cell: tuple[str, str]) -> None:
@@ -76,7 +85,9 @@ def test_a_running_cluster_moves_to_the_next_series_and_loses_nothing(old: Deplo
     cluster.user(USER)
     cluster.ok("login", "echo kept > ~/data.txt", user=USER)
     done = _submit(cluster, "--wrap", "'hostname'")
-    _until(cluster, [done], "COMPLETED")
+    elastic = _submit(cluster, "-p", "burst", "--wrap", "'hostname'")  # starts burst-0
+    _until(cluster, [done, elastic], "COMPLETED")
+    assert cluster.states()["burst-1"] == "idle~"
     # before 25.11 the scheduler's statistics come from sdiag
     until_prometheus(cluster, SCHEDULER_FROM.format(source="sdiag"), bool, 60)
     # one job holds both nodes while the upgrade starts; the next one waits for them
@@ -113,8 +124,13 @@ def test_a_running_cluster_moves_to_the_next_series_and_loses_nothing(old: Deplo
     after = _submit(cluster, "--wrap", "'true'")
     assert int(after) > int(pending)
     _until(cluster, [after], "COMPLETED")
+    # the elastic node that ran came back on 25.11 (Slurm has it up); a job that needs two
+    # starts the other on 25.11's image, through the node-power agent the upgrade made again
+    assert cluster.states()["burst-1"] == "idle~"
+    both = _submit(cluster, "-p", "burst", "-N2", "--wrap", "'srun true'")
+    _until(cluster, [both], "COMPLETED", timeout=240)
     for node in cluster.states():
-        assert cluster.ok(node, "slurmd -V") == "slurm 25.11.7"
+        assert cluster.ok(node, "slurmd -V") == "slurm 25.11.7", node
     # 25.11's slurmctld serves them itself, and the exporter now reads them there
     until_prometheus(cluster, SCHEDULER_FROM.format(source="metrics-endpoint"), bool, 60)
 
@@ -133,5 +149,8 @@ def test_a_running_cluster_moves_to_the_next_series_and_loses_nothing(old: Deplo
     assert cluster.ok("login", "cat ~/data.txt", user=USER) == "kept"
     # what happened after the backup is not there: the job submitted on 25.11 is unknown
     assert not cluster.ok("slurmctld", f"sacct -n -X -j {after} -o JobID")
-    for node in cluster.states():
-        assert cluster.ok(node, "slurmd -V") == "slurm 24.05.8"
+    # burst-0 ran when that backup was taken: it runs again; burst-1 waits for a job
+    states = cluster.states()
+    assert states["burst-1"] == "idle~", states
+    for node in (n for n, state in states.items() if not state.endswith("~")):
+        assert cluster.ok(node, "slurmd -V") == "slurm 24.05.8", node
