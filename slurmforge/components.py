@@ -134,11 +134,12 @@ COMPONENTS: dict[str, Component] = {
             ("base",),
             True,
             "the accounting database: MariaDB from the distro's archive",
-            # the scheduled backup (k8s) runs in this image: snapshot.py and what it imports
+            # the scheduled backup (k8s) runs in this image: pod.py and what it imports
             context=(
                 "slurmforge/errors.py",
                 "slurmforge/deploy/backup/archive.py",
                 "slurmforge/deploy/backup/snapshot.py",
+                "slurmforge/deploy/backup/pod.py",
             ),
         ),
         Component(

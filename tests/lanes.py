@@ -6,9 +6,10 @@ tests mostly wait on their daemons too), and fails when one of them fails.
 - ``k8s``: the Kubernetes tier (its tests wait on pods), then the image tier (testinfra on each
   mission cell's images: its containers are its own, and on a fresh machine it waits for the
   cells the prebuild makes, as it did at the main process' end).
-- ``waiting``: the cluster modules that wait on Slurm's own timers (a backup controller's
-  takeover, elastic nodes' idle and start times, a lost node's SlurmdTimeout: that one deploys
-  the default cluster again, 4 minutes of waiting moved for under one of deploying).
+- ``waiting``: the cluster modules that wait on timers (a backup controller's takeover,
+  elastic nodes' idle and start times, a lost node's SlurmdTimeout: that one deploys the default
+  cluster again, 4 minutes of waiting moved for under one of deploying; the portal's idle culler
+  and start timeout, and the browser's waits for the hub).
 
 A lane's output goes to .cache/lane-<name>.log; its summary, failures and slowest tests are
 printed at the end of the run. A run of one lane's tests alone (`pytest tests/k8s`), or with
@@ -35,6 +36,7 @@ WAITING = (
     ROOT / "tests" / "cluster" / "test_failover.py",
     ROOT / "tests" / "cluster" / "test_elastic.py",
     ROOT / "tests" / "cluster" / "test_node_loss.py",
+    ROOT / "tests" / "cluster" / "test_portal.py",
 )
 
 

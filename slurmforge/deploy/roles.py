@@ -203,6 +203,7 @@ DIRECTORY_DATA = Data("/var/lib/ldap", "directory", "directory", "state")
 PROMETHEUS_DATA = Data("/var/lib/prometheus/metrics2", "metrics", "metrics", "state")
 # the hub's database: who is logged in, and which job runs each user's server
 PORTAL_DATA = Data("/var/lib/jupyterhub", "portal", "portal", "state")
+PORTAL_DB = "jupyterhub.sqlite"  # in PORTAL_DATA (the db_url of images/portal/slurmforge_portal.py)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ logs in with their directory password, fills the start form and lands in Jupyter
 their Slurm job on a compute node inside the jail; its terminal is a shell there, a notebook runs
 the jail's Python, the queue view lists the job, and stopping the server ends the job. Another
 user cannot open that server, a wrong password is refused, a local user logs in with the password
-`passwd` gave them, and an idle server is ended by the culler.
+`passwd` gave them, and an idle server is ended by the culler. Restored from a backup on a host
+that lost the cluster, the hub knows its users as it did: a browser logged in before is still.
 
 A test that fails leaves a screenshot and the page's HTML under .cache/portal/ (tests/browser.py's
 `browsers`)."""
@@ -13,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import yaml
@@ -34,7 +36,7 @@ from tests.browser import (
     type_in_terminal,
     wait_for,
 )
-from tests.cluster.conftest import Clusters, Deployed
+from tests.cluster.conftest import Clusters, Deployed, invoke
 from tests.cluster.helpers import sacct
 
 BASE = "dc=lab,dc=example"
@@ -250,3 +252,32 @@ def test_a_user_without_an_association_is_told_why(portal: Portal, browser: WebD
     wait_for(browser, 30).until(lambda d: "Slurm refused the job" in d.page_source)
     assert "Invalid account" in browser.page_source, browser.page_source[-2000:]
     assert not portal.squeue("dave")
+
+
+def test_a_cluster_restored_on_a_new_host_keeps_who_was_logged_in(
+    portal: Portal, browser: WebDriver, tmp_path: Path
+) -> None:
+    """Backed up while ada is logged in, the cluster lost with its volumes and restored: the
+    hub's database came back with it, so her browser's session is still valid (a hub with a
+    new database sends her to the login page), and she starts a server that runs as her job."""
+    cluster = portal.cluster
+    log_in(browser, portal.url, "ada", PASSWORDS["ada"])
+    browser.get(f"{portal.url}/hub/home")
+    wait_for(browser).until(ready.presence_of_element_located((By.ID, "start")))
+    proc = invoke(
+        cluster.env, "backup", "--cluster", str(cluster.cluster_file), "--out", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "portal.sqlite" in proc.stdout + proc.stderr
+    (archive,) = tmp_path.glob("*.tar")
+    proc = cluster.invoke("down", "--volumes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = cluster.invoke("restore", str(archive))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    browser.get(f"{portal.url}/hub/home")
+    wait_for(browser).until(ready.presence_of_element_located((By.ID, "start")))
+    assert "/hub/login" not in browser.current_url, browser.current_url
+    start_server(browser, portal.url)
+    jobs = portal.squeue("ada")
+    assert len(jobs) == 1 and jobs[0][1] == "RUNNING", jobs
+    stop_server(browser, portal.url)

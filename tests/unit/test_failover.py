@@ -13,6 +13,7 @@ import yaml
 
 from slurmforge import config
 from slurmforge.deploy import loader
+from slurmforge.deploy.backup import archive
 from slurmforge.deploy.k8s import apply as k8s_apply
 from slurmforge.deploy.k8s import controllers as k8s_controllers
 from slurmforge.deploy.k8s import restore as k8s_restore
@@ -273,7 +274,7 @@ def test_k8s_scheduled_backup_and_restore_use_the_shared_state_claim(checkout) -
     claims = [v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim"
               in v]  # fmt: skip
     assert "slurmctld-state" in claims and "state-slurmctld-0" not in claims
-    job = k8s_restore.Restore(kube, root / "a.tar", None)
+    job = k8s_restore.Restore(kube, root / "a.tar", archive.Manifest("c", "", "", "", {}))
     assert sorted(job.claims()) == ["jail", "slurmctld-state"]
     assert job.claims()["slurmctld-state"]["spec"]["accessModes"] == ["ReadWriteMany"]
 

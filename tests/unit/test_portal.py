@@ -3,6 +3,11 @@ hub and its service are given (its settings, its secrets as files, its published
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +15,10 @@ import yaml
 
 from slurmforge import config
 from slurmforge.deploy import loader, monitoring, portal, roles
+from slurmforge.deploy.backup import archive, pod, snapshot
+from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.identity import sssd
+from slurmforge.deploy.k8s import restore as k8s_restore
 from slurmforge.deploy.local import render as local_render
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
@@ -175,3 +183,88 @@ def test_on_kubernetes_users_reach_the_proxy_and_nodes_the_hub_by_name(
             continue
         mounted = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
         assert not mounted & {"portal-cookie-secret", "portal-proxy-token"}, name
+
+
+def test_a_backup_copies_the_hubs_database_whole_while_the_hub_writes_it(tmp_path: Path) -> None:
+    """The copy is SQLite's online backup where the hub runs (here: this machine's python3, as
+    the scheduled pod's source runs commands): a database another connection writes to all the
+    while comes out whole, holding every row committed before the copy began."""
+    db = tmp_path / "jupyterhub.sqlite"
+    with sqlite3.connect(db) as con:
+        con.execute("create table users (name text, blob text)")
+        con.executemany("insert into users values (?, ?)", [(f"u{i}", "x" * 2000) for i in
+                                                            range(2000)])  # fmt: skip
+    stop = threading.Event()
+
+    def write() -> None:  # the hub, logging users in meanwhile
+        con = sqlite3.connect(db, timeout=30)
+        while not stop.is_set():
+            with con:
+                con.execute("insert into users values ('late', ?)", ("y" * 2000,))
+            time.sleep(0.001)
+        con.close()
+
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "job_state").write_bytes(b"jobs")
+    later = time.time() + 60
+    os.utime(tmp_path / "state" / "job_state", (later, later))
+    (tmp_path / "home").mkdir()
+    plan = snapshot.Plan(
+        cluster="train", slurm="25.11.7", slurmforge="0", images={}, files={}, secrets={},
+        state_dir=str(tmp_path / "state"), jail_root=str(tmp_path), jail=["home"], database=None,
+        portal_db=str(db),
+    )  # fmt: skip
+    source = pod.PodSource(None, "", None)
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        made, _ = snapshot.Snapshot(plan, source, tmp_path / "out").run()
+    finally:
+        stop.set()
+        writer.join()
+    manifest = archive.verify(made)
+    copy = tmp_path / "copy.sqlite"
+    with archive.member(made, backup.PORTAL_MEMBER) as source:
+        copy.write_bytes(source.read())
+    with sqlite3.connect(copy) as con:
+        assert con.execute("pragma integrity_check").fetchone() == ("ok",)
+        assert con.execute("select count(*) from users where name != 'late'").fetchone() == (2000,)
+    assert manifest.members[backup.PORTAL_MEMBER]["size"] == copy.stat().st_size
+
+
+def test_the_hubs_database_is_backed_up_and_restored_where_the_hub_keeps_it(
+    write_cluster, tmp_path: Path
+) -> None:
+    data = cluster_data()
+    data["portal"] = {"enabled": True, "port": 18000}
+    data["kubernetes"]["backup"] = {"schedule": "15 3 * * *"}
+    cluster_file = write_cluster(data)
+    kube = rendered_kube(cluster_file, with_images_lock(cluster_file, tmp_path))
+    # `invoke backup` copies it in the hub's container, from its data volume or claim
+    plan = backup.plan(kube.cluster)
+    assert plan.portal_db == f"{roles.PORTAL_DATA.path}/{roles.PORTAL_DB}"
+    assert backup.ContainerSource.ROLES[snapshot.PORTAL] == roles.PORTAL
+    # the scheduled pod mounts no claim of the hub's: it says so in every archive it makes
+    config = kube.manifests.objects[f"configmap-{roles.BACKUP_CONF.name}.yaml"]["data"]
+    scheduled = snapshot.Plan(**json.loads(config["plan.json"]))
+    assert scheduled.portal_db is None
+    assert any("portal's database is not in scheduled backups" in n for n in scheduled.notes)
+    # a k8s restore fills portal-0's claim, as its StatefulSet would make it, before it starts
+    manifest = archive.Manifest("c", "", "", "", {}, members={backup.PORTAL_MEMBER: {}})
+    claims = k8s_restore.Restore(kube, tmp_path / "a.tar", manifest).claims()
+    hub = kube.manifests.objects["statefulset-portal.yaml"]["spec"]["volumeClaimTemplates"][0]
+    assert claims["portal-portal-0"]["spec"] == hub["spec"]
+    # an archive without it (a cluster that had no portal) fills none
+    old = archive.Manifest("c", "", "", "", {})
+    assert "portal-portal-0" not in k8s_restore.Restore(kube, tmp_path / "a.tar", old).claims()
+
+
+def test_an_archive_with_a_portal_restored_where_there_is_none_says_so(
+    write_cluster, versions
+) -> None:
+    cluster = loader.load(write_cluster(shipped_with()), versions)
+    manifest = archive.Manifest("c", "", "", "", {}, members={backup.PORTAL_MEMBER: {}})
+    assert not backup.restores_portal(cluster, manifest)
+    assert manifest.notes == [
+        f"the archive's portal database is not restored: {cluster.path} has no portal"
+    ]

@@ -16,7 +16,7 @@ import yaml
 
 from slurmforge.config import Config
 from slurmforge.deploy import loader
-from slurmforge.deploy.backup import archive, snapshot
+from slurmforge.deploy.backup import archive, pod, snapshot
 from slurmforge.deploy.backup import take as backup
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
@@ -54,7 +54,7 @@ def _archive(cluster, out: Path) -> Path:
     (out / "job_state").write_bytes(b"")
     later = time.time() + 3600  # a save newer than the (absent) dump: no wait for the next one
     os.utime(out / "job_state", (later, later))
-    path, _ = snapshot.Snapshot(plan, snapshot.PodSource(None, "slurm", None), out).run()
+    path, _ = snapshot.Snapshot(plan, pod.PodSource(None, "slurm", None), out).run()
     return path
 
 

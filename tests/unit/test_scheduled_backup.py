@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from slurmforge.deploy import roles
-from slurmforge.deploy.backup import archive, snapshot
+from slurmforge.deploy.backup import archive, pod, snapshot
 from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.spec.model import as_dict
 from tests.unit.helpers import assert_clean_failure, run_invoke
@@ -132,7 +132,7 @@ def test_the_pod_program_writes_an_archive_restore_accepts_and_keeps_the_newest(
     older = [archive.archive_name("train", f"2026010{d}T030000Z") for d in (1, 2, 3)]
     for name in [*older, archive.archive_name("other", "20260101T030000Z"), "slurmforge-x.tar"]:
         (out / name).write_bytes(b"")
-    assert snapshot.main([str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2"]) == 0
+    assert pod.main([str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2"]) == 0
     kept = sorted(p.name for p in out.iterdir())
     (new,) = [n for n in kept if n.startswith("slurmforge-train-") and n not in older]
     assert kept == sorted([older[2], new, "slurmforge-other-20260101T030000Z.tar",
@@ -185,7 +185,7 @@ def test_statesave_changed_under_its_copy_is_copied_again(
     )  # fmt: skip
     (tmp_path / "home").mkdir()
     (tmp_path / "plan.json").write_text(plan.dump())
-    assert snapshot.main([str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2"]) == 0
+    assert pod.main([str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2"]) == 0
     assert len(count.read_text().splitlines()) == min(changing + 1, snapshot.STATE_TRIES)
     (made,) = out.iterdir()
     manifest = archive.verify(made)
@@ -204,13 +204,13 @@ def test_a_pod_without_a_secret_fails_and_leaves_no_archive(tmp_path: Path, caps
     )  # fmt: skip
     (tmp_path / "plan.json").write_text(plan.dump())
     out = tmp_path / "out"
-    assert snapshot.main([str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2"]) == 1
+    assert pod.main([str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2"]) == 1
     assert "has no munge.key to back up" in capsys.readouterr().err
     assert list(out.iterdir()) == []
     # no password file where the schedule's pod expects its Secret: one line, no archive
     argv = [str(tmp_path / "plan.json"), "--out", str(out), "--keep", "2",
             "--db-host", "mariadb", "--db-password-file", str(tmp_path / "absent")]  # fmt: skip
-    assert snapshot.main(argv) == 1
+    assert pod.main(argv) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "absent" in err and len(err.splitlines()) == 1
     assert list(out.iterdir()) == []

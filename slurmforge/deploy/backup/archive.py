@@ -9,6 +9,7 @@ Layout (every member a plain file):
 | secrets/<file> | the secrets slurmforge made for the cluster (mode 0600) |
 | database.sql | the accounting database (mariadb-dump --single-transaction), own database only |
 | directory.ldif | the embedded directory's entries (slapcat), when the cluster has one |
+| portal.sqlite | the web portal hub's database (SQLite's online backup), when it has a portal |
 | state.tar | slurmctld's StateSaveLocation |
 | jail.tar | the jail's user state: homes, /opt/user, kept paths, accounts, SSH host keys |
 | MANIFEST.json | the versions and each member's size and sha256 |
@@ -40,7 +41,10 @@ from slurmforge.errors import ConfigError
 
 SCHEMA = 1  # the layout above; raised when a restore could not read an older archive
 MANIFEST, MANIFEST_SUM = "MANIFEST.json", "MANIFEST.sha256"
-TOP_MEMBERS = ("database.sql", "directory.ldif", "state.tar", "jail.tar", MANIFEST, MANIFEST_SUM)
+TOP_MEMBERS = (
+    "database.sql", "directory.ldif", "portal.sqlite", "state.tar", "jail.tar", MANIFEST,
+    MANIFEST_SUM,
+)  # fmt: skip
 FOLDERS = ("cluster", "secrets")  # each holds plain files, one level deep
 PARTIAL = ".partial"
 BLOCK = tarfile.BLOCKSIZE

@@ -1,8 +1,8 @@
 """One consistent copy of a running cluster into an archive (archive.py), made either by
 `invoke backup` through the target's way into its containers (take.py) or, on a schedule, by a
-pod of the cluster's own that mounts what it copies (`python3 -m slurmforge.deploy.backup.snapshot`,
-the k8s CronJob ``backup``). This module needs nothing beyond Python's standard library, so that
-the database image can carry it with archive.py and errors.py.
+pod of the cluster's own that mounts what it copies (pod.py, the k8s CronJob ``backup``). This
+module needs nothing beyond Python's standard library, so that the database image can carry it
+with pod.py, archive.py and errors.py.
 
 Consistency. The accounting database is dumped first, in one transaction (mariadb-dump --single-
 transaction: InnoDB's snapshot, no lock on slurmdbd's writes). slurmctld writes each state file
@@ -22,12 +22,10 @@ time has no node after a restore: Slurm ends it as it ends a job whose node was 
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shlex
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -52,12 +50,25 @@ SAVE_NODE_STATE = (
     '\'import json, sys; print(json.load(sys.stdin)["nodes"][0].get("comment", ""))\') && '
     'date +%s.%N && scontrol update nodename="$node" comment="$comment"'
 )
-# Where a Source runs a command: beside StateSave (slurmctld), the database, the jail, or the
-# embedded directory (slapd).
-STATE, DATABASE, JAIL, DIRECTORY = "state", "database", "jail", "directory"
+# Where a Source runs a command: beside StateSave (slurmctld), the database, the jail, the
+# embedded directory (slapd), or the web portal's hub.
+STATE, DATABASE, JAIL, DIRECTORY, PORTAL = "state", "database", "jail", "directory", "portal"
 # the configuration images/slapd/slapd-init writes at each start (slapcat reads it), and the
 # member the directory's entries are in
 SLAPD_CONF, DIRECTORY_MEMBER = "/run/slapd/slapd.conf", "directory.ldif"
+# the hub's database in an archive; the copy SQLite's online backup makes of it beside the hub
+# (a consistent copy while the hub writes: the API copies pages under a read lock, and starts
+# again when a write lands meanwhile), written to standard output
+PORTAL_MEMBER = "portal.sqlite"
+COPY_SQLITE = (
+    "import shutil, sqlite3, sys, tempfile\n"
+    "with tempfile.NamedTemporaryFile() as copy:\n"
+    "    source, target = sqlite3.connect(sys.argv[1]), sqlite3.connect(copy.name)\n"
+    "    source.backup(target)\n"
+    "    target.close(); source.close()\n"
+    "    with open(copy.name, 'rb') as done:\n"
+    "        shutil.copyfileobj(done, sys.stdout.buffer)\n"
+)
 
 
 @dataclass
@@ -76,6 +87,7 @@ class Plan:
     database: str | None  # the cluster's own accounting database's name; None: not ours
     notes: list[str] = field(default_factory=list)  # what the archive leaves out, and why
     directory: bool = False  # the cluster's own directory (slapd) is copied
+    portal_db: str | None = None  # the web portal hub's database, copied where the hub runs
     standalone: str | None = None  # which of ``files`` a restore writes when given no other
 
     def dump(self) -> str:
@@ -87,7 +99,8 @@ class Plan:
 
 
 class Source(Protocol):
-    """How a backup reaches the cluster: ``where`` is STATE, DATABASE, JAIL or DIRECTORY."""
+    """How a backup reaches the cluster: ``where`` is STATE, DATABASE, JAIL, DIRECTORY or
+    PORTAL."""
 
     # mariadb client options that reach the database (first on the command line)
     db: str
@@ -182,6 +195,7 @@ class Snapshot:
                 writer.add_bytes(f"secrets/{file}", data, 0o600)
             began = self.database(writer)
             self.directory(writer)
+            self.portal(writer)
             self.jail(writer)  # while slurmctld saves what the dump holds (the wait below)
             self.state(writer, began)
             manifest.job_index = self.next_job_index()
@@ -234,6 +248,14 @@ class Snapshot:
             dump = self.stream(DIRECTORY, f"slapcat -f {SLAPD_CONF} -o ldif-wrap=no")
             with self.bar("directory") as bar:
                 writer.add(DIRECTORY_MEMBER, dump.chunks(bar.update))
+
+    def portal(self, writer: archive.Writer) -> None:
+        """The hub's database: its users, their login sessions and API tokens, and which job
+        serves each one's notebook server."""
+        if self.plan.portal_db:
+            command = f"python3 -c {shlex.quote(COPY_SQLITE)} {shlex.quote(self.plan.portal_db)}"
+            with self.bar("portal") as bar:
+                writer.add(PORTAL_MEMBER, self.stream(PORTAL, command).chunks(bar.update))
 
     def next_job_index(self) -> int | None:
         """The job table's next index in the live database, read after StateSave was copied."""
@@ -337,64 +359,3 @@ class _NoBar:
 
     def update(self, n: int) -> None:
         pass
-
-
-# -- the scheduled backup: a pod that mounts StateSave, the jail and the secrets ---------------
-
-
-class PodSource:
-    """The scheduled pod's own view: StateSave and the jail mounted read-only at their usual
-    paths, each secret as a file, the database over the network as ``user`` with the password
-    in ``password_file`` (written into a client option file of mode 0600, never argv)."""
-
-    def __init__(self, host: str | None, user: str, password_file: str | None) -> None:
-        self.db = ""
-        if host is not None and password_file is not None:
-            password = Path(password_file).read_text().strip()
-            fd, name = tempfile.mkstemp(prefix="client-", suffix=".cnf")
-            with open(fd, "w") as fh:
-                fh.write(f"[client]\nhost={host}\nuser={user}\npassword={password}\n")
-            self.db = f"--defaults-extra-file={name}"
-
-    def sh(self, where: str, command: str) -> tuple[int, str]:
-        proc = subprocess.run(
-            ["bash", "-c", command], stdin=subprocess.DEVNULL, capture_output=True, text=True
-        )
-        out = proc.stdout if proc.returncode == 0 else proc.stderr + proc.stdout
-        return proc.returncode, out.strip()
-
-    def argv(self, where: str, command: str) -> list[str]:
-        return ["bash", "-c", command]
-
-    def secret(self, file: str, at: str) -> bytes | None:
-        path = Path(at)
-        return path.read_bytes() if path.is_file() else None
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python3 -m slurmforge.deploy.backup.snapshot",
-        description="Back up the cluster this pod mounts into --out, keeping the newest --keep.",
-    )
-    parser.add_argument("plan", type=Path, help="the plan the k8s renderer wrote (JSON)")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--keep", type=int, required=True)
-    parser.add_argument("--db-host")
-    parser.add_argument("--db-user", default="slurm")
-    parser.add_argument("--db-password-file")
-    args = parser.parse_args(argv)
-    try:
-        plan = Plan.load(args.plan)
-        source = PodSource(args.db_host, args.db_user, args.db_password_file)
-        _, lines = Snapshot(plan, source, args.out).run()
-    except (ConfigError, DeployError, OSError, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)  # one line in the job's log, no traceback
-        return 1
-    print("\n".join(lines))
-    for old in archive.prune(args.out, plan.cluster, args.keep):
-        print(f"removed {old.name} (keeping the newest {args.keep})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

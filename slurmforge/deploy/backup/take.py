@@ -40,6 +40,7 @@ STATE_DIR = CONTROLLER_STATE.path
 # the embedded directory's entries in an archive, and the file a restore leaves in slapd's data
 # volume for images/slapd/slapd-init to load in place of the seed
 DIRECTORY_MEMBER, DIRECTORY_RESTORE = snapshot.DIRECTORY_MEMBER, "restore.ldif"
+PORTAL_MEMBER = snapshot.PORTAL_MEMBER
 DB_SOCKET = "/run/mysqld/mysqld.sock"
 # the jail's user state, relative to the jail: what populate keeps, and the accounts it merges
 JAIL_STATE = (
@@ -209,6 +210,19 @@ def restores_directory(cluster: Cluster, manifest: archive.Manifest) -> bool:
     return True
 
 
+def restores_portal(cluster: Cluster, manifest: archive.Manifest) -> bool:
+    """The archive's hub database goes into ``cluster``'s portal (a cluster without one: a note
+    says it is left out)."""
+    if PORTAL_MEMBER not in manifest.members:
+        return False
+    if not cluster.spec.portal.enabled:
+        note = f"the archive's portal database is not restored: {cluster.path} has no portal"
+        if note not in manifest.notes:
+            manifest.notes.append(note)
+        return False
+    return True
+
+
 def before_upgrade(target: BackupAccess) -> None:
     """Slurm's upgrade guide: back up the database and StateSave before a series change."""
     path, _ = backup(target, None)
@@ -224,6 +238,7 @@ class ContainerSource:
         snapshot.DATABASE: DATABASE,
         snapshot.JAIL: LOGIN,
         snapshot.DIRECTORY: roles.DIRECTORY,
+        snapshot.PORTAL: roles.PORTAL,
     }
 
     def __init__(self, target: BackupAccess) -> None:
@@ -259,8 +274,9 @@ def standalone(cluster: Cluster, seed: str | None) -> str:
     return head + yaml.safe_dump(raw, sort_keys=False)
 
 
-def plan(cluster: Cluster, slurm: str | None = None) -> snapshot.Plan:
-    """What a backup of ``cluster`` copies (``slurm``: the version it runs, None to ask)."""
+def plan(cluster: Cluster, slurm: str | None = None, scheduled: bool = False) -> snapshot.Plan:
+    """What a backup of ``cluster`` copies (``slurm``: the version it runs, None to ask);
+    ``scheduled``: by the k8s CronJob's pod, which mounts no claim of the portal's hub."""
     spec = cluster.spec
     files = {
         cluster.path.name: cluster.path.read_text(),
@@ -286,6 +302,14 @@ def plan(cluster: Cluster, slurm: str | None = None) -> snapshot.Plan:
             f"the accounting database is the site's ({spec.accounting.database.host}): back it "
             "up there"
         )
+    portal_db = None
+    if spec.portal.enabled and scheduled:
+        notes.append(
+            "the portal's database is not in scheduled backups (its claim is the hub's alone): "
+            "after a restore from one, users log in again; `invoke backup` keeps it"
+        )
+    elif spec.portal.enabled:
+        portal_db = f"{roles.PORTAL_DATA.path}/{roles.PORTAL_DB}"
     return snapshot.Plan(
         cluster=cluster.name,
         slurm=slurm,
@@ -294,6 +318,7 @@ def plan(cluster: Cluster, slurm: str | None = None) -> snapshot.Plan:
         files=files,
         standalone=own,
         directory=seed is not None,
+        portal_db=portal_db,
         secrets=secrets,
         state_dir=STATE_DIR,
         jail_root=jail_contract.ROOT,

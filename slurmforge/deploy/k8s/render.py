@@ -109,7 +109,7 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
         }
         used = {c for r in running for c in r.mounted_configs(cluster.spec)}
         if BACKUP_CONF in used:
-            plan = backup.plan(cluster, cluster.cell.slurm)
+            plan = backup.plan(cluster, cluster.cell.slurm, scheduled=True)
             content[BACKUP_CONF.name] = {"plan.json": plan.dump()}
         return {c.name: content[c.name] for c in roles.CONFIGS if c in used}
 

@@ -1,9 +1,10 @@
 """`invoke restore --target k8s`: an archive (archive.py) back into a cluster in a namespace,
 the backup's own or another. Its Secrets are made from the archive before anything mounts them;
-the jail's claim and slurmctld's state claim are made and filled by a short-lived pod before the
-populate Job and slurmctld start (populate keeps the user state and merges the accounts); the
-database StatefulSet starts alone and the dump is loaded into it before slurmdbd starts; then
-the cluster is applied and waited for as `invoke deploy` does.
+the jail's claim, slurmctld's state claim and the portal hub's are made and filled by a
+short-lived pod before the populate Job, slurmctld and the hub start (populate keeps the user
+state and merges the accounts); the database StatefulSet starts alone and the dump is loaded
+into it before slurmdbd starts; then the cluster is applied and waited for as `invoke deploy`
+does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from slurmforge.deploy.k8s import apply, controllers
 from slurmforge.deploy.k8s.apply import Host
 from slurmforge.deploy.k8s.objects import JAIL_CLAIM
 from slurmforge.deploy.k8s.secrets import DATABASE_CLAIM
-from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE
+from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE, PORTAL, PORTAL_DATA
 from slurmforge.errors import ConfigError
 
 HELPER = "slurmforge-restore"
@@ -36,10 +37,14 @@ class Restore:
         self.log = kube.log
 
     def claims(self) -> dict[str, dict[str, Any]]:
-        """Claim name → the PersistentVolumeClaim the restore fills: the jail's, and
+        """Claim name → the PersistentVolumeClaim the restore fills: the jail's,
         StateSaveLocation's (the one both controllers share, or the one slurmctld's StatefulSet
-        would make for pod slurmctld-0: it takes one of that name)."""
+        would make for pod slurmctld-0: it takes one of that name), and the portal hub's (pod
+        portal-0's) when the archive's database goes there."""
         state = controllers.state_claim(self.kube.cluster.spec)
+        templates = {(CONTROLLER, CONTROLLER_STATE.claim): state}
+        if backup.restores_portal(self.kube.cluster, self.manifest):
+            templates[(PORTAL, PORTAL_DATA.claim)] = self.portal_claim()
         out = {}
         for obj in self.kube.manifests.objects.values():
             if obj["kind"] == "PersistentVolumeClaim" and obj["metadata"]["name"] in (
@@ -47,15 +52,21 @@ class Restore:
                 state,
             ):
                 out[obj["metadata"]["name"]] = obj
-            if obj["kind"] == "StatefulSet" and obj["metadata"]["name"] == CONTROLLER:
-                for template in obj["spec"].get("volumeClaimTemplates", []):
-                    if template["metadata"]["name"] == CONTROLLER_STATE.claim:
-                        claim = copy.deepcopy(template)
-                        claim["metadata"]["name"] = state
-                        claim["metadata"]["namespace"] = self.k.namespace
-                        out[state] = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                                      **claim}  # fmt: skip
+            if obj["kind"] != "StatefulSet":
+                continue
+            for template in obj["spec"].get("volumeClaimTemplates", []):
+                name = templates.get((obj["metadata"]["name"], template["metadata"]["name"]))
+                if name is not None:
+                    claim = copy.deepcopy(template)
+                    claim["metadata"]["name"] = name
+                    claim["metadata"]["namespace"] = self.k.namespace
+                    out[name] = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", **claim}
         return out
+
+    @staticmethod
+    def portal_claim() -> str:
+        """The claim the portal's StatefulSet makes for its one pod."""
+        return f"{PORTAL_DATA.claim}-{PORTAL}-0"
 
     def existing(self) -> list[str]:
         """What of this cluster the namespace already holds."""
@@ -91,6 +102,9 @@ class Restore:
         image = controller["spec"]["template"]["spec"]["containers"][0]["image"]
         state = controllers.state_claim(self.kube.cluster.spec)
         mounts = {JAIL_CLAIM: "/restore/jail", state: "/restore/state"}
+        portal = self.portal_claim() if self.portal_claim() in claims else None
+        if portal is not None:
+            mounts[portal] = "/restore/portal"
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -116,6 +130,12 @@ class Restore:
                                    "-xpf", "-", "-C", where)  # fmt: skip
                 what = f"{member} into {where}"
                 backup.feed_member(self.path, self.manifest, member, argv, what, self.log)
+            if portal is not None:  # the hub's, before it first starts
+                write = f"umask 077 && cat > /restore/portal/{roles.PORTAL_DB}"
+                argv = self.k.argv("exec", "-i", HELPER, "--", "sh", "-c", write)
+                what = f"{backup.PORTAL_MEMBER} into {portal}"
+                backup.feed_member(self.path, self.manifest, backup.PORTAL_MEMBER, argv, what,
+                                   self.log)  # fmt: skip
         finally:
             self.k.run(self.k.argv("delete", "pod", HELPER, "--wait=true", "--ignore-not-found"))
 

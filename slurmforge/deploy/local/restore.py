@@ -1,7 +1,8 @@
 """`invoke restore` on the local target: an archive (archive.py) back into a cluster on this
 host. The secrets are written before anything starts; the jail's user state and StateSave go into
-the new volumes before the jail is populated (populate keeps them and merges the accounts); the
-database is loaded before slurmdbd starts; then the cluster starts as `invoke deploy` starts it.
+the new volumes before the jail is populated (populate keeps them and merges the accounts), and
+the embedded directory's entries and the portal hub's database into theirs; the database is
+loaded before slurmdbd starts; then the cluster starts as `invoke deploy` starts it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from slurmforge.deploy.roles import (
     DATABASE,
     DIRECTORY_DATA,
     JAIL,
+    PORTAL_DATA,
 )
 from slurmforge.engine import Engine
 from slurmforge.errors import ConfigError, DeployError
@@ -122,6 +124,10 @@ class Restore:
             # node's SSSD asks
             write = f"umask 077 && cat > /dst/{backup.DIRECTORY_RESTORE}"
             self._feed(f"{name}_{DIRECTORY_DATA.local}", backup.DIRECTORY_MEMBER, "sh", "-c", write)
+        if backup.restores_portal(self.local.cluster, self.manifest):
+            # the hub's, before it first starts: its users' sessions and servers as they were
+            write = f"umask 077 && cat > /dst/{roles.PORTAL_DB}"
+            self._feed(f"{name}_{PORTAL_DATA.local}", backup.PORTAL_MEMBER, "sh", "-c", write)
 
     def database(self) -> None:
         """Start the cluster's own database alone and load the dump into it."""
