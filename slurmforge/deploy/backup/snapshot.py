@@ -57,8 +57,8 @@ STATE, DATABASE, JAIL, DIRECTORY, PORTAL = "state", "database", "jail", "directo
 # member the directory's entries are in
 SLAPD_CONF, DIRECTORY_MEMBER = "/run/slapd/slapd.conf", "directory.ldif"
 # the hub's database in an archive; the copy SQLite's online backup makes of it beside the hub
-# (a consistent copy while the hub writes: the API copies pages under a read lock, and starts
-# again when a write lands meanwhile), written to standard output
+# (consistent while the hub runs: every page is copied in one step under a read lock, which a
+# write of the hub's waits for), written to standard output
 PORTAL_MEMBER = "portal.sqlite"
 COPY_SQLITE = (
     "import shutil, sqlite3, sys, tempfile\n"
