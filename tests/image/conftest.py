@@ -91,11 +91,36 @@ def _in_tier(path: str | Path) -> bool:
     return HERE in Path(path).resolve().parents
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _distro(cell: str) -> str:
+    return cell.rsplit("-", 1)[-1]
+
+
+def _cell(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params["project"][1] if callspec and "project" in callspec.params else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test marked once_per_distro checks what the cells of one distro share (populate's
+    # behaviour: the jail image's entrypoint and rsync, the same in each; the cells differ in
+    # Slurm and CUDA): it runs on the tier's first cell of each distro. On 2 cores it ran
+    # three times, about 6 minutes of a fresh run's critical path.
+    first: dict[str, str] = {}
+    for _, cell in IMAGE_CELLS:
+        first.setdefault(_distro(cell), cell)
+    dropped = set()
     for item in items:
-        if _in_tier(item.fspath):
-            item.add_marker(pytest.mark.image)
-            _tier["collected"] += 1
+        if not _in_tier(item.fspath):
+            continue
+        cell = _cell(item)
+        if item.get_closest_marker("once_per_distro") and cell and first[_distro(cell)] != cell:
+            dropped.add(item.nodeid)
+            continue
+        item.add_marker(pytest.mark.image)
+        _tier["collected"] += 1
+    if dropped:
+        config.hook.pytest_deselected(items=[i for i in items if i.nodeid in dropped])
+        items[:] = [i for i in items if i.nodeid not in dropped]
 
 
 @pytest.fixture(scope="session", autouse=True)

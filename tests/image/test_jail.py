@@ -1,5 +1,6 @@
-"""The jail image: its overlay (createuser, quickcheck) and populate (idempotent, resumable,
-upgrade-safe), run for real into Docker volumes."""
+"""The jail image: its overlay (createuser, quickcheck) on every cell, and populate (idempotent,
+resumable, upgrade-safe), run for real into Docker volumes on the tier's first cell of each distro
+(the entrypoint and rsync are the distro's, whatever the cell's Slurm and CUDA)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ def test_overlay_and_release_marker(hosts, project) -> None:
     assert not host.exists("slurmd") and not host.exists("slurmctld")
 
 
+@pytest.mark.once_per_distro
 def test_populate_is_idempotent(client, images, volumes) -> None:
     volume = volumes()
     first = _populate(client, images["jail"], volume)
@@ -114,6 +116,7 @@ def test_populate_is_idempotent(client, images, volumes) -> None:
     assert _in_volume(client, images["jail"], volume, MANIFEST) == before
 
 
+@pytest.mark.once_per_distro
 def test_the_ld_cache_lives_under_usr_and_a_usr_populate_copies_usr_alone(
     client, images, volumes
 ) -> None:
@@ -142,6 +145,7 @@ def test_the_ld_cache_lives_under_usr_and_a_usr_populate_copies_usr_alone(
     assert "already holds" in _populate(client, jail_ref, usr, usr_only=True)
 
 
+@pytest.mark.once_per_distro
 def test_killed_populate_converges_on_rerun(client, images, volumes) -> None:
     clean, resumed = volumes(), volumes()
     _populate(client, images["jail"], clean)
@@ -173,6 +177,7 @@ def test_killed_populate_converges_on_rerun(client, images, volumes) -> None:
     )
 
 
+@pytest.mark.once_per_distro
 def test_upgrade_keeps_user_state(client, images, volumes) -> None:
     volume = volumes()
     _populate(client, images["jail"], volume)
@@ -219,6 +224,7 @@ def test_upgrade_keeps_user_state(client, images, volumes) -> None:
         client.images.remove(tag, force=True)
 
 
+@pytest.mark.once_per_distro
 def test_populate_refuses_a_volume_that_is_not_a_jail(client, images, volumes) -> None:
     """The entrypoint's own check (what guards the k8s populate Job's claim): a volume with files
     and no .slurmforge/jail is refused, exit 2, and left exactly as it was."""
