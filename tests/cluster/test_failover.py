@@ -131,13 +131,32 @@ def _with_the_backup_in_control(cluster: Deployed, long: str) -> None:
 
 
 def _primary_back(cluster: Deployed, primary) -> None:
-    """Start the primary again: it asks the backup for control and takes it."""
+    """Start the primary again: it asks the backup for control and takes it. Then wait until
+    the backup stands by, as README tells an operator to before the primary may go down again
+    (a primary killed before that took a job the backup had just accepted with it, on CI): it
+    ends stopping itself at its next state save, finding the primary's newer state, or, with
+    nothing to save, stays a controller until restarted, which README says to do after a minute
+    (both seen here; README says why)."""
+    since = int(time.time()) - 1
     primary.start()
     _wait(
         "the primary in control",
         lambda: re.search(r"primary\) at slurmctld is UP", _ping(cluster)) is not None,
         120,
     )
+    backup = cluster.container("slurmctld-backup")
+
+    def standing_by() -> bool:
+        log = backup.logs(since=since).decode(errors="replace")
+        asked = log.rfind("Performing RPC: REQUEST_CONTROL")
+        return asked >= 0 and "running in background mode" in log[asked:]
+
+    try:
+        _wait("the backup standing by", standing_by, 60)
+    except AssertionError:
+        print("the backup still a controller a minute after the primary took control: restarted")
+        backup.restart(timeout=30)
+        _wait("the backup standing by after its restart", standing_by, 60)
 
 
 def test_a_stopped_primary_hands_over_to_the_backup_and_no_job_is_lost(cluster: Deployed) -> None:
@@ -210,11 +229,12 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
     the takeover) and Slurm requeues it, or the nodes' word that its epilog ran reached the
     backup first, which showed them idle under the job, and primary-on requeues it. Either way
     the nodes are free: the next 2-node job runs, and both jobs complete, the requeued one too."""
-    # a backup standing by (an earlier handback can leave it restarting: Slurm's own, README)
+    # a backup standing by (the test before waited for it after its handback)
     _wait("both controllers up", lambda: _ping(cluster).count(" is UP") == 2, 120)
     logged = len(_state(cluster, "cat primary-on.log 2> /dev/null").splitlines())
     job, saved = _a_job_ended_since_the_last_save(cluster)
     primary = cluster.container("slurmctld")
+    since = int(time.time()) - 30  # the controllers' logs from a little before the kill
     primary.kill()  # as a lost host: no SIGTERM, no save, and Docker does not start it again
     killed = time.monotonic()
     # it died before its next save (the backup takes control seconds later, and saves then)
@@ -251,10 +271,16 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
         return _state(cluster, "cat primary-on.log 2> /dev/null").splitlines()[logged:]
 
     def story() -> str:
-        """What each job went through, and what accounting, Slurm and primary-on say now."""
+        """What each job went through, what accounting, Slurm and primary-on say now, and what
+        each controller logged since the kill."""
         steps = f"sacct -n -P -j {job},{next_job} -o JobID,State,ExitCode,NodeList,Start,End"
         now = cluster.sh("login", f"{steps}; squeue; sinfo -N", user=USER)[1]
-        return f"states seen: {seen}; {now}; primary-on: {said()}"
+        logs = "".join(
+            f"\n--- {service}:\n"
+            + cluster.container(service).logs(since=since).decode(errors="replace")[-6000:]
+            for service in ("slurmctld", "slurmctld-backup")
+        )
+        return f"states seen: {seen}; {now}; primary-on: {said()}{logs}"
 
     # Within 4 minutes of the kill (a requeued job waits 121 s before it may run, below)
     until(
