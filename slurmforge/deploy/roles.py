@@ -386,7 +386,7 @@ ROLES: tuple[Role, ...] = (
     Role(
         CONTROLLER,
         image=CONTROLLER,
-        command=("slurmctld", "-D"),
+        command=("slurmforge-slurmctld",),  # slurmctld -D (images/slurmctld/slurmctld-run)
         ports=(Port("slurmctld", 6817),),
         probe=Probe(pid_file="/var/run/slurmctld.pid"),
         secrets=(MUNGE, JWT, LDAP_BIND),
