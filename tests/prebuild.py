@@ -33,9 +33,13 @@ def main() -> int:
     print(f"prebuild: {time.strftime('%T')} {test_mixed_arch.SET} (both arches)", flush=True)
     try:
         test_mixed_arch.build_cells()  # as its fixture builds them
-        # and the arm64 GPU worker, as the arm64 build test builds it (tests/build/test_arm64.py)
+        # and the arm64 GPU worker and exporter, as the arm64 build tests build them
+        # (tests/build/test_arm64.py; its exporter is the default cell's, the same target). A test
+        # with a build to do waits for this one's lock: built there, the exporter (20 s) waited
+        # most of 6 minutes of a fresh run for a compile of another Slurm below
         arm64 = f"{test_mixed_arch.CELL}-arm64"
-        test_mixed_arch.run_build("--cell", arm64, "--component", "worker")
+        test_mixed_arch.run_build("--cell", arm64, "--component", "worker", "--component",
+                                  "exporter")  # fmt: skip
     except AssertionError as why:
         print(f"prebuild: {test_mixed_arch.SET}: {why}", flush=True)
         failed += 1

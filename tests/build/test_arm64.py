@@ -42,7 +42,8 @@ def test_arm64_images_build_under_emulation_beside_the_amd64_ones(
     tmp_path: Path, images, client
 ) -> None:
     # the exporter: the arm64 runtime the prebuild's grace set made (the same for this cell)
-    # and one package installed under emulation (mariadb's postinst took 549 s here)
+    # and one package installed under emulation (mariadb's postinst took 549 s here). In CI the
+    # prebuild makes it too (the same target), so this build only tags it; alone, it builds it
     root = copy_project(tmp_path, share_build_lock=True)
     with_arm64(root)
     amd64 = {c: client.images.get(ref).id for c, ref in images.items()}
