@@ -260,6 +260,10 @@ def test_a_node_that_cannot_start_is_down_and_its_job_runs_elsewhere(cluster: De
     assert attempts()[0] in ("NODE_FAIL|burst-0", "REQUEUED|burst-0"), attempts()
     reasons = cluster.ok("slurmctld", "sinfo -R -h -o '%N|%E'")
     assert "burst-0|ResumeTimeout reached" in reasons.splitlines(), reasons
+    # and its start withdrawn (ResumeFailProgram): the agent was asked to stop it, and found
+    # nothing to stop
+    agent = cluster.container("node-power").logs().decode(errors="replace")
+    assert "suspend burst-0: no container (deploy the cluster again)" in agent, agent[-2000:]
     text = _metrics(cluster)
     assert re.search(r'slurm_node_state\{node="burst-0",state="(down|not_responding)"\} 1.0',
                      text), text  # fmt: skip

@@ -118,6 +118,13 @@ class K8sCluster:
     def deploy(self) -> subprocess.CompletedProcess[str]:
         return self.invoke("deploy")
 
+    def task(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`invoke ARGS --target k8s` on this cluster's file, the rest as given."""
+        where = ["--target", "k8s", "--cluster", str(self.cluster_file)]
+        context = ["--context", self.kube.context] if self.kube.context else []
+        return subprocess.run([*INVOKE, *args, *where, *context], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=1200)  # fmt: skip
+
     def invoke(self, task: str, *args: str) -> subprocess.CompletedProcess[str]:
         """`invoke TASK --target k8s` on this cluster's file, with a 300 s bound per wait."""
         where = ["--cluster", str(self.cluster_file), "--out", str(self.root / "out")]

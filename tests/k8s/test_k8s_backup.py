@@ -31,7 +31,7 @@ from slurmforge.deploy.backup import archive as archives
 from tests import rest_client
 from tests.conftest import until
 from tests.k8s import lab
-from tests.k8s.conftest import INVOKE, ROOT, K8sCluster
+from tests.k8s.conftest import K8sCluster
 
 pytestmark = pytest.mark.k8s
 
@@ -68,10 +68,7 @@ def _describe(k8s_cluster: K8sCluster, namespace: str) -> str:
 
 
 def _run(k8s_cluster: K8sCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    where = ["--target", "k8s", "--cluster", str(k8s_cluster.cluster_file)]
-    context = ["--context", k8s_cluster.kube.context] if k8s_cluster.kube.context else []
-    return subprocess.run([*INVOKE, *args, *where, *context], cwd=ROOT, env=k8s_cluster.env,
-                          capture_output=True, text=True, timeout=1200)  # fmt: skip
+    return k8s_cluster.task(*args)
 
 
 def _scheduled(k8s_cluster: K8sCluster, namespace: str, name: str) -> str:

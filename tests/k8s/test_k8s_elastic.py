@@ -4,9 +4,11 @@ second container of slurmctld's pod and the only holder of a service-account tok
 
 A 3-node job on the set at zero starts three pods and runs on all three; a redeploy while Slurm
 runs a node keeps that node's pod and its job; idle nodes stop (no pod left, sinfo shows them
-powered down); and the token node-power holds can scale those Deployments and do nothing else
-on the server, while slurmctld holds none. On the lab the pods reach the API server through
-lab.ApiForPods (it has no kube-proxy)."""
+powered down); a node whose pod finds no room is down after start_timeout, its job runs on
+another, and its start is withdrawn; the token node-power holds can scale those Deployments and
+do nothing else on the server, while slurmctld holds none; and a cluster restored into another
+namespace runs the node that ran at the backup and starts the others for a job. On the lab the
+pods reach the API server through lab.ApiForPods (it has no kube-proxy)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import contextlib
 import json
 import re
 import time
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +30,8 @@ pytestmark = pytest.mark.k8s
 
 USER = "elena"
 IDLE = 30  # elastic.idle: SuspendTime
+START_TIMEOUT = 120  # elastic.start_timeout: ResumeTimeout
+NO_ROOM = "slurmforge.test/room"  # a node label no node has
 NODES = ["cpu-0", "cpu-1", "cpu-2"]
 # stopped after IDLE, powered down once SuspendTimeout (30 s) has passed, checked every 10 s
 STOPPED_WITHIN = IDLE + 30 + 60
@@ -49,7 +55,7 @@ def elastic(k8s_cluster: K8sCluster) -> Iterator[K8sCluster]:
     data = k8s_cluster.data()
     data["nodesets"] = [
         {"name": "cpu", "definitions": ["cpu-small"],
-         "elastic": {"max": 3, "idle": IDLE, "start_timeout": 120}},
+         "elastic": {"max": 3, "idle": IDLE, "start_timeout": START_TIMEOUT}},
     ]  # fmt: skip
     k8s_cluster.write(data)
     with lab.ApiForPods() if k8s_cluster.kube.lab else contextlib.nullcontext():
@@ -125,6 +131,65 @@ def test_idle_nodes_stop_and_show_powered_down(elastic: K8sCluster) -> None:
     assert [_scale(kube, n) for n in NODES] == [0, 0, 0]
 
 
+def _metrics(kube) -> str:
+    """The exporter's page, from its Service's endpoint as Prometheus scrapes it."""
+    annotations = json.loads(
+        kube.run("get", "service", "exporter", "-o", "jsonpath={.metadata.annotations}")
+    )
+    port, path = annotations["prometheus.io/port"], annotations["prometheus.io/path"]
+    (address,) = kube.run(
+        "get", "endpoints", "exporter", "-o", "jsonpath={..addresses[*].ip}"
+    ).split()
+    with urllib.request.urlopen(f"http://{address}:{port}{path}", timeout=30) as response:
+        return response.read().decode()
+
+
+def test_a_node_that_cannot_start_is_down_its_pod_withdrawn_and_its_job_runs_elsewhere(
+    elastic: K8sCluster,
+) -> None:
+    """A node whose pod finds no room (a node selector no node matches: Pending, as in a full
+    pool) is down after start_timeout with Slurm's reason, in the metrics too; its job runs on
+    another node; and its start is withdrawn (ResumeFailProgram), so no pod waits to come up
+    later behind Slurm's back. The operator's fix, as README says, returns it to service."""
+    kube = elastic.kube
+    kube.wait_states({n: "idle~" for n in NODES}, STOPPED_WITHIN + 60)
+    room = lambda value: kube.run(  # noqa: E731
+        "patch", "deployment", "cpu-0", "--type=merge", "-p",
+        json.dumps({"spec": {"template": {"spec": {"nodeSelector": {NO_ROOM: value}}}}}),
+    )  # fmt: skip
+    room("none")
+    job = _submit(kube, "-N1 -o /dev/null --wrap hostname")
+
+    def attempts() -> list[str]:
+        """Each run of the job: State|NodeList (sacct -D keeps the requeued one's record)."""
+        out = kube.sh("login-0", "login", f"sacct -D -X -n -P -j {job} -o State,NodeList",
+                      user=USER)  # fmt: skip
+        return out.splitlines()
+
+    # Slurm requeues it onto another node, where it starts once its first launch credential
+    # has expired (121 s: src/slurmctld/job_mgr.c)
+    until("the job done on another node", lambda: attempts()[-1:] in (
+        ["COMPLETED|cpu-1"], ["COMPLETED|cpu-2"]), START_TIMEOUT + 300)  # fmt: skip
+    assert attempts()[0] in ("NODE_FAIL|cpu-0", "REQUEUED|cpu-0"), attempts()
+    reasons = kube.sh("slurmctld-0", "slurmctld", "sinfo -R -h -o '%N|%E'")
+    assert "cpu-0|ResumeTimeout reached" in reasons.splitlines(), reasons
+    assert re.search(r'slurm_node_state\{node="cpu-0",state="(down|not_responding)"\} 1.0',
+                     _metrics(kube))  # fmt: skip
+    # withdrawn: its Deployment, scaled to one for the job, back at zero (only a stop does
+    # that), and no pod of it left Pending
+    until("cpu-0's start withdrawn", lambda: _scale(kube, "cpu-0") == 0 and not kube.run(
+        "get", "pods", "-l", "app.kubernetes.io/component=node", "-o", "name").count("cpu-0"),
+        60)  # fmt: skip
+    # fixed (room again), and returned to service: powered down and idle, it starts for a job
+    room(None)
+    kube.sh("slurmctld-0", "slurmctld", "scontrol update nodename=cpu-0 state=resume")
+    kube.sh("slurmctld-0", "slurmctld", "scontrol update nodename=cpu-0 state=power_down")
+    kube.wait_states({"cpu-0": "idle~"}, 120)
+    again = _submit(kube, "-N1 -w cpu-0 -o /dev/null --wrap true")
+    until(f"job {again} completed on cpu-0", lambda: _job_state(kube, again) == "COMPLETED",
+          START_TIMEOUT + 60)  # fmt: skip
+
+
 def test_only_node_power_holds_a_token_and_it_scales_those_deployments_alone(
     elastic: K8sCluster,
 ) -> None:
@@ -146,3 +211,57 @@ def test_only_node_power_holds_a_token_and_it_scales_those_deployments_alone(
         assert ask(method, path) == "403", (method, path)
     mounted = kube.sh("slurmctld-0", "slurmctld", "ls /var/run/secrets/kubernetes.io 2>&1 || true")
     assert "No such file" in mounted
+
+
+@contextlib.contextmanager
+def _in(kube, namespace: str) -> Iterator[None]:
+    was, kube.namespace = kube.namespace, namespace
+    try:
+        yield
+    finally:
+        kube.namespace = was
+
+
+def test_a_restored_cluster_runs_the_node_that_ran_and_starts_the_others_for_jobs(
+    elastic: K8sCluster, tmp_path: Path
+) -> None:
+    """The namespace lost and the cluster restored into another from a backup taken while one
+    elastic node ran a job and the others were stopped: that node's Deployment is scaled to one
+    and the node is in service, the stopped ones come back powered down with their Deployments
+    at zero, and a job starts them. (Last: it deletes the module's namespace.)"""
+    kube = elastic.kube
+    source = kube.namespace
+    held = _submit(kube, "-w cpu-1 --no-requeue -o /dev/null --wrap 'sleep 600'")
+    kube.wait_states({"cpu-0": "idle~", "cpu-2": "idle~"}, STOPPED_WITHIN + 60)
+    until(f"job {held} running", lambda: _job_state(kube, held) == "RUNNING", START_TIMEOUT)
+    proc = elastic.task("backup", "--namespace", source, "--out", str(tmp_path / "backups"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (archive,) = (tmp_path / "backups").glob("*.tar")
+    kube.run("delete", "namespace", source, "--wait=true", "--timeout=300s", namespaced=False)
+    target = f"{source}-r"
+    if kube.lab:
+        manifest, names = lab.volumes(tmp_path / "pv", target, elastic.data()["kubernetes"])
+        kube.run("apply", "-f", str(manifest), namespaced=False)
+        kube.made += [f"persistentvolume/{n}" for n in names]
+    try:
+        proc = elastic.task("restore", str(archive), "--namespace", target,
+                            "--out", str(tmp_path / "out"), "--timeout", "300")  # fmt: skip
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == 0, said
+        assert "note: starting cpu-1: Slurm has them powered up" in said, said
+        with _in(kube, target):
+            states = kube.states()
+            assert {n: states[n] for n in ("cpu-0", "cpu-2")} == dict.fromkeys(
+                ("cpu-0", "cpu-2"), "idle~"
+            ), states
+            assert states["cpu-1"] in ("idle", "alloc", "mix", "comp"), states
+            assert [_scale(kube, n) for n in NODES] == [0, 1, 0]
+            assert sorted(_node_pods(kube)) == ["cpu-1"]
+            # the job that ran at the backup has no process left (README); its user cancels it
+            kube.sh("login-0", "login", f"scancel {held}", user=USER)
+            job = _submit(kube, "-N3 -o /dev/null --wrap 'srun true'")
+            until(f"job {job} completed", lambda: _job_state(kube, job) == "COMPLETED",
+                  START_TIMEOUT + 120)  # fmt: skip
+            assert [_scale(kube, n) for n in NODES] == [1, 1, 1]
+    finally:
+        kube.run("delete", "namespace", target, "--wait=false", check=False, namespaced=False)

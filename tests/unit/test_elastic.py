@@ -61,6 +61,7 @@ def test_an_elastic_set_is_cloud_nodes_its_partition_stops_and_slurm_starts(
     for line in (
         "ResumeProgram=/etc/slurm/power-resume",
         "SuspendProgram=/etc/slurm/power-suspend",
+        "ResumeFailProgram=/etc/slurm/power-suspend",  # a start given up on is withdrawn
         "SuspendTime=INFINITE",  # only the elastic sets' partitions stop idle nodes
         "SuspendExcNodes=cpu-[0-1],burst-0",  # and these never
         "SlurmctldParameters=cloud_dns",
