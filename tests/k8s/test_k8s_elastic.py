@@ -4,8 +4,8 @@ second container of slurmctld's pod and the only holder of a service-account tok
 
 A 3-node job on the set at zero starts three pods and runs on all three; a redeploy while Slurm
 runs a node keeps that node's pod and its job; idle nodes stop (no pod left, sinfo shows them
-powered down); a node whose pod finds no room is down after start_timeout, its job runs on
-another, and its start is withdrawn; the token node-power holds can scale those Deployments and
+powered down); a node whose pod finds no room is down after start_timeout, its job requeued
+and its start withdrawn; the token node-power holds can scale those Deployments and
 do nothing else on the server, while slurmctld holds none; and a cluster restored into another
 namespace runs the node that ran at the backup and starts the others for a job. On the lab the
 pods reach the API server through lab.ApiForPods (it has no kube-proxy)."""
@@ -144,13 +144,15 @@ def _metrics(kube) -> str:
         return response.read().decode()
 
 
-def test_a_node_that_cannot_start_is_down_its_pod_withdrawn_and_its_job_runs_elsewhere(
+def test_a_node_that_cannot_start_is_down_its_pod_withdrawn_and_its_job_requeued(
     elastic: K8sCluster,
 ) -> None:
     """A node whose pod finds no room (a node selector no node matches: Pending, as in a full
-    pool) is down after start_timeout with Slurm's reason, in the metrics too; its job runs on
-    another node; and its start is withdrawn (ResumeFailProgram), so no pod waits to come up
-    later behind Slurm's back. The operator's fix, as README says, returns it to service."""
+    pool) is down after start_timeout with Slurm's reason, in the metrics too; its job is
+    requeued; and its start is withdrawn (ResumeFailProgram), so no pod waits to come up later
+    behind Slurm's back. The operator's fix, as README says, returns it to service (the restore
+    test below starts it for a job). That the requeued job then runs on another node is Slurm's
+    own, once its launch credential has expired (2 minutes): the local test waits for it."""
     kube = elastic.kube
     kube.wait_states({n: "idle~" for n in NODES}, STOPPED_WITHIN + 60)
     room = lambda value: kube.run(  # noqa: E731
@@ -166,11 +168,10 @@ def test_a_node_that_cannot_start_is_down_its_pod_withdrawn_and_its_job_runs_els
                       user=USER)  # fmt: skip
         return out.splitlines()
 
-    # Slurm requeues it onto another node, where it starts once its first launch credential
-    # has expired (121 s: src/slurmctld/job_mgr.c)
-    until("the job done on another node", lambda: attempts()[-1:] in (
-        ["COMPLETED|cpu-1"], ["COMPLETED|cpu-2"]), START_TIMEOUT + 300)  # fmt: skip
-    assert attempts()[0] in ("NODE_FAIL|cpu-0", "REQUEUED|cpu-0"), attempts()
+    until("the job requeued", lambda: attempts()[:1] in (
+        ["NODE_FAIL|cpu-0"], ["REQUEUED|cpu-0"]), START_TIMEOUT + 120)  # fmt: skip
+    assert _job_state(kube, job) in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETED"), attempts()
+    kube.sh("login-0", "login", f"scancel {job}", user=USER)
     reasons = kube.sh("slurmctld-0", "slurmctld", "sinfo -R -h -o '%N|%E'")
     assert "cpu-0|ResumeTimeout reached" in reasons.splitlines(), reasons
     assert re.search(r'slurm_node_state\{node="cpu-0",state="(down|not_responding)"\} 1.0',
@@ -180,14 +181,11 @@ def test_a_node_that_cannot_start_is_down_its_pod_withdrawn_and_its_job_runs_els
     until("cpu-0's start withdrawn", lambda: _scale(kube, "cpu-0") == 0 and not kube.run(
         "get", "pods", "-l", "app.kubernetes.io/component=node", "-o", "name").count("cpu-0"),
         60)  # fmt: skip
-    # fixed (room again), and returned to service: powered down and idle, it starts for a job
+    # fixed (room again) and returned to service: powered down and idle
     room(None)
     kube.sh("slurmctld-0", "slurmctld", "scontrol update nodename=cpu-0 state=resume")
     kube.sh("slurmctld-0", "slurmctld", "scontrol update nodename=cpu-0 state=power_down")
     kube.wait_states({"cpu-0": "idle~"}, 120)
-    again = _submit(kube, "-N1 -w cpu-0 -o /dev/null --wrap true")
-    until(f"job {again} completed on cpu-0", lambda: _job_state(kube, again) == "COMPLETED",
-          START_TIMEOUT + 60)  # fmt: skip
 
 
 def test_only_node_power_holds_a_token_and_it_scales_those_deployments_alone(
@@ -228,7 +226,8 @@ def test_a_restored_cluster_runs_the_node_that_ran_and_starts_the_others_for_job
     """The namespace lost and the cluster restored into another from a backup taken while one
     elastic node ran a job and the others were stopped: that node's Deployment is scaled to one
     and the node is in service, the stopped ones come back powered down with their Deployments
-    at zero, and a job starts them. (Last: it deletes the module's namespace.)"""
+    at zero, and a job starts them (cpu-0 among them, returned to service by the test above).
+    Last: it deletes the module's namespace."""
     kube = elastic.kube
     source = kube.namespace
     held = _submit(kube, "-w cpu-1 --no-requeue -o /dev/null --wrap 'sleep 600'")
