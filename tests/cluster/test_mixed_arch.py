@@ -103,6 +103,11 @@ def arm64_base() -> str:
 def mixed(arm64_base: str, clusters: Clusters) -> Deployed:
     changes = {
         "images": {"set": SET, "cell": CELL},
+        # the emulated node answers a step's launch after slurmstepd, emulated, has loaded its
+        # plugins: past Slurm's default 10 s on loaded cores (a fresh CI run, twice: "Task
+        # launch ... failed on node grace-0: Socket timed out", the node then completing past
+        # the next test's 5 minutes); a site with slow nodes raises it the same way
+        "slurm": {"conf": {"MessageTimeout": 60}},
         "nodesets": [
             {"name": "cpu", "definitions": ["cpu-small"], "replicas": 1},
             {"name": "grace", "definitions": ["cpu-small"], "replicas": 1, "arch": "arm64"},
