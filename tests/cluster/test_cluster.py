@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -16,7 +17,7 @@ import yaml
 
 from tests.cluster.conftest import Deployed, invoke, write_cluster
 from tests.cluster.helpers import clean_failure
-from tests.conftest import ROOT
+from tests.conftest import ROOT, until
 from tests.ports import free_port
 
 pytestmark = pytest.mark.cluster
@@ -125,7 +126,17 @@ def test_a_redeploy_after_its_directory_was_deleted_gives_the_containers_the_new
     shutil.rmtree(deployed.root / "out" / "local" / deployed.name)
     proc = deployed.invoke("deploy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def started() -> str:
+        out = deployed.ok("slurmctld", "scontrol show node cpu-1 -o")
+        return re.search(r"SlurmdStartTime=(\S+)", out).group(1)
+
+    before = started()
     deployed.container("cpu-1").restart()
+    # registered again: until then Slurm still has the node idle from before (an srun sent
+    # there meanwhile meets the restart, "Node failure on cpu-1", as on any Slurm cluster; a
+    # fresh CI run met it)
+    until("cpu-1's slurmd registered again", lambda: started() != before, 120)
     deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})
     assert deployed.ok("login", "srun -N2 true && echo fine", user="root") == "fine"
 

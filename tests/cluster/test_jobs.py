@@ -138,6 +138,17 @@ def test_a_batch_script_stages_data_in_tmp_for_its_steps(deployed: Deployed) -> 
     assert deployed.ok("cpu-0", "ls -A /tmp") == "", "the node's own /tmp was written to"
 
 
+def test_a_node_where_the_job_ran_nothing_keeps_nothing_either(deployed: Deployed) -> None:
+    """The batch script runs on the first node alone; the second was only allocated. Its job
+    epilog (pyxis lists the user's containers there, as the user, outside the jail) left
+    /tmp/enroot-runtime-user-<uid> in that node's own /tmp (images/gpu/enroot.conf)."""
+    deployed.user("nora")
+    deployed.ok("login", "cd ~ && sbatch --wait -N2 -o /dev/null --wrap true", user="nora")
+    deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})  # the epilogs have run
+    for node in ("cpu-0", "cpu-1"):
+        assert deployed.ok(node, "ls -A /tmp") == "", f"{node}'s own /tmp was written to"
+
+
 def test_jobs_of_other_users_do_not_share_tmp(deployed: Deployed) -> None:
     deployed.user("alice")
     deployed.user("bob")
