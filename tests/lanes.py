@@ -3,11 +3,12 @@ them with other tiers (README's test command) runs each lane in a pytest process
 all started when the session first reaches a tier past the build tier (the cluster tier, whose
 tests mostly wait on their daemons too), and fails when one of them fails.
 
-- ``k8s``: the Kubernetes tier (its tests wait on pods).
-- ``image``: the image tier (testinfra on each mission cell's images: its containers are its
-  own, and on a fresh machine it waits for the cells the prebuild makes). It ran after the k8s
-  tier in one lane; with the k8s tier's elastic failed start and restore, that lane would have
-  run past a fresh run's bound.
+- ``k8s``: the Kubernetes tier (its tests wait on pods), then the image tier (testinfra on each
+  mission cell's images: its containers are its own, and on a fresh machine it waits for the
+  cells the prebuild makes, as it did at the main process' end). In a lane of its own beside the
+  k8s tier (a fresh run at 32f8705), the image tier's first cell ran while the k8s tier's pods
+  were restarting, and the k8s tier met Slurm's own limits under that load: a node drained for
+  "Kill task failed", a release refused while the database index was being set.
 - ``waiting``: the cluster modules that wait on timers (a backup controller's takeover,
   elastic nodes' idle and start times, a lost node's SlurmdTimeout: that one deploys the default
   cluster again, 4 minutes of waiting moved for under one of deploying; the portal's idle culler
@@ -48,8 +49,7 @@ def _under(path: Path, tier: Path) -> bool:
 
 # name → whether a test file is the lane's, in the order the lane runs them
 LANES: dict[str, tuple[Callable[[Path], bool], ...]] = {
-    "k8s": (lambda p: _under(p, K8S),),
-    "image": (lambda p: _under(p, IMAGE),),
+    "k8s": (lambda p: _under(p, K8S), lambda p: _under(p, IMAGE)),
     "waiting": (lambda p: p in WAITING,),
 }
 
