@@ -117,6 +117,19 @@ def test_a_redeploy_leaves_an_operators_drain_and_says_so(deployed: Deployed) ->
     deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})
 
 
+def _slurmd_started(deployed: Deployed, node: str) -> str:
+    out = deployed.ok("slurmctld", f"scontrol show node {node} -o")
+    return re.search(r"SlurmdStartTime=(\S+)", out).group(1)
+
+
+def _registered_again(deployed: Deployed, node: str, before: str) -> None:
+    """Until the node's slurmd, started again, has registered, Slurm still has the node idle
+    from before: an srun sent there meanwhile meets the restart ("Node failure on cpu-1"), as on
+    any Slurm cluster (two fresh CI runs met it)."""
+    until(f"{node}'s slurmd registered again",
+          lambda: _slurmd_started(deployed, node) != before, 120)  # fmt: skip
+
+
 def test_a_redeploy_after_its_directory_was_deleted_gives_the_containers_the_new_one(
     deployed: Deployed,
 ) -> None:
@@ -126,17 +139,9 @@ def test_a_redeploy_after_its_directory_was_deleted_gives_the_containers_the_new
     shutil.rmtree(deployed.root / "out" / "local" / deployed.name)
     proc = deployed.invoke("deploy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
-    def started() -> str:
-        out = deployed.ok("slurmctld", "scontrol show node cpu-1 -o")
-        return re.search(r"SlurmdStartTime=(\S+)", out).group(1)
-
-    before = started()
+    before = _slurmd_started(deployed, "cpu-1")
     deployed.container("cpu-1").restart()
-    # registered again: until then Slurm still has the node idle from before (an srun sent
-    # there meanwhile meets the restart, "Node failure on cpu-1", as on any Slurm cluster; a
-    # fresh CI run met it)
-    until("cpu-1's slurmd registered again", lambda: started() != before, 120)
+    _registered_again(deployed, "cpu-1", before)
     deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"})
     assert deployed.ok("login", "srun -N2 true && echo fine", user="root") == "fine"
 
@@ -161,6 +166,7 @@ def test_controller_restart_keeps_queued_jobs(deployed: Deployed) -> None:
 
 def test_a_killed_node_comes_back_into_service(deployed: Deployed) -> None:
     container = deployed.container("cpu-1")
+    before = _slurmd_started(deployed, "cpu-1")
     os.kill(container.attrs["State"]["Pid"], signal.SIGKILL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -170,6 +176,7 @@ def test_a_killed_node_comes_back_into_service(deployed: Deployed) -> None:
         time.sleep(1)
     else:
         pytest.fail(f"cpu-1 was not restarted: {container.status}")
+    _registered_again(deployed, "cpu-1", before)
     deployed.wait_states({"cpu-1": "idle"})
     assert deployed.ok("login", "srun -N1 -w cpu-1 hostname", user="root") == "cpu-1"
 
