@@ -12,11 +12,14 @@ Images come from this host's Docker (the lab has no registry).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -61,6 +64,28 @@ class Kube:
         if user:
             argv = ["chroot", "/jail", "su", "-", user, "-c", command]
         return self.run("exec", pod, "-c", container, "--", *argv)
+
+    @contextlib.contextmanager
+    def in_namespace(self, namespace: str) -> Iterator[None]:
+        """This object's commands in ``namespace`` for the block (a restore's target)."""
+        was, self.namespace = self.namespace, namespace
+        try:
+            yield
+        finally:
+            self.namespace = was
+
+    def metrics(self) -> str:
+        """The exporter's page, from its Service's endpoint as a plain Prometheus scrapes it
+        (kubernetes_sd, role endpoints: the annotations name the port and path)."""
+        annotations = json.loads(
+            self.run("get", "service", "exporter", "-o", "jsonpath={.metadata.annotations}")
+        )
+        assert annotations["prometheus.io/scrape"] == "true", annotations
+        port, path = annotations["prometheus.io/port"], annotations["prometheus.io/path"]
+        addresses = self.run("get", "endpoints", "exporter", "-o", "jsonpath={..addresses[*].ip}")
+        (address,) = addresses.split()
+        with urllib.request.urlopen(f"http://{address}:{port}{path}", timeout=30) as response:
+            return response.read().decode()
 
     def pod_ip(self, pod: str) -> str:
         return self.run("get", "pod", pod, "-o", "jsonpath={.status.podIP}", check=False)
@@ -127,16 +152,7 @@ class K8sCluster:
 
     def invoke(self, task: str, *args: str) -> subprocess.CompletedProcess[str]:
         """`invoke TASK --target k8s` on this cluster's file, with a 300 s bound per wait."""
-        where = ["--cluster", str(self.cluster_file), "--out", str(self.root / "out")]
-        context = ["--context", self.kube.context] if self.kube.context else []
-        return subprocess.run(
-            [*INVOKE, task, "--target", "k8s", "--timeout", "300", *where, *context, *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        return self.task(task, "--timeout", "300", "--out", str(self.root / "out"), *args)
 
 
 @pytest.fixture(scope="module")

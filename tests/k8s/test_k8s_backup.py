@@ -49,13 +49,9 @@ def _sh(
     k8s_cluster: K8sCluster, namespace: str, command: str, user: str | None = None, login=False
 ) -> str:
     """``command`` on slurmctld, or in the login pod (in the jail as ``user``)."""
-    kube = k8s_cluster.kube
-    was, kube.namespace = kube.namespace, namespace
-    try:
-        pod, container = ("login-0", "login") if user or login else ("slurmctld-0", "slurmctld")
-        return kube.sh(pod, container, command, user)
-    finally:
-        kube.namespace = was
+    pod, container = ("login-0", "login") if user or login else ("slurmctld-0", "slurmctld")
+    with k8s_cluster.kube.in_namespace(namespace):
+        return k8s_cluster.kube.sh(pod, container, command, user)
 
 
 def _describe(k8s_cluster: K8sCluster, namespace: str) -> str:

@@ -17,7 +17,6 @@ import shlex
 import signal
 import subprocess
 import time
-import urllib.request
 
 import pytest
 
@@ -179,16 +178,7 @@ def test_jobs_are_accounted_and_the_rest_api_answers_a_token(deployed: K8sCluste
 def test_the_exporters_service_is_scraped_as_prometheus_finds_it(deployed: K8sCluster) -> None:
     """As a plain Prometheus' kubernetes_sd (role: endpoints) would: the Service's annotations
     name the port and path; its endpoints are scraped from outside the pods."""
-    kube = deployed.kube
-    annotations = json.loads(
-        kube.run("get", "service", "exporter", "-o", "jsonpath={.metadata.annotations}")
-    )
-    assert annotations["prometheus.io/scrape"] == "true"
-    port, path = annotations["prometheus.io/port"], annotations["prometheus.io/path"]
-    addresses = kube.run("get", "endpoints", "exporter", "-o", "jsonpath={..addresses[*].ip}")
-    (address,) = addresses.split()
-    with urllib.request.urlopen(f"http://{address}:{port}{path}", timeout=30) as response:
-        text = response.read().decode()
+    text = deployed.kube.metrics()
     assert "slurm_up 1.0" in text.splitlines()
     for node in ("cpu-0", "cpu-1"):
         assert f'slurm_node_state{{node="{node}",state="idle"}} 1.0' in text

@@ -16,7 +16,6 @@ import contextlib
 import json
 import re
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,19 +130,6 @@ def test_idle_nodes_stop_and_show_powered_down(elastic: K8sCluster) -> None:
     assert [_scale(kube, n) for n in NODES] == [0, 0, 0]
 
 
-def _metrics(kube) -> str:
-    """The exporter's page, from its Service's endpoint as Prometheus scrapes it."""
-    annotations = json.loads(
-        kube.run("get", "service", "exporter", "-o", "jsonpath={.metadata.annotations}")
-    )
-    port, path = annotations["prometheus.io/port"], annotations["prometheus.io/path"]
-    (address,) = kube.run(
-        "get", "endpoints", "exporter", "-o", "jsonpath={..addresses[*].ip}"
-    ).split()
-    with urllib.request.urlopen(f"http://{address}:{port}{path}", timeout=30) as response:
-        return response.read().decode()
-
-
 def test_a_node_that_cannot_start_is_down_its_pod_withdrawn_and_its_job_requeued(
     elastic: K8sCluster,
 ) -> None:
@@ -175,7 +161,7 @@ def test_a_node_that_cannot_start_is_down_its_pod_withdrawn_and_its_job_requeued
     reasons = kube.sh("slurmctld-0", "slurmctld", "sinfo -R -h -o '%N|%E'")
     assert "cpu-0|ResumeTimeout reached" in reasons.splitlines(), reasons
     assert re.search(r'slurm_node_state\{node="cpu-0",state="(down|not_responding)"\} 1.0',
-                     _metrics(kube))  # fmt: skip
+                     kube.metrics())  # fmt: skip
     # withdrawn: its Deployment, scaled to one for the job, back at zero (only a stop does
     # that), and no pod of it left Pending
     until("cpu-0's start withdrawn", lambda: _scale(kube, "cpu-0") == 0 and not kube.run(
@@ -211,15 +197,6 @@ def test_only_node_power_holds_a_token_and_it_scales_those_deployments_alone(
     assert "No such file" in mounted
 
 
-@contextlib.contextmanager
-def _in(kube, namespace: str) -> Iterator[None]:
-    was, kube.namespace = kube.namespace, namespace
-    try:
-        yield
-    finally:
-        kube.namespace = was
-
-
 def test_a_restored_cluster_runs_the_node_that_ran_and_starts_the_others_for_jobs(
     elastic: K8sCluster, tmp_path: Path
 ) -> None:
@@ -248,7 +225,7 @@ def test_a_restored_cluster_runs_the_node_that_ran_and_starts_the_others_for_job
         said = proc.stdout + proc.stderr
         assert proc.returncode == 0, said
         assert "note: starting cpu-1: Slurm has them powered up" in said, said
-        with _in(kube, target):
+        with kube.in_namespace(target):
             states = kube.states()
             assert {n: states[n] for n in ("cpu-0", "cpu-2")} == dict.fromkeys(
                 ("cpu-0", "cpu-2"), "idle~"
