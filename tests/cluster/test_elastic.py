@@ -238,6 +238,30 @@ def test_ssh_to_a_started_node_of_ones_job_lands_in_its_cgroup(cluster: Deployed
         cluster.ok("login", f"scancel {job}", user=USER)
 
 
+def test_a_started_node_whose_container_stopped_is_started_again_by_the_next_deploy(
+    cluster: Deployed,
+) -> None:
+    """A node Slurm started for a job whose container then stopped out of Slurm's hands (a host
+    reboot, `docker stop`): slurmctld marks it down for not answering, and, being down, it is
+    never powered down nor started again by Slurm. The next deploy starts it, and it registers
+    back into service. (A restore slower than SlurmdTimeout leaves its node the same way.)"""
+    job = _submit(cluster, "-w burst-2 --no-requeue -o /dev/null --wrap 'sleep 600'")
+    until("the job running on burst-2", lambda: cluster.ok(
+        "slurmctld", f"squeue -h -j {job} -o %T").strip() == "RUNNING", START + 60)  # fmt: skip
+    cluster.container("burst-2").stop(timeout=5)
+    # SlurmdTimeout (60 s), noticed at the next ping
+    until("burst-2 down for not answering", lambda: cluster.ok(
+        "slurmctld", "sinfo -h -n burst-2 -o '%t|%E'") == "down*|Not responding",
+        STOPPED_WITHIN)  # fmt: skip
+    proc = cluster.invoke("deploy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "note: starting burst-2: Slurm has them powered up" in proc.stderr, proc.stderr
+    assert _status(cluster, "burst-2") == "running"
+    assert _states(cluster)["burst-2"] in ("idle", "mix", "alloc"), _seen(cluster, BURST)
+    job = _submit(cluster, "-w burst-2 -o /dev/null --wrap 'hostname'")
+    assert sacct(cluster, USER, [job], timeout=240)[job][0] == "COMPLETED"
+
+
 def test_a_node_that_cannot_start_is_down_and_its_job_runs_elsewhere(cluster: Deployed) -> None:
     until(
         "the burst nodes powered down",

@@ -103,8 +103,9 @@ def test_a_drain_from_before_the_deploy_counts_as_ready_while_it_keeps_its_reaso
 
 
 def test_the_elastic_nodes_slurm_counts_as_powered_up_are_those_it_would_give_jobs() -> None:
-    """Powered up, or being powered up, answering or not, running jobs or drained; not powered
-    down, being or about to be powered down, or down."""
+    """Powered up, or being powered up, answering or not, running jobs or drained, or down
+    because slurmctld heard nothing from it (a restore slower than SlurmdTimeout); not powered
+    down, being or about to be powered down, or down for another reason."""
     nodes = {
         "up": ("idle", ""),
         "lost": ("idle*", ""),  # a restored node whose slurmd has not registered yet
@@ -116,11 +117,13 @@ def test_the_elastic_nodes_slurm_counts_as_powered_up_are_those_it_would_give_jo
         "to-stop": ("idle!", ""),
         "failed": ("down~", "ResumeTimeout reached"),
         "gone": ("down*", "Not responding"),
+        "set-down": ("down*", "PSU replaced"),  # an operator's
+        "failed-silent": ("down~", "Not responding"),
         "drained-down": ("drain+down", "fan"),
     }
     seen = slurmctl.nodes(Slurm(nodes, [], 0))
     assert slurmctl.powered_up(seen, [*nodes, "unknown"]) == [
-        "up", "lost", "busy", "starting", "drained"
+        "up", "lost", "busy", "starting", "drained", "gone"
     ]  # fmt: skip
     assert slurmctl.powered_up(None, list(nodes)) == []
 

@@ -18,6 +18,8 @@ IN_SERVICE = {"idle", "mix", "alloc", "comp"}
 DRAINED = {"drain", "drng"}  # sinfo's short states of a drained (or draining) node that answers
 # sinfo's suffixes of a node powered down, being powered down, or about to be
 POWERING_DOWN = {"~", "%", "!"}
+# the reason slurmctld gives a node it marks down because its slurmd stopped answering
+NOT_RESPONDING = "Not responding"
 POLL = 2.0  # seconds between two looks at the jobs on nodes being drained
 
 
@@ -43,14 +45,22 @@ def nodes(sh: Shell) -> dict[str, Node] | None:
 
 
 def powered_up(seen: dict[str, Node] | None, names: list[str]) -> list[str]:
-    """Of ``names`` (elastic nodes), those Slurm counts as powered up, or being powered up, and
-    not down: their containers or pods should run. After a restore StateSave says so of the
-    nodes that ran when the backup was taken, while nothing of them runs yet."""
+    """Of ``names`` (elastic nodes), those Slurm counts as powered up, or being powered up:
+    their containers or pods should run. After a restore StateSave says so of the nodes that
+    ran when the backup was taken, while nothing of them runs yet. Down ones are left out, but
+    for a node slurmctld marked down itself because its slurmd did not answer within
+    SlurmdTimeout: a restore whose other pods took longer than that to roll out finds its
+    node so. Started, it registers, and ReturnToService=2 puts it back in service."""
 
     def up(node: Node | None) -> bool:
-        if node is None or node.down or node.state.startswith("down"):
+        if node is None:
             return False
-        return node.state.rstrip("*")[-1:] not in POWERING_DOWN
+        state = node.state.rstrip("*")
+        if state[-1:] in POWERING_DOWN:
+            return False
+        if node.down or state.startswith("down"):
+            return state == "down" and node.reason == NOT_RESPONDING
+        return True
 
     return [name for name in names if up((seen or {}).get(name))]
 
