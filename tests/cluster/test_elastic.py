@@ -8,12 +8,13 @@ containers exit, sinfo shows them powered down, the exporter counts them so) whi
 node stays; two multi-node jobs and an array of 20 submitted at once onto stopped nodes all
 complete; a job larger than the set pends with Slurm's own reason; a job submitted while nodes
 are stopping runs once they started again; a user's ssh to a node started for their job lands
-in the job's cgroup (pam_slurm_adopt); a node whose container cannot start is marked down
-after its start timeout with the reason in `sinfo -R` and the metrics, and its job is requeued
-and runs on another node; a job asking for a GPU of the GPU set (on a synthetic driver root)
-starts its node and sees its one GPU and the driver, read-only; and the cluster restored from a
-backup, on a host that lost it, runs the elastic node that ran then and starts the others only
-when a job needs them."""
+in the job's cgroup (pam_slurm_adopt); a started node whose container stopped behind Slurm's
+back, marked down for not answering, is started again by the next deploy; a node whose
+container cannot start is marked down after its start timeout with the reason in `sinfo -R`
+and the metrics, and its job is requeued and runs on another node; a job asking for a GPU of
+the GPU set (on a synthetic driver root) starts its node and sees its one GPU and the driver,
+read-only; and the cluster restored from a backup, on a host that lost it, runs the elastic
+node that ran then and starts the others only when a job needs them."""
 
 from __future__ import annotations
 
@@ -242,9 +243,9 @@ def test_a_started_node_whose_container_stopped_is_started_again_by_the_next_dep
     cluster: Deployed,
 ) -> None:
     """A node Slurm started for a job whose container then stopped out of Slurm's hands (a host
-    reboot, `docker stop`): slurmctld marks it down for not answering, and, being down, it is
-    never powered down nor started again by Slurm. The next deploy starts it, and it registers
-    back into service. (A restore slower than SlurmdTimeout leaves its node the same way.)"""
+    reboot, `docker stop`): slurmctld marks it down for not answering, and Slurm's power saving
+    leaves a down node as it is. The next deploy starts it, and it registers back into service.
+    (A restore slower than SlurmdTimeout leaves its node the same way.)"""
     job = _submit(cluster, "-w burst-2 --no-requeue -o /dev/null --wrap 'sleep 600'")
     until("the job running on burst-2", lambda: cluster.ok(
         "slurmctld", f"squeue -h -j {job} -o %T").strip() == "RUNNING", START + 60)  # fmt: skip
