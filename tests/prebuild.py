@@ -7,13 +7,24 @@ cluster tier, whose tests mostly wait on their clusters:
 
 A test that reaches a cell first waits for this build (one build at a time per checkout) and
 then finds the cell cached. A cell that fails here is built again by its test, which reports it.
+
+While it runs, Docker's containers together weigh as much on the CPU as four sessions
+(``containers_weighted``). With autogroup scheduling (Linux's default where nothing else sorts
+processes into cgroups, as on CI's machines), each session's processes weigh as one task and the
+engine's cgroup, every container in it, as one more; beside the suite's sessions (the main
+pytest, each lane with the Kubernetes lab's control plane, dockerd) the build steps got a third of
+the cores, and the cells this builds took 59 minutes of a fresh run against 21 alone, while the
+tests that needed them waited.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,7 +60,47 @@ def _default_arm64_exporter() -> bool:
     return proc.returncode == 0
 
 
+# Docker's cgroup (the cgroupfs driver's parent of every container): the CPU weight file and
+# the weight one session's autogroup has at nice 0, for cgroup v1 and v2
+_WEIGHTS = (
+    (Path("/sys/fs/cgroup/cpu/docker/cpu.shares"), 1024),
+    (Path("/sys/fs/cgroup/docker/cpu.weight"), 100),
+)
+SESSIONS = 4
+
+
+@contextlib.contextmanager
+def containers_weighted(sessions: int = SESSIONS) -> Iterator[None]:
+    """Docker's containers weigh as ``sessions`` busy sessions until the block ends (SIGTERM too:
+    .ci/run stops an unfinished prebuild with it), then as before. Where the engine's cgroup is
+    elsewhere (the systemd driver) or not writable, it says so and changes nothing."""
+    found = next(((f, one) for f, one in _WEIGHTS if f.is_file()), None)
+    try:
+        before = found[0].read_text().strip() if found else ""
+        if found:
+            found[0].write_text(str(sessions * found[1]))
+    except OSError as why:
+        found = None
+        print(f"prebuild: the containers' CPU weight is left as it is: {why}", flush=True)
+    if found is None:
+        yield
+        return
+    print(f"prebuild: {found[0]} {before} -> {sessions * found[1]} while it builds", flush=True)
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        with contextlib.suppress(OSError):
+            found[0].write_text(before)
+
+
 def main() -> int:
+    with containers_weighted():
+        return _build_all()
+
+
+def _build_all() -> int:
     failed = 0
     print(f"prebuild: {time.strftime('%T')} {test_mixed_arch.SET} (both arches)", flush=True)
     try:
