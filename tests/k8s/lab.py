@@ -40,10 +40,11 @@ def start() -> dict[str, str]:
     """A fresh lab (its binaries built once per machine, or a build in progress waited for);
     the environment whose KUBECONFIG reaches it."""
     LAB.mkdir(parents=True, exist_ok=True)
-    build = f"test -x {LAB}/bin/kubelet || exec bash {RECIPE} fetch build"
-    recipe_env = {**os.environ, "LAB": str(LAB), "WITH_NODE": "1", "KUBECTL": KUBECTL}
+    recipe_env = {
+        **os.environ, "LAB": str(LAB), "WITH_NODE": "1", "KUBECTL": KUBECTL, "RECIPE": str(RECIPE)
+    }  # fmt: skip
     subprocess.run(
-        ["flock", str(LAB / ".build.lock"), "bash", "-c", build],
+        ["flock", str(LAB / ".build.lock"), str(Path(__file__).with_name("lab-build"))],
         env=recipe_env,
         check=True,
         stdout=subprocess.DEVNULL,
