@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from slurmforge.errors import EngineUnavailable
+from slurmforge.exec_kept import exec_kept
 
 if TYPE_CHECKING:
     import docker
@@ -175,10 +176,9 @@ class _Containers:
         return [Container(c.id, c.name, c.status, dict(c.labels), c.attrs) for c in found]
 
     def exec(self, container: Container, argv: list[str]) -> tuple[int, str]:
-        """Run ``argv`` in the container: its exit status and output (stdout and stderr)."""
+        """Run ``argv`` in the container: its exit status and output (``exec_kept``)."""
         with _translated():
-            code, out = self.client.containers.get(container.id).exec_run(argv)
-        return code, out.decode(errors="replace")
+            return exec_kept(self.client.containers.get(container.id), argv)
 
     def logs(self, container: Container, tail: int) -> str:
         """The container's last ``tail`` lines of output."""

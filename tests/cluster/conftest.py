@@ -4,13 +4,11 @@ images, into its own Compose project, state directory and manifest directory."""
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,19 +19,10 @@ import docker
 import pytest
 import yaml
 
+from slurmforge.exec_kept import exec_kept
 from tests.browser import browser, browsers  # noqa: F401 (the portal tests' fixtures)
 from tests.conftest import ROOT, TEST_CELLS, TEST_SET
 from tests.ports import free_port, published
-
-EXEC_FILES = "slurmforge-test-exec-"  # Deployed.sh's copies of each command's output
-EXEC_END = "--slurmforge-test-exec-end:"
-
-
-def _read(container, path: str) -> str:
-    """A file in a container, through the archive API (no exec)."""
-    stream, _ = container.get_archive(path)
-    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-        return tar.extractfile(tar.getmembers()[0]).read().decode(errors="replace")
 
 
 @dataclass
@@ -80,32 +69,13 @@ class Deployed:
         self, service: str, command: str, user: str | None = None, timeout: int = 300
     ) -> tuple[int, str]:
         """``command`` in a service's container; with ``user``, inside the jail as that user.
-        Killed after ``timeout`` seconds (exit 124): a job that hangs fails its test.
-
-        Docker 20.10 loses an exec's output now and then on a loaded machine (a fresh CI run met
-        an `echo` and an `sbatch --parsable` that exited 0 and came back empty): the output and
-        the exit code also go to files in the container's /run, read back through the archive
-        API when the stream lacks its last line. Files 20 minutes old (twice the longest timeout
-        a caller gives) go at the next call."""
+        Killed after ``timeout`` seconds (exit 124): a job that hangs fails its test. Its output
+        survives Docker losing an exec's stream (``slurmforge.exec_kept``)."""
         if user is not None:
             command = f"chroot /jail su - {user} -c {shlex.quote(command)}"
         argv = ["timeout", "-k", "5", str(timeout), "bash", "-c", command]
-        kept = f"/run/{EXEC_FILES}{uuid.uuid4().hex}"
-        wrapped = (
-            f"find /run -maxdepth 1 -name '{EXEC_FILES}*' -mmin +20 -delete 2> /dev/null; "
-            f"{shlex.join(argv)} > {kept} 2>&1; code=$?; echo $code > {kept}.code; "
-            f"cat {kept}; echo; echo {EXEC_END}$code"
-        )
-        container = self.container(service)
-        ran, raw = container.exec_run(["bash", "-c", wrapped])
-        text = raw.decode(errors="replace")
-        out, end, code = text.rpartition(EXEC_END)
-        if end:
-            return int(code), out.strip()
-        try:
-            return int(_read(container, f"{kept}.code")), _read(container, kept).strip()
-        except docker.errors.NotFound:  # it never ran (a stopped container): Docker's answer
-            return ran, text.strip()
+        code, out = exec_kept(self.container(service), argv)
+        return code, out.strip()
 
     def ok(self, service: str, command: str, user: str | None = None) -> str:
         code, out = self.sh(service, command, user)
