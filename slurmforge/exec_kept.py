@@ -8,7 +8,7 @@ import tarfile
 import uuid
 from typing import Any
 
-EXEC_KEPT = "slurmforge-exec-"  # in a container's /run: a command's output and status
+_EXEC_KEPT = "slurmforge-exec-"  # in a container's /run: a command's output and status
 _EXEC_END = "--slurmforge-exec-end:"
 
 
@@ -23,11 +23,11 @@ def exec_kept(container: Any, argv: list[str]) -> tuple[int, str]:
     at the next call 20 minutes on."""
     import docker.errors
 
-    kept = f"/run/{EXEC_KEPT}{uuid.uuid4().hex}"
+    kept = f"/run/{_EXEC_KEPT}{uuid.uuid4().hex}"
     script = (  # the files made first, in a subshell: the command keeps the exec's umask, and a
         # user who cannot write /run gets the stream alone (in dash a failed redirection of a
         # special builtin would end the shell)
-        f"find /run -maxdepth 1 -name '{EXEC_KEPT}*' -mmin +20 -delete 2> /dev/null; "
+        f"find /run -maxdepth 1 -name '{_EXEC_KEPT}*' -mmin +20 -delete 2> /dev/null; "
         f"if (umask 077 && : > {kept} && : > {kept}.code) 2> /dev/null; then "
         f'"$@" > {kept} 2>&1; code=$?; echo $code > {kept}.code; cat {kept}; '
         f'else "$@" 2>&1; code=$?; fi; echo; echo {_EXEC_END}$code'

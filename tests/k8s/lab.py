@@ -31,21 +31,30 @@ SHARED_STATE = ("state", ("ReadWriteMany",), "1Gi")
 BACKUP_CLAIM = ("backup", ("ReadWriteOnce",), "20Gi")
 
 
+def _recipe_env() -> dict[str, str]:
+    """What the recipe (and lab-build, which runs it) reads."""
+    return {
+        **os.environ,
+        "LAB": str(LAB),
+        "WITH_NODE": "1",
+        "KUBECTL": KUBECTL,
+        "RECIPE": str(RECIPE),
+    }
+
+
 def recipe(*steps: str) -> None:
-    env = {**os.environ, "LAB": str(LAB), "WITH_NODE": "1", "KUBECTL": KUBECTL}
-    subprocess.run(["bash", str(RECIPE), *steps], env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["bash", str(RECIPE), *steps], env=_recipe_env(), check=True, stdout=subprocess.DEVNULL
+    )
 
 
 def start() -> dict[str, str]:
     """A fresh lab (its binaries built once per machine, or a build in progress waited for);
     the environment whose KUBECONFIG reaches it."""
     LAB.mkdir(parents=True, exist_ok=True)
-    recipe_env = {
-        **os.environ, "LAB": str(LAB), "WITH_NODE": "1", "KUBECTL": KUBECTL, "RECIPE": str(RECIPE)
-    }  # fmt: skip
     subprocess.run(
         ["flock", str(LAB / ".build.lock"), str(Path(__file__).with_name("lab-build"))],
-        env=recipe_env,
+        env=_recipe_env(),
         check=True,
         stdout=subprocess.DEVNULL,
     )
