@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -75,7 +75,11 @@ def browser(browsers: Callable[[], WebDriver]) -> WebDriver:
 
 
 def wait_for(driver: WebDriver, timeout: float = 30) -> WebDriverWait:
-    return WebDriverWait(driver, timeout, poll_frequency=0.5)
+    """A wait that takes an element the page re-rendered between finding it and checking it
+    (JupyterLab redraws a new notebook's cell as its kernel connects) for not ready yet."""
+    return WebDriverWait(
+        driver, timeout, poll_frequency=0.5, ignored_exceptions=(StaleElementReferenceException,)
+    )
 
 
 def _submit_login(driver: WebDriver, url: str, user: str, password: str) -> bool:
@@ -154,11 +158,13 @@ def stop_server(driver: WebDriver, url: str, timeout: float = 90) -> None:
 def run_python(driver: WebDriver, url: str, user: str, code: str) -> str:
     """``code`` in a new notebook's first cell, once its kernel is up; the cell's output."""
     launcher_card(driver, url, user, "Python 3").click()
-    cell = wait_for(driver, 60).until(
-        ready.element_to_be_clickable((By.CSS_SELECTOR, ".jp-Cell .cm-content"))
-    )
-    # the kernel up first (a cell run before it is connected can be lost on a loaded machine)
+    first = (By.CSS_SELECTOR, ".jp-Cell .cm-content")
+    wait_for(driver, 60).until(ready.presence_of_element_located(first))  # the notebook open
+    # its kernel up (a cell run before it is connected can be lost on a loaded machine), and the
+    # cell found again after that: the notebook redraws it meanwhile (a fresh CI run met the
+    # cell found before gone stale)
     wait_for(driver, 90).until(lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text)
+    cell = wait_for(driver, 60).until(ready.element_to_be_clickable(first))
     cell.click()
     cell.send_keys(code)
     cell.send_keys(Keys.SHIFT, Keys.ENTER)
