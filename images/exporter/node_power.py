@@ -128,9 +128,19 @@ def take(name: str) -> str | None:
         os.rename(os.path.join(SPOOL, name), taking)
     except FileNotFoundError:
         return None
-    with open(taking, encoding="utf-8", errors="replace") as request:
-        action = request.read(64).strip()
+    try:  # a plain file only: never a link followed, nor a FIFO that blocks the agent
+        fd = os.open(taking, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        os.unlink(taking)
+        log(f"request for {name} refused: cannot open it ({exc.strerror})")
+        return None
+    with os.fdopen(fd, "rb") as request:
+        plain = stat.S_ISREG(os.fstat(fd).st_mode)
+        action = request.read(64).decode(errors="replace").strip() if plain else ""
     os.unlink(taking)
+    if not plain:
+        log(f"request for {name} refused: not a plain file")
+        return None
     return action
 
 

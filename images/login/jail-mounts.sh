@@ -11,10 +11,14 @@ if [[ ! -r "$jail/.slurmforge/populated" ]]; then
   exit 1
 fi
 # The cluster file's scratch directories (jail.scratch), made inside the jail (so a link in the
-# shared volume cannot lead outside it) and open to every user like /tmp.
+# shared volume cannot lead outside it) and open to every user like /tmp. They lie apart from
+# each other (the cluster file's check), so no user can have put anything on the way; a link or
+# a file in a scratch directory's place is left alone, never followed by chmod.
 for dir in ${SLURMFORGE_JAIL_SCRATCH:-}; do
   # shellcheck disable=SC2016 # "$1" is expanded by the shell inside the jail
-  chroot "$jail" /bin/sh -c 'mkdir -p "$1" && chmod 1777 "$1"' scratch "$dir"
+  chroot "$jail" /bin/sh -c '[ -L "$1" ] || { mkdir -p "$1" && [ -d "$1" ] && [ ! -L "$1" ] &&
+    chmod 1777 "$1"; }' scratch "$dir" ||
+    echo "login: scratch directory $dir is not a directory in the jail: left as it is" >&2
 done
 mount -t proc -o nosuid,nodev,noexec,hidepid=invisible proc "$jail/proc"
 mount --rbind /dev "$jail/dev"

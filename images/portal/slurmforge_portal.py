@@ -216,8 +216,10 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
     if settings.get("node_domain"):  # the node's name as the hub's proxy resolves it
         c.PortalSpawner.state_exechost_exp = rf"\1.{settings['node_domain']}"
     # as the user; from /tmp, a directory the jail plugin takes submissions from (it refuses the
-    # hub's own, which no node has: the script names the job's directory and output file)
-    c.PortalSpawner.exec_prefix = "cd /tmp && sudo -E -u {username}"
+    # hub's own, which no node has: the script names the job's directory and output file); with
+    # the sessions' umask, which sbatch hands to the job (sudo keeps the stricter of it and its own)
+    umask = settings.get("umask", "0077")
+    c.PortalSpawner.exec_prefix = f"cd /tmp && umask {umask} && sudo -E -u {{username}}"
     c.PortalSpawner.batch_script = BATCH_SCRIPT
     c.PortalSpawner.req_srun = ""
     c.PortalSpawner.batchspawner_singleuser_cmd = f"{jupyter}/batchspawner-singleuser"

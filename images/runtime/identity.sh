@@ -9,8 +9,10 @@ identity=${SLURMFORGE_IDENTITY_CONF:-/etc/slurmforge/identity}
 if [[ -r "$identity/sssd.conf" ]]; then
   jail=${SLURMFORGE_JAIL_ROOT:-/jail}
   password=${LDAP_BIND_PASSWORD_FILE:-/run/secrets/ldap-bind-password}
+  # made root's alone before anything is written to it (a redirection opens it with the
+  # shell's umask, not the subshell's)
+  install -m 0600 /dev/null /etc/sssd/sssd.conf
   (
-    umask 077
     cat "$identity/sssd.conf"
     if grep -q '^ldap_default_bind_dn' "$identity/sssd.conf"; then
       printf 'ldap_default_authtok = %s\n' "$(head -n 1 "$password")"

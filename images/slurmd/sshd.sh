@@ -12,6 +12,8 @@ if [[ "${SLURMFORGE_NODE_SSHD:-1}" == 1 && -r "${SLURMFORGE_JAIL_ROOT:-/jail}/.s
   source /usr/lib/slurmforge/sshd/jail-mounts.sh
   # shellcheck source=/dev/null
   source /usr/lib/slurmforge/sshd/ssh-host-keys.sh
+  # shellcheck source=/dev/null
+  source /usr/lib/slurmforge/sshd/session-mode.sh
   install -d -m 0755 /run/sshd
   /usr/sbin/sshd
 fi

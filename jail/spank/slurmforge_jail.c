@@ -43,7 +43,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdint.h>
@@ -61,6 +61,9 @@
 SPANK_PLUGIN(slurmforge_jail, 1);
 
 #define TAG "slurmforge_jail"
+#ifndef SLURM_BATCH_SCRIPT
+#define SLURM_BATCH_SCRIPT (0xfffffffb) /* slurm.h's step ID of a batch script, 23.11 to 26.05 */
+#endif
 /*
  * What a hook returns when it fails. Not ESPANK_ERROR: slurmstepd and the client commands only
  * treat a negative return of the plugin stack as a failure, and ESPANK_ERROR is positive, so a
@@ -222,34 +225,31 @@ static int expose_spool_dir(const char *name, mode_t mode)
 
 /*
  * The spool directory outside holds every job's scripts and credentials: inside, it is an empty
- * tmpfs with only this step's directories in it. The batch script lives in <spool>/job<id>/ (it is
- * executed from there); the MPI plugin's PMIx server keeps its socket and the shared memory its
- * clients map in <spool>/pmix.<job>.<step>/.
+ * tmpfs with only this step's directories in it. A batch step's script is <spool>/job<id>/
+ * slurm_script (slurmstepd's batchdir, <id> zero-padded to five digits), executed from there; the
+ * MPI plugin's PMIx server keeps its socket and the shared memory its clients map in
+ * <spool>/pmix.<job>.<step>/. The names come from the job's ID alone: the task's argv[0] is the
+ * user's to choose (`srun /var/spool/slurmd/job<other>/../x`), so it only says whether this step
+ * runs its batch script.
  */
 static int expose_spool(spank_t sp)
 {
-	char **argv = NULL, name[PATH_MAX];
+	char **argv = NULL, name[PATH_MAX], script[PATH_MAX];
 	int argc = 0;
-	size_t n = strlen(spool_dir);
 	uint32_t job, step;
 
 	if (do_mount("tmpfs", spool_dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755"))
 		return -1;
-	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && argc >= 1 &&
-	    strncmp(argv[0], spool_dir, n) == 0 && argv[0][n] == '/') {
-		char *slash;
-
-		snprintf(name, sizeof(name), "%s", argv[0] + n + 1);
-		slash = strchr(name, '/');
-		if (slash) {
-			*slash = '\0';
-			if (expose_spool_dir(name, 0700))
-				return -1;
-		}
-	}
 	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS)
 		return 0;
+	snprintf(name, sizeof(name), "job%05u", job);
+	if (step == SLURM_BATCH_SCRIPT &&
+	    spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && argc >= 1 &&
+	    snprintf(script, sizeof(script), "%s/%s/slurm_script", spool_dir, name) <
+		    (int) sizeof(script) &&
+	    !strcmp(argv[0], script) && expose_spool_dir(name, 0700))
+		return -1;
 	snprintf(name, sizeof(name), "pmix.%u.%u", job, step);
 	return expose_spool_dir(name, 0755);
 }
@@ -520,27 +520,51 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	return FAILED;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/*
+ * Everything in the directory open at dir, depth first, then dir itself closed. Each entry is
+ * named relative to its parent's descriptor and opened with O_NOFOLLOW, so a directory swapped
+ * for a link meanwhile (by a process of the job's user that outlived it) is removed as the link
+ * it is, never followed: root deletes nothing outside the tree.
+ */
+static void remove_contents(int dir, const char *path, int depth)
 {
-	(void) st;
-	(void) ftw;
-	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
-		slurm_error(TAG ": removing %s: %m", path);
-	return 0;
+	DIR *d = fdopendir(dir);
+	struct dirent *e;
+
+	if (!d) {
+		close(dir);
+		return;
+	}
+	while ((e = readdir(d))) {
+		int sub;
+
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (unlinkat(dirfd(d), e->d_name, 0) == 0 || errno == ENOENT)
+			continue;
+		sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0 && depth < 256)
+			remove_contents(sub, path, depth + 1);
+		else if (sub >= 0)
+			close(sub);
+		if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+			slurm_error(TAG ": removing %s/.../%s: %m", path, e->d_name);
+	}
+	closedir(d);
 }
 
 static void remove_tree(const char *path)
 {
-	struct stat st;
+	int dir = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
-	if (lstat(path, &st) < 0)
-		return;
-	if (!S_ISDIR(st.st_mode)) {
-		unlink(path);
+	if (dir < 0) {
+		if (errno != ENOENT && unlink(path) < 0 && errno != ENOENT)
+			slurm_error(TAG ": removing %s: %m", path);
 		return;
 	}
-	/* depth first, never following a link or leaving this file system */
-	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+	remove_contents(dir, path, 0);
+	if (rmdir(path) < 0 && errno != ENOENT)
+		slurm_error(TAG ": removing %s: %m", path);
 }
 
 /* The job has ended on this node: its /tmp and /dev/shm go with it. */

@@ -31,6 +31,8 @@ def settings(cluster: Cluster, node_domain: str = "") -> dict[str, Any]:
             "time": form.time,
             "gpus": form.gpus,
         },
+        # notebook servers (jobs) write files with the sessions' umask (identity.home_mode)
+        "umask": spec.identity.umask,
         "idle_timeout": spec.portal.idle_timeout,
         "start_timeout": spec.portal.start_timeout,
     }

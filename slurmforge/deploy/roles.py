@@ -364,6 +364,9 @@ def _portal_env(spec: ClusterSpec) -> dict[str, str]:
 
 
 EXPORTER_PORT = Port("metrics", 9341)
+# the exporter's account (images/runtime): with accounting, a Slurm operator, so that it sees
+# every user's jobs where PrivateData hides them from ordinary users (slurm/database.py)
+EXPORTER_USER = "slurm-exporter"
 # where notebook servers (jobs on the compute nodes) reach the hub's API
 PORTAL_API = Port("hub-api", 8081)
 GPU_METRICS_PORT = 9342  # `slurm_exporter.py gpu` beside each GPU node (local target)
@@ -506,7 +509,7 @@ ROLES: tuple[Role, ...] = (
         image=EXPORTER,
         # munged starts as root (the entrypoint), then the exporter runs as its own account
         command=(
-            *("runuser", "-u", "slurm-exporter", "--"),
+            *("runuser", "-u", EXPORTER_USER, "--"),
             *("python3", "/usr/local/lib/slurmforge/slurm_exporter.py", "cluster"),
         ),
         ports=(EXPORTER_PORT,),

@@ -141,32 +141,21 @@ def test_a_deploy_with_another_database_password_is_refused(deployed: Deployed) 
     assert {c.name: c.id for c in deployed.client.containers.list(filters=ours)} == before
 
 
-@pytest.fixture(scope="module")
-def enforcing(images, client, tmp_path_factory):
-    """A second cluster whose accounting enforces associations, limits and QOS."""
-    with deploy(
-        tmp_path_factory.mktemp("enforce"),
-        "sfenf",
-        client,
-        accounting={"enforce": ["associations", "limits", "qos"]},
-    ) as cluster:
-        yield cluster
-
-
-def test_enforcement_rejects_users_without_an_association(enforcing: Deployed) -> None:
-    enforcing.ok("login", "chroot /jail useradd --create-home stray")  # no createuser: no assoc
-    code, out = enforcing.sh("login", "sbatch --wrap true", user="stray")
+def test_enforcement_rejects_users_without_an_association(deployed: Deployed) -> None:
+    """The default cluster enforces associations (accounting.enforce)."""
+    deployed.ok("login", "chroot /jail id stray || chroot /jail useradd --create-home stray")
+    code, out = deployed.sh("login", "sbatch --wrap true", user="stray")  # no createuser: no assoc
     assert code != 0
     assert "Invalid account or account/partition combination specified" in out, out
-    enforcing.user("member")
-    sbatch_wait(enforcing, "member", "true")  # createuser gave it an association: accepted
+    deployed.user("member")
+    sbatch_wait(deployed, "member", "true")  # createuser gave it an association: accepted
 
 
-def test_a_qos_max_jobs_limit_holds(enforcing: Deployed) -> None:
-    enforcing.user("limited")
-    enforcing.ok("slurmctld", "sacctmgr -i add qos single MaxJobsPerUser=1")
-    enforcing.ok("slurmctld", "sacctmgr -i modify user limited set qos=single defaultqos=single")
-    out = enforcing.ok(
+def test_a_qos_max_jobs_limit_holds(deployed: Deployed) -> None:
+    deployed.user("limited")
+    deployed.ok("slurmctld", "sacctmgr -i add qos single MaxJobsPerUser=1")
+    deployed.ok("slurmctld", "sacctmgr -i modify user limited set qos=single defaultqos=single")
+    out = deployed.ok(
         "login",
         "sbatch --parsable --wrap 'sleep 30'; sbatch --parsable --wrap 'sleep 30'",
         user="limited",
@@ -175,7 +164,7 @@ def test_a_qos_max_jobs_limit_holds(enforcing: Deployed) -> None:
     try:
         deadline = time.monotonic() + 60
         while True:
-            states = enforcing.ok("slurmctld", f"squeue -h -j {first},{second} -o '%i %T %r'")
+            states = deployed.ok("slurmctld", f"squeue -h -j {first},{second} -o '%i %T %r'")
             rows = {r.split()[0]: r.split()[1:] for r in states.splitlines()}
             if rows.get(first, [""])[0] == "RUNNING":
                 break
@@ -183,7 +172,7 @@ def test_a_qos_max_jobs_limit_holds(enforcing: Deployed) -> None:
             time.sleep(1)
         assert rows[second] == ["PENDING", "QOSMaxJobsPerUserLimit"], states
     finally:
-        enforcing.sh("slurmctld", f"scancel {first} {second}")
+        deployed.sh("slurmctld", f"scancel {first} {second}")
 
 
 def _refused(deployed: Deployed, tmp_path, name: str, expected: str, **changes) -> None:

@@ -114,7 +114,7 @@ def test_a_directory_user_logs_in_with_their_key_and_runs_on_every_node(
     ident, home, owners = who.split("\n", 2)
     assert ident.startswith("uid=31000(ada) gid=30000(physics-users)"), who
     assert home == "/home/ada"
-    assert owners.splitlines() == ["ada 700", "ada 644"]
+    assert owners.splitlines() == ["ada 700", "ada 600"]  # sessions' umask is 077
     nodes = directory.ok("ada", "srun -N2 -l bash -c 'echo $(hostname) $(id)' | sort")
     lines = nodes.splitlines()
     assert len(lines) == 2, nodes

@@ -138,6 +138,17 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
             # slurmdbd has the cluster; the default account exists
             [*exec_, "bash", "-c", "sacctmgr -n -P show cluster train format=cluster"],
             [*exec_, "bash", "-c", "sacctmgr -n -P show account default format=account"],
+            # the exporter is an operator (it sees every job under PrivateData): made one
+            [
+                *exec_,
+                "bash",
+                "-c",
+                "sacctmgr -n -P show user slurm-exporter format=user,adminlevel",
+            ],
+            [
+                *(*exec_, "bash", "-c"),
+                "sacctmgr -i add user slurm-exporter Account=default AdminLevel=Operator",
+            ],
             [
                 kubectl,
                 *ns,

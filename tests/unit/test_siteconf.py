@@ -155,6 +155,16 @@ def test_site_settings_replace_ours_and_extend_the_node_and_partition_lines(
             r"slurm\.slurmdbd_conf\.StorageHost: slurmforge manages",
         ),
         (
+            {"conf": {"PrivateData": "cloud"}},
+            None,
+            r"slurm\.conf\.PrivateData: slurmforge manages PrivateData \(slurm\.private_data",
+        ),
+        (
+            {"slurmdbd_conf": {"privatedata": "jobs"}},
+            None,
+            r"slurm\.slurmdbd_conf\.privatedata: slurmforge manages PrivateData",
+        ),
+        (
             {"cgroup_conf": {"ConstrainCore": "no"}},
             None,
             r"takes no cgroup\.conf parameter 'ConstrainCore'; did you mean ConstrainCores\?",

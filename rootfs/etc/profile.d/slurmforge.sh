@@ -9,3 +9,9 @@ for dir in /usr/local/cuda/bin /usr/local/nvidia/bin; do
   case ":$PATH:" in *":$dir:"*) ;; *) [ -d "$dir" ] && PATH="$dir:$PATH" ;; esac
 done
 export PATH
+# What a session writes is its user's alone (or her group's too where the cluster's homes are
+# 0750: identity.home_mode); jobs submitted from here inherit the umask.
+case "$(sed -n 's/^home_mode=//p' /etc/slurm/slurmforge.conf 2> /dev/null)" in
+  0750) umask 027 ;;
+  *) umask 077 ;;
+esac

@@ -45,7 +45,7 @@ DB_SOCKET = "/run/mysqld/mysqld.sock"
 # the jail's user state, relative to the jail: what populate keeps, and the accounts it merges
 JAIL_STATE = (
     "home", "opt/user", "etc/passwd", "etc/group", "etc/shadow", "etc/gshadow",
-    "etc/ssh/ssh_host_*", ".slurmforge/jail",
+    "etc/ssh/ssh_host_*", ".slurmforge/jail", ".slurmforge/last-uid",
 )  # fmt: skip
 
 

@@ -7,11 +7,14 @@ file names (`sacctmgr modify ... set`); what the file leaves out keeps the value
 that was there before the deploy is ever deleted: once a file declares QoS (accounts), one that
 slurmdbd has and the file does not declare is reported, with the sacctmgr line that removes it.
 
-Commands run through ``sh`` (a shell in slurmctld, as root), as in ctl.py.
+Commands run through ``sh`` (a shell in slurmctld, as root), as in ctl.py. Every word that comes
+from outside the cluster file (a directory group's member names, what slurmdbd lists) is passed
+as one quoted argument (``_argv``), so no name can add a word or a command to that shell.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 
@@ -23,6 +26,14 @@ Sh = Callable[[str], tuple[int, str]]
 # what slurmdbd has without being told (the cluster's root account, Slurm's own QoS)
 BUILT_IN_QOS = ("normal",)
 BUILT_IN_ACCOUNTS = ("root",)
+# a directory member name slurmforge hands to sacctmgr (POSIX's portable user names, and the
+# @ of a realm); any other is reported and left out
+MEMBER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,254}")
+
+
+def _argv(*words: str) -> str:
+    """One command line of ``words``, each a single argument whatever it holds."""
+    return shlex.join(words)
 
 
 def _value(value: object) -> str:
@@ -153,18 +164,37 @@ def members(cluster: Cluster, sh: Sh) -> list[str]:
                 f"(getent exit {code}); its users were left as they are"
             )
             continue
-        wanted = sorted({m for m in fields[3].split(",") if m})
-        code, out = sh(f"sacctmgr -n -P show associations where account={account} format=user")
+        listed = {m for m in fields[3].split(",") if m}
+        odd = sorted(m for m in listed if not MEMBER.fullmatch(m))
+        if odd:
+            report.append(
+                f"account {account}: left out members of {group} whose names are no user "
+                f"names: {', '.join(repr(m) for m in odd)}"
+            )
+        wanted = sorted(listed - set(odd))
+        code, out = sh(
+            _argv(
+                "sacctmgr",
+                "-n",
+                "-P",
+                "show",
+                "associations",
+                "where",
+                f"account={account}",
+                "format=user",
+            )
+        )
         if code:
             raise DeployError(f"sacctmgr show associations failed: {out[-300:]}")
         have = sorted({u.strip() for u in out.splitlines() if u.strip()})
         new = [u for u in wanted if u not in have]
         gone = [u for u in have if u not in wanted]
         if new:
-            run(sh, f"add user {','.join(new)} account={account}", f"add {account}'s users")
+            users = _argv("add", "user", ",".join(new), f"account={account}")
+            run(sh, users, f"add {account}'s users")
             report.append(f"account {account}: added {', '.join(new)} (members of {group})")
         for user in gone:  # one at a time: one with jobs still running keeps its association
-            code, out = sh(f"sacctmgr -i delete user {user} account={account}")
+            code, out = sh(_argv("sacctmgr", "-i", "delete", "user", user, f"account={account}"))
             if code:
                 detail = " ".join(out.split())[-200:]
                 report.append(
@@ -183,7 +213,7 @@ def _undo(sh: Sh, added: list[tuple[str, str]]) -> str:
     """Delete what this run added, children before parents; names what was deleted."""
     undone = []
     for kind, name in reversed(added):
-        code, _ = sh(f"sacctmgr -i delete {kind} {name}")
+        code, _ = sh(_argv("sacctmgr", "-i", "delete", kind, name))
         if code == 0:
             undone.append(f"{'QoS' if kind == 'qos' else kind} {name}")
     return ", ".join(undone)

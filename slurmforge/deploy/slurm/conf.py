@@ -102,6 +102,7 @@ def slurmdbd_conf(cluster: Cluster, dbd_host: str = DBD) -> str:
         storage_port=db.port if db else 3306,
         storage_user=db.user if db else roles.OWN_DB_USER,
         storage_loc=db.name if db else roles.OWN_DB_NAME,
+        private_data=cluster.spec.slurm.private_data,
     )
     return siteconf.merge(text, cluster.spec.slurm.slurmdbd_conf, "slurm.slurmdbd_conf")
 
@@ -173,6 +174,8 @@ def render(
         "accounting": spec.accounting if spec.accounting.enabled else None,
         "dbd_addr": network.dbd_addr if network else DBD,
         "jwt_key": JWT_KEY,
+        "max_token_lifespan": spec.accounting.max_token_lifespan,
+        "private_data": spec.slurm.private_data,
         "jail_root": jail_contract.ROOT,
         "prolog": _pattern(scripts, "prolog"),
         "epilog": _pattern(scripts, "epilog"),
@@ -188,8 +191,10 @@ def render(
     files.update(scripts)
     if site and spec.topology:
         files["topology.conf"] = _topology_conf(cluster)
-    # what the jail's createuser reads (the account new users go under)
-    files["slurmforge.conf"] = f"default_account={spec.accounting.default_account}\n"
+    # what the jail's createuser reads (the account new users go under, their homes' mode)
+    files["slurmforge.conf"] = (
+        f"default_account={spec.accounting.default_account}\nhome_mode={spec.identity.home_mode}\n"
+    )
     if spec.controller.replicas > 1:
         files["primary-on"] = _env.get_template("primary-on.j2").render(
             name=cluster.name, watch=PRIMARY_ON_WATCH

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from slurmforge.deploy import roles
 from slurmforge.deploy.slurm import accounts
 from slurmforge.deploy.spec.model import Cluster, DatabaseSpec
 from slurmforge.errors import ConfigError, DeployError
@@ -144,7 +145,27 @@ def setup(cluster: Cluster, sh: Sh, timeout: float) -> list[str]:
         )
     account = cluster.spec.accounting.default_account
     ensure_account(sh, account, f"default account of {name}")
+    if cluster.spec.metrics.enabled:
+        ensure_operator(sh, roles.EXPORTER_USER, account)
     return accounts.apply(cluster, sh)
+
+
+def ensure_operator(sh: Sh, user: str, account: str) -> None:
+    """``user`` a Slurm operator (AdminLevel): it sees every job, user and account that
+    PrivateData hides from ordinary users. Added under ``account`` when slurmdbd lacks it."""
+    code, out = sh(f"sacctmgr -n -P show user {shlex.quote(user)} format=user,adminlevel")
+    if code == 0 and out.strip() == f"{user}|Operator":
+        return
+    if code == 0 and out.strip().startswith(f"{user}|"):
+        command = f"sacctmgr -i modify user {shlex.quote(user)} set AdminLevel=Operator"
+    else:
+        command = (
+            f"sacctmgr -i add user {shlex.quote(user)} Account={shlex.quote(account)} "
+            "AdminLevel=Operator"
+        )
+    code, out = sh(command)
+    if code != 0:
+        raise DeployError(f"sacctmgr could not make {user} an operator: {out[-300:]}")
 
 
 def ensure_account(sh: Sh, account: str, description: str) -> None:

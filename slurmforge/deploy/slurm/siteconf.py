@@ -59,6 +59,7 @@ MANAGED: dict[str, dict[str, str]] = {
         "taskplugin": _CGROUPS,
         "accountingstoragetype": "accounting.enabled chooses it",
         "accountingstorageenforce": "accounting.enforce sets it",
+        "privatedata": "slurm.private_data sets it",
         "slurmdparameters": "config_overrides: a node's size comes from its node set",
         "grestypes": "from the node sets' gres",
         "prolog": "slurm.prolog lists the scripts",
@@ -113,6 +114,7 @@ MANAGED: dict[str, dict[str, str]] = {
         "storageloc": "accounting.database (or the cluster's own MariaDB)",
         "storagepass": "the password comes from its secret, never a generated file",
         "storagepassscript": "the password comes from its secret, never a generated file",
+        "privatedata": "slurm.private_data sets it",
     },
 }
 

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from ldap3.core.exceptions import LDAPException
 from ldap3.operation.search import parse_filter
 from ldap3.utils.dn import parse_dn
-from pydantic import AfterValidator, Field, StrictBool, StringConstraints
+from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, StringConstraints
 
 from slurmforge import refs
 from slurmforge.deploy.spec.fields import AbsPath, check_private, is_file
@@ -111,9 +111,26 @@ class LdapSpec(Model):
         return f"{EMBEDDED_READER},{self.base_dn}" if self.embedded else self.bind_dn
 
 
+def _octal(value: object) -> object:
+    """YAML reads an unquoted 0750 as the octal number it is: the mode it means."""
+    return f"{value:04o}" if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+# A new home's mode: its owner's alone, or readable by her group too. Sessions, jobs and notebook
+# servers get the umask that matches (077, 027), so what they write follows.
+HomeMode = Annotated[Literal["0700", "0750"], BeforeValidator(_octal)]
+UMASKS = {"0700": "0077", "0750": "0027"}
+
+
 class IdentitySpec(Model):
     source: Literal["local", "ldap"] = "local"
     ldap: LdapSpec | None = None
+    # homes made by createuser and at a directory user's first login; existing homes keep theirs
+    home_mode: HomeMode = "0700"
+
+    @property
+    def umask(self) -> str:
+        return UMASKS[self.home_mode]
 
 
 def check(path: Path, identity: IdentitySpec) -> None:

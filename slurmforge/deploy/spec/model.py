@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     Field,
     StrictBool,
     StrictInt,
     StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
 )
 
 from slurmforge import matrix, refs
@@ -83,6 +88,19 @@ class JailSpec(Model):
     # node and kept by every populate)
     scratch: tuple[Annotated[AbsPath, AfterValidator(_scratch)], ...] = ()
 
+    @field_validator("scratch")
+    @classmethod
+    def _not_nested(cls, scratch: tuple[str, ...]) -> tuple[str, ...]:
+        # root makes each one (mkdir -p, chmod 1777) where users of another may have written
+        for inner in scratch:
+            for outer in scratch:
+                if inner != outer and inner.startswith(f"{outer}/"):
+                    raise ValueError(
+                        f"expected scratch directories apart from each other, got {quote(inner)} "
+                        f"inside {quote(outer)}, where any user may write"
+                    )
+        return scratch
+
     @property
     def kept(self) -> tuple[str, ...]:
         """What every populate keeps: ``keep`` and the scratch directories (not in the image, so
@@ -120,12 +138,36 @@ class DatabaseSpec(Model):
 Enforce = Literal["associations", "limits", "nojobs", "nosteps", "qos", "safe", "wckeys"]
 
 
+# Tokens (`scontrol token`, slurmrestd) no ordinary user may have for longer: max_token_lifespan
+# of AuthAltParameters (slurm.conf(5), Slurm 23.11 to 26.05). A duration as ISO 8601 writes it
+# (PT1H, P1D) or a number of seconds, parsed by pydantic.
+def _seconds(value: object) -> object:
+    """A duration's whole seconds (kept as a number: the model is dumped as JSON)."""
+    if isinstance(value, bool):
+        return value  # refused below, not taken for 1 second
+    try:
+        return int(_DURATION.validate_python(value).total_seconds())
+    except ValidationError:
+        raise ValueError(
+            f"expected a duration as ISO 8601 writes it (PT30M, PT1H, P1D) or a number of "
+            f"seconds, got {quote(value)}"
+        ) from None
+
+
+_DURATION = TypeAdapter(timedelta)
+TokenLifespan = Annotated[StrictInt, BeforeValidator(_seconds), Field(ge=60, le=366 * 86400)]
+
+
 class AccountingSpec(Model):
     """Job accounting: slurmdbd on a database, sacct/sacctmgr, fair-share."""
 
     enabled: StrictBool = True
-    # AccountingStorageEnforce; [] lets users without an association submit
-    enforce: tuple[Enforce, ...] = ()
+    # AccountingStorageEnforce: a job runs only under an association its user has, within its
+    # limits and QoS, and is refused at submission when it could never run (safe);
+    # [] lets users without an association submit, charged to nobody's limits
+    enforce: tuple[Enforce, ...] = ("associations", "limits", "qos", "safe")
+    # the longest an ordinary user's token may live (root and SlurmUser are not limited)
+    max_token_lifespan: TokenLifespan = 3600  # seconds
     # the account createuser puts a new user under (unless given --account)
     default_account: AccountName = "default"
     database: DatabaseSpec | None = None  # None: the cluster's own MariaDB
@@ -164,6 +206,12 @@ class MetricsSpec(Model):
     prometheus: PrometheusSpec = PrometheusSpec()
 
 
+# PrivateData's words (slurm.conf(5))
+PrivateWord = Literal[
+    "accounts", "cloud", "events", "jobs", "nodes", "partitions", "reservations", "usage", "users"
+]
+
+
 class SlurmSpec(Model):
     """How Slurm runs on the nodes."""
 
@@ -176,6 +224,9 @@ class SlurmSpec(Model):
     # pam_slurm_adopt; every job gets an extern step, PrologFlags=Contain, which makes a
     # launch slower: bench/b16_identity.py). false: no sshd on the nodes, no extern steps.
     node_ssh: StrictBool = True
+    # PrivateData (slurm.conf and slurmdbd.conf): what an ordinary user sees only of her own
+    # (operators, root and SlurmUser see all); [] shows every user every job, account and usage
+    private_data: tuple[PrivateWord, ...] = ("accounts", "jobs", "usage", "users")
     # the site's own settings, merged into the files slurmforge writes; keys slurmforge
     # manages are refused unless listed in `override` (slurm/siteconf.py, README)
     conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)  # slurm.conf

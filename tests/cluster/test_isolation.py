@@ -1,0 +1,148 @@
+"""Two ordinary users on the default cluster, each trying to reach what is the other's or the
+cluster's: her home and job output, her jobs and their command lines (squeue, scontrol, sacct, the
+REST API), a job without an association, a token that outlives its cap, a uid that a removed user
+had, the node's spool through a step's argv[0]. Each is what DESIGN.md's "Who may reach what"
+forbids an ordinary user; root's view is checked beside it, so a test cannot pass by everything
+being hidden from everyone."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests import rest_client
+from tests.cluster.conftest import Deployed
+from tests.cluster.helpers import sacct, sbatch_wait
+
+pytestmark = pytest.mark.cluster
+
+ALICE, BOB = "isoalice", "isobob"
+MARK = "only-isoalice-may-know-this"
+
+
+@pytest.fixture(scope="module")
+def users(deployed: Deployed) -> Deployed:
+    deployed.user(ALICE)
+    deployed.user(BOB)
+    return deployed
+
+
+def _token(cluster: Deployed, user: str, lifespan: int = 600) -> tuple[int, str]:
+    code, out = cluster.sh("login", f"scontrol token lifespan={lifespan}", user=user)
+    match = re.search(r"^SLURM_JWT=(\S+)$", out, re.M)
+    return code, match.group(1) if match else out
+
+
+def test_homes_files_and_job_output_are_their_owners_alone(users: Deployed) -> None:
+    home = users.ok("login", f"stat -c %a /jail/home/{ALICE}")
+    assert home == "700", home
+    users.ok("login", f"echo {MARK} > ~/secret.txt && mkdir -p ~/work", user=ALICE)
+    assert users.ok("login", "stat -c %a ~/secret.txt ~/work", user=ALICE).split() == ["600", "700"]
+    job = sbatch_wait(users, ALICE, f"echo {MARK}")
+    out = f"/home/{ALICE}/slurm-{job}.out"
+    assert users.ok("login", f"cat {out}", user=ALICE) == MARK
+    # the job wrote its output with the session's umask, which sbatch handed to it
+    assert users.ok("login", f"stat -c %a {out}", user=ALICE) == "600"
+    for path in (f"/home/{ALICE}/secret.txt", out, f"/home/{ALICE}/work"):
+        code, seen = users.sh("login", f"cat {path} || ls {path}", user=BOB)
+        assert code != 0 and MARK not in seen, seen
+        assert "Permission denied" in seen, seen
+
+
+def test_a_user_sees_only_her_own_jobs(users: Deployed) -> None:
+    submit = f"sbatch --parsable -J {MARK} --wrap 'sleep 60 # {MARK}'"
+    job = users.ok("login", submit, user=ALICE)
+    job = job.split(";")[0]
+    try:
+        rest = users.rest_url
+        for who, sees in ((ALICE, True), (BOB, False)):
+            listed = users.ok("login", "squeue -a -h -o '%i %u'", user=who)
+            assert (job in listed) is sees, (who, listed)
+            code, shown = users.sh("login", f"scontrol show job {job}", user=who)
+            assert (code == 0 and MARK in shown) is sees, (who, shown)
+            code, jwt = _token(users, who)
+            assert code == 0, jwt
+            paths = rest_client.call(f"{rest}/openapi/v3", user=who, jwt=jwt)[1]["paths"]
+            path = next(p for p in paths if re.fullmatch(r"/slurm/v[0-9.]+/job/\{job_id\}", p))
+            code, body = rest_client.call(rest + path.replace("{job_id}", job), user=who, jwt=jwt)
+            jobs = body.get("jobs") or []
+            assert bool(jobs) is sees and (MARK not in str(body)) is not sees, (who, code, body)
+        # root (the cluster's operator) still sees every job
+        assert job in users.ok("slurmctld", "squeue -h -o %i")
+    finally:
+        users.sh("slurmctld", f"scancel {job}")
+    assert job in sacct(users, ALICE, [job])
+    # sacct -a of the other user: slurmdbd shows her nothing of it
+    code, out = users.sh("login", f"sacct -a -n -P -X -j {job} -o JobID,User,SubmitLine", user=BOB)
+    assert job not in out and MARK not in out, out
+    # slurmdbd keeps it for its owner (above) and for root
+    assert job in users.ok("slurmctld", f"sacct -a -n -P -X -j {job} -o JobID")
+
+
+def test_a_job_needs_an_association_its_user_has(users: Deployed) -> None:
+    for command in ("sbatch -A no_such_account --wrap true", "srun -A no_such_account true"):
+        code, out = users.sh("login", command, user=ALICE)
+        assert code != 0, out
+        assert "Invalid account" in out, out
+    # under her own account her jobs run
+    sbatch_wait(users, ALICE, "true")
+
+
+def test_a_token_cannot_outlive_the_cap(users: Deployed) -> None:
+    code, out = _token(users, ALICE, lifespan=999999999)
+    assert code != 0, out  # would have been valid until 2058
+    code, jwt = _token(users, ALICE, lifespan=3600)  # the default cap, one hour
+    assert code == 0, jwt
+    # another user's token is not hers to have either way
+    code, out = users.sh("login", f"scontrol token username={ALICE}", user=BOB)
+    assert code != 0, out
+
+
+def test_a_removed_users_id_is_never_handed_out_again(users: Deployed) -> None:
+    made = users.user("isogone")
+    gone_uid = re.search(r"uid=(\d+)", made).group(1)
+    code, out = users.sh("login", "chroot /jail removeuser isogone")
+    assert code == 0, out
+    assert users.ok("slurmctld", "sacctmgr -n -P show user isogone format=user") == ""
+    assert users.sh("login", "chroot /jail id isogone")[0] != 0
+    # her home is kept, still hers by number, and no new user gets that number
+    assert users.ok("login", "stat -c %u /jail/home/isogone") == gone_uid
+    made = users.user("isonext")
+    assert re.search(r"uid=(\d+)", made).group(1) != gone_uid, made
+    assert "account=" in made, made  # and the association came with it
+    assert "isonext" in users.ok("slurmctld", "sacctmgr -n -P show assoc user=isonext format=user")
+    code, out = users.sh("login", "chroot /jail removeuser --remove-home isonext")
+    assert code == 0 and "their home" in out, out
+    assert users.sh("login", "test -e /jail/home/isonext")[0] != 0
+
+
+def test_a_user_with_jobs_is_removed_only_with_them(users: Deployed) -> None:
+    users.user("isobusy")
+    job = users.ok("login", "sbatch --parsable --wrap 'sleep 120'", user="isobusy").split(";")[0]
+    code, out = users.sh("login", "chroot /jail removeuser isobusy")
+    assert code == 2 and job in out, out
+    assert users.ok("login", "chroot /jail id -u isobusy")  # nothing was removed
+    code, out = users.sh("login", "chroot /jail removeuser --cancel-jobs --remove-home isobusy")
+    assert code == 0, out
+    deadline = time.monotonic() + 30
+    while job in users.ok("slurmctld", "squeue -h -o %i"):
+        assert time.monotonic() < deadline
+        time.sleep(1)
+
+
+def test_a_step_cannot_pick_another_spool_directory(users: Deployed) -> None:
+    """argv[0] is the user's: a path through the spool does not expose it."""
+    sneaky = "/var/spool/slurmd/../../../bin/ls"
+    code, out = users.sh("login", f"srun -N1 {sneaky} -a /var/spool/slurmd", user=ALICE)
+    assert code == 0, out
+    names = set(out.split()) - {".", ".."}
+    # at most this step's own PMIx directory: no hwloc topology, no other job's directory
+    assert all(n.startswith("pmix.") for n in names), names
+    # a batch job still runs its script from the spool (its own directory alone is there)
+    job = sbatch_wait(users, ALICE, "ls -a /var/spool/slurmd > ~/spool.txt")
+    names = set(users.ok("login", "cat ~/spool.txt", user=ALICE).split()) - {".", ".."}
+    assert f"job{int(job):05d}" in names and all(
+        n == f"job{int(job):05d}" or n.startswith("pmix.") for n in names
+    ), names
