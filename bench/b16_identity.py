@@ -5,7 +5,11 @@ Three throwaway clusters from the shipped cluster file, one after the other:
 - `plain`: the same with `slurm.node_ssh: false` (no sshd on the nodes, no extern step per job),
   for what ssh into a job's node costs every launch;
 - `ldap`: users from the embedded directory through SSSD (identity.source: ldap), whose user `ada`
-  exists only there. A createuser user on the same cluster gives the local-key login baseline.
+  exists only there. A createuser user on the same cluster gives the local-key login baseline;
+- `open`: `local` with the defaults from before users were kept out of each other's data
+  (`slurm.private_data: []`, `accounting.enforce: []`), for what PrivateData and enforced
+  associations cost; target: launch <= 1.05 x open, jobs/s >= 0.95 x open.
+`python -m bench.b16_identity defaults` measures `local` and `open` alone.
 
 Figures, from a user's login session in the jail:
 - step launch: `srun -N2 true`, median of 20, each a job of its own; target: ldap <= 1.05 x
@@ -20,6 +24,7 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,11 +40,17 @@ LOGINS = 10
 BASE = "dc=bench,dc=test"
 
 
-def cluster_file(root: Path, name: str, key: str | None, node_ssh: bool = True) -> Path:
+# the defaults before issue 60: every user sees every job, no association is needed
+OPEN = {"slurm": {"private_data": []}, "accounting": {"enforce": []}}
+
+
+def cluster_file(
+    root: Path, name: str, key: str | None, node_ssh: bool = True, changes: dict | None = None
+) -> Path:
     data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
-    data.update(name=name, **published())
+    data.update(name=name, **published(), **(changes or {}))
     if not node_ssh:
-        data["slurm"] = {"node_ssh": False}
+        data["slurm"] = {**data.get("slurm", {}), "node_ssh": False}
     if key is not None:
         (root / "directory.ldif").write_text(
             f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\no: B\ndc: bench\n\n"
@@ -82,9 +93,11 @@ def ssh_ms(port: int, user: str, key: Path) -> float:
     return statistics.median(times)
 
 
-def measure(root: Path, name: str, key: Path | None, node_ssh: bool = True) -> dict[str, float]:
+def measure(
+    root: Path, name: str, key: Path | None, node_ssh: bool = True, changes: dict | None = None
+) -> dict[str, float]:
     public = key.with_suffix(".pub").read_text().strip() if key else None
-    path = cluster_file(root, name, public, node_ssh)
+    path = cluster_file(root, name, public, node_ssh, changes)
     port = yaml.safe_load(path.read_text())["login"]["port"]
     where = ["--cluster", str(path), "--out", str(root / "out")]
     os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
@@ -112,16 +125,30 @@ def measure(root: Path, name: str, key: Path | None, node_ssh: bool = True) -> d
     return out
 
 
+def defaults(local: dict[str, float], open_: dict[str, float]) -> None:
+    print("private jobs and enforced associations (local, the defaults) vs open (before them):")
+    launch, jobs = local["launch"] / open_["launch"], local["jobs"] / open_["jobs"]
+    print(f"  launch {local['launch']:.0f} vs {open_['launch']:.0f} ms: {launch:.2f} x "
+          f"(target <= 1.05); {local['jobs']:.1f} vs {open_['jobs']:.1f} jobs/s: {jobs:.2f} x "
+          "(target >= 0.95)")  # fmt: skip
+
+
 def main() -> None:
+    only_defaults = sys.argv[1:] == ["defaults"]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         key = root / "key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-        for arm in ("local", "ldap", "plain"):
+        for arm in ("local", "ldap", "plain", "open"):
             (root / arm).mkdir()
         local = measure(root / "local", "sfbench16l", None)
+        open_ = measure(root / "open", "sfbench16o", None, changes=OPEN)
+        if only_defaults:
+            defaults(local, open_)
+            return
         ldap = measure(root / "ldap", "sfbench16d", key)
         plain = measure(root / "plain", "sfbench16p", None, node_ssh=False)
+    defaults(local, open_)
     print("srun -N2 true, median of 20:")
     print(f"  local {local['launch']:6.0f} ms   ldap {ldap['launch']:6.0f} ms   "
           f"ratio {ldap['launch'] / local['launch']:.2f} (target <= 1.05)")  # fmt: skip

@@ -41,8 +41,15 @@ def old(clusters: Clusters) -> Deployed:
     partitions = [{"name": "main", "nodesets": ["cpu"], "default": True},
                   {"name": "burst", "nodesets": ["burst"]}]  # fmt: skip
     nodesets = [{"name": "cpu", "definitions": ["cpu-small"], "replicas": 2}, burst]
+    # no PrivateData: Slurm serves its metrics endpoint only then, and the exporter's switch to
+    # it on 25.11 is part of what this test follows
     return clusters.deploy(
-        "sfupg", clusters.root("upgrade"), images=images, nodesets=nodesets, partitions=partitions
+        "sfupg",
+        clusters.root("upgrade"),
+        images=images,
+        nodesets=nodesets,
+        partitions=partitions,
+        slurm={"private_data": []},
     )
 
 

@@ -76,6 +76,12 @@ def deployed(
     directory, _ = site
     data = k8s_cluster.data()
     data["identity"] = directory.settings()
+    # ada's association (the cluster enforces associations): her group's account
+    data["accounting"] = {
+        **data.get("accounting", {}),
+        "accounts": [{"name": "physics"}],
+        "accounts_from_groups": {"physics": "physics-users"},
+    }
     data["portal"] = {"enabled": True, "idle_timeout": IDLE}
     k8s_cluster.write(data)
     if k8s_cluster.kube.lab:  # the hub's database: a claim of kubernetes.state's class

@@ -218,18 +218,29 @@ def test_cgroup_plugin_follows_the_slurm_version(slurm: str, disabled: bool) -> 
     assert slurmconf.cgroup_disabled(slurm) is disabled
 
 
+OPEN = {"private_data": []}
+
+
 @pytest.mark.parametrize(
-    ("images", "metrics", "served"),
+    ("images", "metrics", "slurm", "served"),
     [
-        ({"set": "default"}, {}, False),  # 24.11: slurmctld has no metrics endpoint
-        ({"set": "current", "cell": "25.11.7-cuda12.2.2-debian12"}, {}, True),
-        ({"set": "current", "cell": "26.05.3-cuda12.2.2-debian12"}, {"enabled": False}, False),
+        ({"set": "default"}, {}, OPEN, False),  # 24.05: slurmctld has no metrics endpoint
+        ({"set": "current", "cell": "25.11.7-cuda12.2.2-debian12"}, {}, OPEN, True),
+        # with PrivateData (the default) slurmctld answers the endpoint 401 whoever asks
+        ({"set": "current", "cell": "25.11.7-cuda12.2.2-debian12"}, {}, {}, False),
+        (
+            {"set": "current", "cell": "26.05.3-cuda12.2.2-debian12"},
+            {"enabled": False},
+            OPEN,
+            False,
+        ),
     ],
 )
-def test_slurmctld_serves_its_metrics_from_25_11_where_metrics_are_on(
-    write_cluster, versions, images: dict, metrics: dict, served: bool
+def test_slurmctld_serves_its_metrics_from_25_11_where_metrics_are_on_and_jobs_are_not_private(
+    write_cluster, versions, images: dict, metrics: dict, slurm: dict, served: bool
 ) -> None:
-    cluster = loader.load(write_cluster(shipped_with(images=images, metrics=metrics)), versions)
+    data = shipped_with(images=images, metrics=metrics, slurm=slurm)
+    cluster = loader.load(write_cluster(data), versions)
     conf = slurmconf.render(cluster)["slurm.conf"].splitlines()
     assert ("MetricsType=metrics/openmetrics" in conf) is served
 

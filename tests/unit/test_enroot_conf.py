@@ -49,7 +49,7 @@ def test_on_the_login_node_they_go_under_the_home(tmp_path: Path) -> None:
     (tmp_path / "vls" / "enroot").mkdir(parents=True)  # the jail's mount point, empty there
     assert _paths(tmp_path, "/home/alice") == {
         "ENROOT_DATA_PATH": "/home/alice/.local/share/enroot",
-        "ENROOT_RUNTIME_PATH": f"/tmp/enroot-runtime-user-{os.getuid()}",
+        "ENROOT_RUNTIME_PATH": "/home/alice/.cache/enroot-runtime",  # not the shared /tmp
         "ENROOT_CACHE_PATH": "/home/alice/.cache/enroot",
     }
 

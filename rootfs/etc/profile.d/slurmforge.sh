@@ -9,9 +9,12 @@ for dir in /usr/local/cuda/bin /usr/local/nvidia/bin; do
   case ":$PATH:" in *":$dir:"*) ;; *) [ -d "$dir" ] && PATH="$dir:$PATH" ;; esac
 done
 export PATH
-# What a session writes is its user's alone (or her group's too where the cluster's homes are
-# 0750: identity.home_mode); jobs submitted from here inherit the umask.
-case "$(sed -n 's/^home_mode=//p' /etc/slurm/slurmforge.conf 2> /dev/null)" in
-  0750) umask 027 ;;
-  *) umask 077 ;;
-esac
+# What a user's session writes is hers alone (or her group's too where the cluster's homes are
+# 0750: identity.home_mode); jobs submitted from here inherit the umask. root keeps 022: what an
+# administrator installs into the jail is for every user.
+if [ "$(id -u)" -ne 0 ]; then
+  case "$(sed -n 's/^home_mode=//p' /etc/slurm/slurmforge.conf 2> /dev/null)" in
+    0750) umask 027 ;;
+    *) umask 077 ;;
+  esac
+fi

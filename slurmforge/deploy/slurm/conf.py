@@ -68,8 +68,16 @@ def hostlist(nodes: list[str]) -> str:
 
 
 def metrics_endpoint(cluster: Cluster) -> bool:
-    """slurmctld serves OpenMetrics itself from Slurm 25.11 on; turned on where metrics are."""
-    return cluster.spec.metrics.enabled and matrix.slurm_at_least(cluster.cell.slurm, (25, 11))
+    """slurmctld serves OpenMetrics itself from Slurm 25.11 on; turned on where metrics are and
+    no PrivateData is set. The endpoint asks no one who they are, so slurmctld answers 401 to
+    every request where any PrivateData is set (src/slurmctld/http.c): the exporter takes the
+    same counters from sdiag there."""
+    spec = cluster.spec
+    return (
+        spec.metrics.enabled
+        and not spec.slurm.private_data
+        and matrix.slurm_at_least(cluster.cell.slurm, (25, 11))
+    )
 
 
 def cgroup_disabled(slurm: str) -> bool:
