@@ -52,7 +52,7 @@ def site(
     base = site_ldap.BASE
     entries = (
         f"dn: cn=physics-users,{base}\nobjectClass: posixGroup\ncn: physics-users\n"
-        "gidNumber: 30000\nmemberUid: ada\n\n"
+        "gidNumber: 30000\nmemberUid: ada\nmemberUid: bob\n\n"
         f"dn: uid=ada,{base}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
         "objectClass: ldapPublicKey\nuid: ada\ncn: ada\nsn: ada\nuidNumber: 31000\n"
         "gidNumber: 30000\nhomeDirectory: /home/ada\nloginShell: /bin/bash\n"
@@ -76,7 +76,7 @@ def deployed(
     directory, _ = site
     data = k8s_cluster.data()
     data["identity"] = directory.settings()
-    # ada's association (the cluster enforces associations): her group's account
+    # ada's and bob's associations (the cluster enforces associations): their group's account
     data["accounting"] = {
         **data.get("accounting", {}),
         "accounts": [{"name": "physics"}],
