@@ -524,15 +524,20 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
  * Everything in the directory open at dir, depth first, then dir itself closed. Each entry is
  * named relative to its parent's descriptor and opened with O_NOFOLLOW, so a directory swapped
  * for a link meanwhile (by a process of the job's user that outlived it) is removed as the link
- * it is, never followed: root deletes nothing outside the tree.
+ * it is, never followed: root deletes nothing outside the tree, nor on another file system
+ * mounted in it.
  */
 static void remove_contents(int dir, const char *path, int depth)
 {
 	DIR *d = fdopendir(dir);
 	struct dirent *e;
+	struct stat top, st;
 
-	if (!d) {
-		close(dir);
+	if (!d || fstat(dir, &top) < 0) {
+		if (d)
+			closedir(d);
+		else
+			close(dir);
 		return;
 	}
 	while ((e = readdir(d))) {
@@ -543,7 +548,7 @@ static void remove_contents(int dir, const char *path, int depth)
 		if (unlinkat(dirfd(d), e->d_name, 0) == 0 || errno == ENOENT)
 			continue;
 		sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (sub >= 0 && depth < 256)
+		if (sub >= 0 && depth < 256 && fstat(sub, &st) == 0 && st.st_dev == top.st_dev)
 			remove_contents(sub, path, depth + 1);
 		else if (sub >= 0)
 			close(sub);
