@@ -30,6 +30,12 @@ class ThrottledPAMAuthenticator(PAMAuthenticator):
 
     _failures: ClassVar[dict[str, list[float]]] = {}
 
+    def normalize_username(self, username: str) -> str:
+        """The name exactly as PAM is given it. JupyterHub's default lower-cases it after PAM
+        accepted the typed one, and SSSD, sudo and Slurm tell `Bob` from `bob`: a directory
+        user `Bob` who logged in with his own password got `bob`'s server and jobs."""
+        return self.username_map.get(username, username)
+
     async def authenticate(self, handler: web.RequestHandler, data: dict[str, str]) -> Any:
         name = self.normalize_username(data.get("username", ""))
         now = time.monotonic()
@@ -202,8 +208,9 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
 
     c.JupyterHub.authenticator_class = ThrottledPAMAuthenticator
     c.Authenticator.allow_all = True  # whoever PAM lets in: the cluster's users
-    # a Unix user name and nothing else: the name reaches sudo's command line (exec_prefix)
-    c.Authenticator.username_pattern = r"^[a-z_][a-z0-9_.-]{0,31}$"
+    # a Unix user name and nothing else: the name reaches sudo's command line (exec_prefix);
+    # a directory's may hold capitals, kept as they are (normalize_username)
+    c.Authenticator.username_pattern = r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$"
     c.PAMAuthenticator.service = "jupyterhub"  # images/portal/pam-jupyterhub
     c.PAMAuthenticator.open_sessions = True  # pam_mkhomedir: a directory user's first home
 

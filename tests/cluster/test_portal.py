@@ -43,6 +43,10 @@ BASE = "dc=lab,dc=example"
 PASSWORDS = {"ada": "ada-Secret-1", "bob": "bob-Secret-2", "carol": "carol-Secret-4"}
 # dave is in the directory but not in lab-users: no association, so no job
 PASSWORDS["dave"] = "dave-Secret-5"
+# the directory's Eve is another user than the jail's own eve (createuser): NSS, SSSD, sudo and
+# Slurm tell them apart, and so must the hub
+PASSWORDS["Eve"] = "Eve-Secret-6"
+UIDS = {"Eve": 41100}  # beside the others' 41000 + their place in the sorted names
 IDLE = 30  # portal.idle_timeout here: the culler's test waits about this long
 START = 45  # portal.start_timeout here: a server is up in about 10 s
 
@@ -55,11 +59,13 @@ def _seed() -> str:
         f"dn: cn=lab-users,ou=groups,{BASE}\nobjectClass: posixGroup\ncn: lab-users\n"
         "gidNumber: 40000\nmemberUid: ada\nmemberUid: bob\nmemberUid: carol",
     ]
-    for i, (user, password) in enumerate(sorted(PASSWORDS.items())):
+    ordered = sorted(u for u in PASSWORDS if u not in UIDS)
+    for user, password in sorted(PASSWORDS.items()):
+        uid = UIDS.get(user) or 41000 + ordered.index(user)
         entries.append(
             f"dn: uid={user},ou=people,{BASE}\nobjectClass: inetOrgPerson\n"
             f"objectClass: posixAccount\nuid: {user}\ncn: {user}\nsn: {user}\n"
-            f"uidNumber: {41000 + i}\ngidNumber: 40000\nhomeDirectory: /home/{user}\n"
+            f"uidNumber: {uid}\ngidNumber: 40000\nhomeDirectory: /home/{user}\n"
             f"loginShell: /bin/bash\nuserPassword: {ssha(password)}"
         )
     return "\n\n".join(entries) + "\n"
@@ -164,6 +170,20 @@ def test_another_user_cannot_open_a_server_and_wrong_passwords_are_refused(
     assert refused(carol, portal.url, "carol", PASSWORDS["carol"])
     said = portal.cluster.container("portal").logs().decode(errors="replace")
     assert "portal: carol: 5 failed logins; refused for now" in said  # not PAM's refusal
+
+
+def test_a_name_is_the_user_pam_authenticated_whatever_its_case(
+    portal: Portal, browser: WebDriver
+) -> None:
+    """Eve from the directory logs in with her own password and is Eve to the hub, never the
+    jail's eve (JupyterHub lower-cases names by default, after PAM accepted the typed one)."""
+    portal.cluster.user("eve")
+    log_in(browser, portal.url, "Eve", PASSWORDS["Eve"])
+    browser.get(f"{portal.url}/hub/home")
+    widget = wait_for(browser).until(
+        ready.presence_of_element_located((By.CSS_SELECTOR, "#login_widget span"))
+    )
+    assert widget.text == "Eve", f"the hub took Eve for {widget.text!r}"
 
 
 def test_an_idle_server_is_ended_and_its_job_with_it(portal: Portal, browser: WebDriver) -> None:
