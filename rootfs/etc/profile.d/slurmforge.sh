@@ -13,8 +13,10 @@ export PATH
 # 0750: identity.home_mode); jobs submitted from here inherit the umask. root keeps 022: what an
 # administrator installs into the jail is for every user.
 if [ "$(id -u)" -ne 0 ]; then
-  case "$(sed -n 's/^home_mode=//p' /etc/slurm/slurmforge.conf 2> /dev/null)" in
-    0750) umask 027 ;;
-    *) umask 077 ;;
+  slurmforge_umask=$(sed -n 's/^umask=//p' /etc/slurm/slurmforge.conf 2> /dev/null)
+  case "$slurmforge_umask" in
+    0[0-7][0-7][0-7]) umask "$slurmforge_umask" ;;
+    *) umask 0077 ;;  # a cluster deployed before slurmforge.conf said it
   esac
+  unset slurmforge_umask
 fi

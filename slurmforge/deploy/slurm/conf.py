@@ -199,9 +199,12 @@ def render(
     files.update(scripts)
     if site and spec.topology:
         files["topology.conf"] = _topology_conf(cluster)
-    # what the jail's createuser reads (the account new users go under, their homes' mode)
+    # what the jail's createuser reads (the account new users go under, their homes' mode), and
+    # the umask that goes with that mode, which users' sessions take (profile.d, sshd's PAM)
+    identity = spec.identity
     files["slurmforge.conf"] = (
-        f"default_account={spec.accounting.default_account}\nhome_mode={spec.identity.home_mode}\n"
+        f"default_account={spec.accounting.default_account}\n"
+        f"home_mode={identity.home_mode}\numask={identity.umask}\n"
     )
     if spec.controller.replicas > 1:
         files["primary-on"] = _env.get_template("primary-on.j2").render(
