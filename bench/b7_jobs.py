@@ -5,6 +5,8 @@ from the same images, one partition each:
 - `main`: the shipped nodes (steps in the jail, a /tmp and /dev/shm per job);
 - `tasktmp`: the jail as it was before jobs had their own /tmp (a fresh tmpfs per task), for the
   per-job /tmp's own cost;
+- `sharedpid`: the jail as it was before each step had a PID namespace of its own (and its stdio
+  files checked), for that namespace's own cost;
 - `bare`: no jail at all (the plugin switched off on those nodes), the baseline.
 The switch is slurmd's environment (SLURMFORGE_JAIL, see jail/spank/slurmforge_jail.c), set
 through the node sets' `env`.
@@ -18,7 +20,9 @@ Figures, each partition in turn, from a jail user on the login node:
   target: jail <= 1.3 x bare;
 - throughput: 200 `sbatch --wrap=true`, from the first submission until the queue is empty;
   targets: >= 10 jobs/s with the jail, per-job /tmp within 10% of the per-task one;
-- cgroups on vs off (`main` of each cluster): launch <= 1.15 x, jobs/s >= 0.9 x.
+- cgroups on vs off (`main` of each cluster): launch <= 1.15 x, jobs/s >= 0.9 x;
+- the step's PID namespace (`main` vs `sharedpid`): launch, a step inside an allocation, and
+  jobs/s; targets <= 1.05 x and >= 0.95 x.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from bench.common import ROOT, free_ports, invoke
 
 JOBS = 200
 LAUNCHES = 20
-PARTITIONS = {"main": "cpu", "tasktmp": "tasktmp", "bare": "bare"}  # partition: node set
-MODES = {"tasktmp": "task-tmp", "bare": "off"}  # node set: SLURMFORGE_JAIL
+PARTITIONS = {"main": "cpu", "tasktmp": "tasktmp", "sharedpid": "sharedpid", "bare": "bare"}
+MODES = {"tasktmp": "task-tmp", "sharedpid": "shared-pid", "bare": "off"}  # SLURMFORGE_JAIL
 
 
 def cluster_file(root: Path, name: str, cgroups: bool = True) -> Path:
@@ -67,8 +71,11 @@ def cluster_file(root: Path, name: str, cgroups: bool = True) -> Path:
     return path
 
 
-def measure(name: str, cgroups: bool) -> tuple[dict[str, float], dict[str, float]]:
-    """Deploy, then per partition the median launch (ms) and the jobs/s; then take it down."""
+def measure(
+    name: str, cgroups: bool
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Deploy, then per partition the median launch (ms) and the jobs/s, and for the step's PID
+    namespace the median step in an allocation (ms); then take it down."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.environ["SLURMFORGE_STATE_DIR"] = str(root / "state")
@@ -80,14 +87,15 @@ def measure(name: str, cgroups: bool) -> tuple[dict[str, float], dict[str, float
             jail = in_jail(docker.from_env(), name)
             latency = {part: launch_ms(jail, f"-p {part} -N2") for part in parts}
             rate = {part: jobs_per_s(jail, part) for part in parts}
+            steps = {p: step_ms(jail, f"-p {p} -N2") for p in ("main", "sharedpid") if p in parts}
         finally:
             invoke("down", "--volumes", *where)
-    return latency, rate
+    return latency, rate, steps
 
 
 def main() -> None:
-    latency, rate = measure("sfbench7", cgroups=True)
-    plain_latency, plain_rate = measure("sfbench7n", cgroups=False)
+    latency, rate, steps = measure("sfbench7", cgroups=True)
+    plain_latency, plain_rate, _ = measure("sfbench7n", cgroups=False)
     print(f"srun -N2 true, median of {LAUNCHES}:")
     for part, ms in latency.items():
         print(f"  {part:8} {ms:6.0f} ms  ratio to bare {ms / latency['bare']:.2f}")
@@ -98,6 +106,17 @@ def main() -> None:
     print(
         f"  per-job /tmp vs per-task tmpfs: {rate['main'] / rate['tasktmp']:.2f} "
         "(target >= 0.90); target main >= 10 jobs/s"
+    )
+    print("the step's PID namespace (main vs sharedpid, in the same cluster):")
+    print(
+        f"  launch {latency['main']:.0f} vs {latency['sharedpid']:.0f} ms: "
+        f"{latency['main'] / latency['sharedpid']:.2f} x; step in an allocation "
+        f"{steps['main']:.0f} vs {steps['sharedpid']:.0f} ms: "
+        f"{steps['main'] / steps['sharedpid']:.2f} x (targets <= 1.05)"
+    )
+    print(
+        f"  {rate['main']:.1f} vs {rate['sharedpid']:.1f} jobs/s: "
+        f"{rate['main'] / rate['sharedpid']:.2f} x (target >= 0.95)"
     )
     print("cgroups (main, cluster with slurm.cgroups true vs false):")
     print(

@@ -45,7 +45,8 @@ SCRATCH_ENV = "SLURMFORGE_JAIL_SCRATCH"  # shared scratch dirs to make, space-se
 PLUGIN = "/usr/lib/slurmforge/spank/jail.so"
 PLUGIN_OPTIONS = ("root", "conf", "spool", "jobs", "local")  # each takes an absolute path
 MODE_ENV = "SLURMFORGE_JAIL"  # in slurmd's environment: a node set's `env`
-MODES = ("off", "task-tmp")  # steps on the node's own root; the jail with a /tmp per task
+MODES = ("off", "task-tmp", "shared-pid")  # steps on the node's own root; the jail with a /tmp per
+# task; the jail with no PID namespace per step (bench/b7_jobs.py compares them)
 
 
 def populate_env(

@@ -19,6 +19,14 @@
  * munge socket, the client Slurm configuration, the step's spool directories) and the task pivots
  * into the jail. slurmd and slurmstepd never enter it.
  *
+ * Each step also gets a PID namespace of its own (made in slurm_spank_init, held by an init of the
+ * plugin's): the task's /proc is mounted from inside it and the job's program runs in it (forked by
+ * the task in slurm_spank_task_init, which stands in for it), so a task can name no process outside
+ * its step, nor follow such a process's /proc/<pid>/root out of the jail. slurmstepd's own /proc
+ * hides other users' processes, for what it opens as the job's user and what pyxis starts.
+ * Before the job's program runs, the task checks that its stdin, stdout and stderr, which
+ * slurmstepd opened in its own view of the node, are the files their paths name in the jail.
+ *
  * In sbatch (inside the jail) a job submitted from a directory whose files the node keeps for
  * itself (/etc, /usr, /var...) is refused, since its output file could not be written there.
  *
@@ -37,8 +45,10 @@
  *
  * On a node whose slurmd runs with SLURMFORGE_JAIL=off in its environment the plugin does nothing
  * (steps run on the node's own root); with SLURMFORGE_JAIL=task-tmp each task gets a /tmp of its
- * own and the node's /dev/shm, as before jobs had their own. Both are for measuring what the jail
- * and the per-job directories cost (bench/b7_jobs.py); a job cannot change a daemon's environment.
+ * own and the node's /dev/shm, as before jobs had their own; with SLURMFORGE_JAIL=shared-pid steps
+ * run as before they had a PID namespace of their own (nor their stdio checked). All three are
+ * for measuring what the jail, the per-job directories and the step's PID namespace cost
+ * (bench/b7_jobs.py); a job cannot change a daemon's environment.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -50,10 +60,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <slurm/spank.h>
@@ -63,6 +77,9 @@ SPANK_PLUGIN(slurmforge_jail, 1);
 #define TAG "slurmforge_jail"
 #ifndef SLURM_BATCH_SCRIPT
 #define SLURM_BATCH_SCRIPT (0xfffffffb) /* slurm.h's step ID of a batch script, 23.11 to 26.05 */
+#endif
+#ifndef SLURM_EXTERN_CONT
+#define SLURM_EXTERN_CONT (0xfffffffc) /* and of the extern step (PrologFlags=Contain) */
 #endif
 /*
  * What a hook returns when it fails. Not ESPANK_ERROR: slurmstepd and the client commands only
@@ -77,6 +94,11 @@ static char spool_dir[PATH_MAX] = "/var/spool/slurmd";
 static char local_dir[PATH_MAX] = "";
 static char jobs_dir[PATH_MAX] = "/var/lib/slurmforge/jobs";
 static const char shm_dir[] = "/dev/shm/.slurmforge";
+/* the step's PID namespace (make_step_pid_namespace), once slurmstepd has made it: its init and
+ * how many of the step's tasks on this node have not ended yet */
+static int step_pid_ns = -1;
+static pid_t step_init_pid = -1;
+static uint32_t tasks_running;
 
 /* Top-level directories of the jail that stay the node's own in slurmstepd's view. */
 static const char *const node_dirs[] = {
@@ -300,6 +322,56 @@ static int enter(const char *cwd)
 	return 0;
 }
 
+/* Every descriptor from fd up closed. */
+static void close_from(int fd)
+{
+#ifdef SYS_close_range
+	if (syscall(SYS_close_range, (unsigned) fd, ~0U, 0) == 0)
+		return;
+#endif
+	for (int i = fd; i < 65536; i++)
+		close(i);
+}
+
+/* A /proc that hides other users' processes; hidepid=invisible needs Linux 5.8, older kernels
+ * take the numeric form. */
+static int mount_proc_here(const char *dst)
+{
+	const unsigned long hardened = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+
+	if (mount("proc", dst, "proc", hardened, "hidepid=invisible") == 0 ||
+	    mount("proc", dst, "proc", hardened, "hidepid=2") == 0)
+		return 0;
+	slurm_error(TAG ": mount proc on %s: %m", dst);
+	return -1;
+}
+
+/*
+ * The task's /proc. A /proc shows the PID namespace of whoever mounts it, and a process never
+ * changes its own: the task joins the step's namespace for its children, and a child mounts it.
+ */
+static int mount_proc(const char *dst)
+{
+	pid_t pid;
+	int status;
+
+	if (step_pid_ns < 0)
+		return mount_proc_here(dst);
+	if (setns(step_pid_ns, CLONE_NEWPID) < 0) {
+		slurm_error(TAG ": joining the step's PID namespace: %m");
+		return -1;
+	}
+	pid = fork();
+	if (pid == 0)
+		_exit(mount_proc_here(dst) ? 1 : 0);
+	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+	    WEXITSTATUS(status) != 0) {
+		slurm_error(TAG ": mounting the step's /proc failed");
+		return -1;
+	}
+	return 0;
+}
+
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	char cwd[PATH_MAX], proc[PATH_MAX];
@@ -324,13 +396,11 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 		slurm_error(TAG ": binding %s onto itself: %m", root_dir);
 		return FAILED;
 	}
-	/* hidepid=invisible needs Linux 5.8; older kernels accept the numeric form. */
 	if (!in_jail("/proc", proc)) {
 		slurm_error(TAG ": %s/proc: path too long", root_dir);
 		return FAILED;
 	}
-	if (mount("proc", proc, "proc", hardened, "hidepid=invisible") < 0 &&
-	    do_mount("proc", "/proc", "proc", hardened, "hidepid=2"))
+	if (mount_proc(proc))
 		return FAILED;
 	/* /dev brings the job's /dev/shm, and "/tmp" is the job's here too (slurm_spank_init) */
 	if (do_mount("/dev", "/dev", NULL, MS_BIND | MS_REC, NULL) ||
@@ -347,6 +417,120 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	    enter(cwd))
 		return FAILED;
 	return ESPANK_SUCCESS;
+}
+
+/*
+ * The task's stdin, stdout and stderr were opened by slurmstepd, as the job's user but in its own
+ * view of the node (a batch job's --input, --output and --error; srun's -o and -e): each must be
+ * the very file its path names inside the jail, or the job could read or write a file of the
+ * node's (`sbatch --input=/proc/1/cmdline`, `--input=/jail/...`, a path through another process's
+ * /proc/<pid>/root). The node reaches the jail's homes through <root>/home, so a path under the
+ * jail's mount point names the file below it. Pipes and sockets to srun have no path. Checked by
+ * the process that is to run the job's program, inside the jail and before it runs, so nothing of
+ * such a file reaches the job; the job fails, saying why on its error file where that one is its
+ * own.
+ *
+ * Whether descriptor fd is a file (path: as slurmstepd named it) other than the one its path
+ * names in here. */
+static int outside(int fd, char *path)
+{
+	char link[32];
+	const char *inside = path;
+	size_t n = strlen(root_dir);
+	struct stat opened, named;
+	ssize_t len;
+
+	if (fstat(fd, &opened) < 0)
+		return 0; /* not open */
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	len = readlink(link, path, PATH_MAX - 1);
+	if (len <= 0) {
+		snprintf(path, PATH_MAX, "(descriptor %d, unnamed: %m)", fd);
+		return 1; /* what cannot be checked is refused */
+	}
+	path[len] = '\0';
+	if (path[0] != '/')
+		return 0; /* a pipe or a socket */
+	if (!strncmp(path, root_dir, n) && path[n] == '/')
+		inside = path + n;
+	return stat(inside, &named) < 0 || named.st_dev != opened.st_dev ||
+	       named.st_ino != opened.st_ino;
+}
+
+static int stdio_in_jail(void)
+{
+	static const char *const what[] = {"input", "output", "error"};
+	char path[PATH_MAX], err[PATH_MAX];
+
+	for (int fd = 0; fd <= 2; fd++) {
+		if (!outside(fd, path))
+			continue;
+		slurm_error(TAG ": the job's %s file %s is outside the jail", what[fd], path);
+		if (fd != 2 && !outside(2, err))
+			dprintf(2, TAG ": refused: the job's %s file %s is not a file in the jail\n",
+				what[fd], path);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The task itself stays where slurmstepd forked it, in the node's PID namespace: it forks the
+ * process that goes on to run the job's program in the step's namespace, and stands in for it
+ * until it ends, ending the same way (its exit status, or the signal that killed it). Forked here,
+ * once slurmstepd has put the task into its cgroup, so the child is in it too. Slurm signals a
+ * step through its cgroup (or its process tree), which reaches the child directly: the stand-in
+ * ignores every signal it can, so that a job given time to stop on SIGTERM keeps it, and only
+ * SIGKILL ends it early (the child then gets SIGKILL too).
+ */
+static int run_in_step_namespace(spank_t sp)
+{
+	char pid[16];
+	pid_t child;
+	int status;
+	sigset_t none;
+
+	if (step_pid_ns < 0)
+		return 0;
+	child = fork();
+	if (child < 0) {
+		slurm_error(TAG ": forking the task into the step's PID namespace: %m");
+		return -1;
+	}
+	if (child == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(step_pid_ns);
+		snprintf(pid, sizeof(pid), "%d", (int) getpid());
+		spank_setenv(sp, "SLURM_TASK_PID", pid, 1);
+		return 0;
+	}
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD)
+			signal(sig, SIG_IGN);
+	close_from(0);
+	while (waitpid(child, &status, 0) < 0)
+		if (errno != EINTR)
+			_exit(1);
+	if (WIFSIGNALED(status)) {
+		struct rlimit no_core = {0, 0};
+
+		setrlimit(RLIMIT_CORE, &no_core);
+		signal(WTERMSIG(status), SIG_DFL);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		raise(WTERMSIG(status));
+	}
+	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void) ac;
+	(void) av;
+	if (!spank_remote(sp) || mode_is("off") || mode_is("task-tmp") || mode_is("shared-pid"))
+		return ESPANK_SUCCESS;
+	/* checked in the step's namespace, whose /proc/self the task's /proc shows */
+	return run_in_step_namespace(sp) || stdio_in_jail() ? FAILED : ESPANK_SUCCESS;
 }
 
 /* A directory of root's with exactly this mode, made if missing; anything else in its place is an
@@ -471,14 +655,103 @@ static int enter_job_namespace(spank_t sp)
 	}
 	if (bind_over(tmp, "/tmp") || bind_over(shm, "/dev/shm"))
 		return -1;
+	/*
+	 * A /proc of this step's own that hides other users' processes: slurmstepd is root and sees
+	 * every one, but what it opens as the job's user (the stdio files) and what pyxis starts
+	 * through enroot, which binds this /proc into the container, see only the user's own.
+	 */
+	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible") <
+		    0 &&
+	    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") < 0) {
+		slurm_error(TAG ": mounting slurmstepd's /proc: %m");
+		return -1;
+	}
 	return bind_jail_dirs();
+}
+
+/*
+ * The step's PID namespace, held open by its init, and a descriptor of it that slurmstepd keeps and
+ * each task inherits. Every process of the step's tasks runs in it, so a task's /proc (mounted from
+ * inside) shows only the step: nothing outside it (an ssh session on the node, another step, the
+ * node's daemons, whatever root they have) can be named through /proc/<pid>.
+ */
+
+/* PID 1 of the step's namespace: reaps what is orphaned in it, and ends with slurmstepd (the
+ * kernel then kills whatever of the step is left in it). */
+static void __attribute__((noreturn)) step_init(void)
+{
+	sigset_t all;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	prctl(PR_SET_NAME, "slurmforge-init");
+	close_from(0);
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	for (;;) {
+		siginfo_t info;
+
+		if (sigwaitinfo(&all, &info) == SIGCHLD)
+			while (waitpid(-1, NULL, WNOHANG) > 0)
+				;
+	}
+}
+
+/*
+ * Started with clone(CLONE_NEWPID) rather than unshare(): slurmstepd's own children stay in the
+ * node's namespace (a process whose children would go elsewhere can no longer start threads, and
+ * slurmstepd starts several after this).
+ */
+static int make_step_pid_namespace(spank_t sp)
+{
+	char path[64];
+	uint32_t step;
+	pid_t pid;
+
+	/* the extern step runs no task (sessions pam_slurm_adopt puts in its cgroup are not its) */
+	if (spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS || step == SLURM_EXTERN_CONT ||
+	    spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &tasks_running) != ESPANK_SUCCESS)
+		return 0;
+	pid = (pid_t) syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
+	if (pid < 0) {
+		slurm_error(TAG ": starting the step's PID namespace: %m");
+		return -1;
+	}
+	if (pid == 0)
+		step_init();
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int) pid);
+	step_pid_ns = open(path, O_RDONLY | O_CLOEXEC);
+	if (step_pid_ns < 0) {
+		slurm_error(TAG ": opening %s: %m", path);
+		kill(pid, SIGKILL);
+		return -1;
+	}
+	step_init_pid = pid;
+	return 0;
+}
+
+/* The step's last task on this node has ended: its namespace goes, and whatever it left running
+ * in it with it (Slurm kills that next anyway). Ended and reaped here, before slurmstepd removes
+ * the step's cgroups, which must be empty by then. */
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+	(void) ac;
+	(void) av;
+	if (!spank_remote(sp) || step_init_pid <= 0 || --tasks_running > 0)
+		return ESPANK_SUCCESS;
+	kill(step_init_pid, SIGKILL);
+	while (waitpid(step_init_pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	step_init_pid = -1;
+	return ESPANK_SUCCESS;
 }
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
 	if (!spank_remote(sp) || mode_is("off"))
 		return ESPANK_SUCCESS;
-	if (parse_options(ac, av) || (!mode_is("task-tmp") && enter_job_namespace(sp)))
+	if (parse_options(ac, av) ||
+	    (!mode_is("task-tmp") && (enter_job_namespace(sp) ||
+				      (!mode_is("shared-pid") && make_step_pid_namespace(sp)))))
 		return FAILED;
 	return ESPANK_SUCCESS;
 }

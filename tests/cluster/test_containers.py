@@ -43,6 +43,17 @@ def test_a_container_image_from_home_runs_on_two_nodes(deployed: Deployed, image
     assert code == 0 and f"ID={MARK}" not in out and "ID=debian" in out
 
 
+def test_a_container_step_sees_none_of_the_nodes_processes(deployed: Deployed, image: str) -> None:
+    """enroot binds slurmstepd's /proc into the container pyxis starts: that /proc hides every
+    process but the user's own (the node's slurmd, munged, sshd, other users' jobs)."""
+    cmd = 'sh -c \'cat /proc/[0-9]*/cmdline | tr "\\\\0" " "; echo; id -u\''
+    code, out = _srun(deployed, f"-N1 -w cpu-0 --container-image={image} {cmd}")
+    assert code == 0, out
+    assert "slurmd -D" not in out and "munged" not in out and "sshd" not in out, out
+    # root on the node (beside it) sees them
+    assert "slurmd -D" in deployed.ok("cpu-0", "ps -eo args")
+
+
 def test_a_relative_image_path_and_the_users_home_inside(deployed: Deployed, image: str) -> None:
     """pyxis takes ./file relative to the job's directory, and enroot mounts the home in."""
     deployed.ok("login", "echo from-home > ~/note", user=USER)

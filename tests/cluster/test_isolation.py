@@ -14,7 +14,7 @@ import pytest
 
 from tests import rest_client
 from tests.cluster.conftest import Deployed
-from tests.cluster.helpers import sacct, sbatch_wait
+from tests.cluster.helpers import OWN_SSH_KEY, sacct, sbatch_wait
 
 pytestmark = pytest.mark.cluster
 
@@ -146,3 +146,79 @@ def test_a_step_cannot_pick_another_spool_directory(users: Deployed) -> None:
     assert f"job{int(job):05d}" in names and all(
         n == f"job{int(job):05d}" or n.startswith("pmix.") for n in names
     ), names
+
+
+# Run in a step or a session: which processes it can name in /proc, and whether any of them has
+# a root from which ".." leads out of the jail (the node container's / has .dockerenv).
+PROBE = r"""
+for p in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < "$p/cmdline" 2> /dev/null)" in "sleep $1 "*) echo "sees ${p#/proc/}";; esac
+  ls -a "$p/root/.." 2> /dev/null | grep -qx .dockerenv && echo "out via ${p#/proc/}"
+done
+ls -a / | grep -qx .dockerenv && echo "out itself"
+echo "jail $(head -c 6 /etc/slurmforge-jail-release)"
+"""
+HOP = "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o LogLevel=ERROR"
+
+
+def test_a_step_sees_no_process_outside_it_and_no_way_out_of_the_jail(users: Deployed) -> None:
+    """The escape of issue 60: with an ssh session of hers on the node (pam_slurm_adopt lets her
+    in), a step of her job named the session's process in /proc and followed its root out to the
+    node's /. Now a step sees only its own processes, and a session is in the jail as a step is;
+    the session still sees the job's processes (py-spy, htop from an ssh into one's node)."""
+    users.ok("login", f"{OWN_SSH_KEY}; cat > ~/probe.sh << 'EOF'{PROBE}EOF", user=ALICE)
+    job = users.ok("login", "sbatch --parsable -w cpu-1 -t 5 --wrap 'sleep 311'", user=ALICE)
+    try:
+        deadline = time.monotonic() + 60
+        while users.ok("slurmctld", f"squeue -h -j {job} -o %T") != "RUNNING":
+            assert time.monotonic() < deadline, f"job {job} did not start"
+            time.sleep(1)
+        # a session that stays while a step of the job looks around the node
+        step = users.ok(
+            "login",
+            f"{HOP} cpu-1 'exec sleep 312' & sleep 3; "
+            f"srun --jobid {job} --overlap -w cpu-1 -N1 -n1 bash ~/probe.sh 312; kill %1",
+            user=ALICE,
+        )
+        assert "jail slurm=" in step, step  # the probe ran, inside the jail
+        assert "sees" not in step and "out " not in step, step
+        # the session: in the jail, with no way out, and the batch script's sleep in sight
+        session = users.ok("login", f"{HOP} cpu-1 bash ~/probe.sh 311", user=ALICE)
+        assert "jail slurm=" in session and "sees " in session, session
+        assert "out " not in session, session
+        # the node's root (beside it) sees both, and the node's own / is where it was
+        assert "sleep 311" in users.ok("cpu-1", "ps -eo args")
+        users.ok("cpu-1", "test -e /.dockerenv")
+    finally:
+        users.sh("slurmctld", f"scancel {job}")
+
+
+def test_a_jobs_files_are_opened_inside_the_jail(users: Deployed) -> None:
+    """slurmstepd opens a batch job's --input/--output/--error as the user: a path that names a
+    node file (its processes, the jail's mount point, which only the node has) is refused before
+    the job's program runs, and nothing of the file reaches the job."""
+    users.ok("login", "echo from-her-home > ~/in.txt", user=ALICE)
+    job = sbatch_wait(users, ALICE, "cat")  # stdin /dev/null: fine
+    assert sacct(users, ALICE, [job])[job][0] == "COMPLETED"
+    code, out = users.sh("login", "sbatch --parsable --wait -i ~/in.txt -o ~/in.out --wrap cat; "
+                         "cat ~/in.out", user=ALICE)  # fmt: skip
+    assert code == 0 and "from-her-home" in out, out
+    # (what each would have shown, at most the message naming it: a job whose stdin slurmstepd
+    # cannot open at all, /proc/1 now hidden from it, ends before that)
+    # a file in the /tmp of the node's ssh sessions, which is not a job's
+    users.ok("cpu-1", "echo session-tmp-file > /jail/tmp/iso.txt && chmod 644 /jail/tmp/iso.txt")
+    node_files = {
+        "/proc/1/cmdline": "slurmd",
+        "/jail/tmp/iso.txt": "session-tmp-file",
+        "/proc/self/root/etc/slurm/cgroup.conf": "Constrain",
+    }
+    for node_file, content in node_files.items():
+        out = users.ok(
+            "login",
+            f"sbatch --parsable --wait -w cpu-1 -i {node_file} -o ~/node.out --wrap cat;"
+            ' echo "sbatch exited $?"; cat ~/node.out; rm -f ~/node.out',
+            user=ALICE,
+        )
+        assert "sbatch exited 0" not in out and content not in out, out
+        if not node_file.startswith("/proc/1/"):
+            assert "input file" in out and "is not a file in the jail" in out, out
