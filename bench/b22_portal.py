@@ -110,7 +110,7 @@ def main() -> None:
                 assert code == 0, out
 
             class Portal:
-                url = f"http://127.0.0.1:{port}"
+                url = f"https://127.0.0.1:{port}"
 
             driver = chromium()
             log_in(driver, Portal, USER, PASSWORD)

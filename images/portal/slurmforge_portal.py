@@ -20,15 +20,43 @@ from batchspawner import SlurmSpawner
 from jupyterhub.auth import PAMAuthenticator
 from tornado import web
 
-# PAM failures a user may have before logins are refused for a while, and that while (seconds)
-FAILURES, WINDOW, BACKOFF = 5, 300, 60
+# Failed logins: a name may fail FAILURES times from one address within WINDOW seconds, and an
+# address ADDRESS_FAILURES times whatever the names; past either, logins from that address (for
+# that name, or for any) are refused for BACKOFF seconds after its last failure. Keyed by address
+# too, so that nobody locks a user out by failing as her from elsewhere, and one password tried
+# across many names is slowed as well. Every refusal takes at least REFUSAL_SECONDS, a refused
+# password and a throttled login alike, so that the answer's time does not say which it was.
+FAILURES, ADDRESS_FAILURES, WINDOW, BACKOFF = 5, 20, 300, 60
+REFUSAL_SECONDS = 3.0
+# the start options the form has (and the REST API may send): any other is refused
+START_OPTIONS = ("partition", "cpus", "memory_mb", "minutes", "gpus")
+
+
+MAX_TRACKED = 10000
+
+
+def client_address(request: Any) -> str:
+    """The address a login came from. The hub's proxy runs beside it in this container and adds
+    the address it was reached from as the last entry of X-Forwarded-For: that entry is taken
+    from the proxy alone. Otherwise the connection's own peer; a header a client sent (tornado's
+    xheaders also believe X-Real-Ip) never decides it."""
+    context = request.connection.context
+    peer = getattr(context, "_orig_remote_ip", None) or request.remote_ip or "unknown"
+    try:
+        local = request.connection.stream.socket.getsockname()[0]
+    except (AttributeError, OSError):
+        local = ""
+    forwarded = request.headers.get("X-Forwarded-For", "")
+    if forwarded and peer in (local, "127.0.0.1", "::1"):
+        return forwarded.split(",")[-1].strip() or peer
+    return peer
 
 
 class ThrottledPAMAuthenticator(PAMAuthenticator):
-    """PAM (the node's: the jail's users, and a directory's through SSSD) that stops asking PAM
-    for a user after FAILURES wrong passwords within WINDOW seconds, for BACKOFF seconds."""
+    """PAM (the node's: the jail's users, and a directory's through SSSD), throttled by name and
+    source address as FAILURES above says, every refusal answered after the same delay."""
 
-    _failures: ClassVar[dict[str, list[float]]] = {}
+    _failures: ClassVar[dict[tuple[str, str], list[float]]] = {}
 
     def normalize_username(self, username: str) -> str:
         """The name exactly as PAM is given it. JupyterHub's default lower-cases it after PAM
@@ -36,18 +64,44 @@ class ThrottledPAMAuthenticator(PAMAuthenticator):
         user `Bob` who logged in with his own password got `bob`'s server and jobs."""
         return self.username_map.get(username, username)
 
+    def _recent(self, key: tuple[str, str], now: float) -> list[float]:
+        recent = [t for t in self._failures.get(key, []) if now - t < WINDOW]
+        if recent:
+            self._failures[key] = recent
+        else:
+            self._failures.pop(key, None)
+        return recent
+
+    def _throttled(self, name: str, address: str, now: float) -> str:
+        """Why a login of name from address is refused without asking PAM ('' when it is not)."""
+        for key, most, who in (
+            (("", address), ADDRESS_FAILURES, f"{address} (any name)"),
+            ((name, address), FAILURES, f"{name} from {address}"),
+        ):
+            recent = self._recent(key, now)
+            if len(recent) >= most and now - recent[-1] < BACKOFF:
+                return f"portal: {who}: {len(recent)} failed logins; refused for now"
+        return ""
+
     async def authenticate(self, handler: web.RequestHandler, data: dict[str, str]) -> Any:
         name = self.normalize_username(data.get("username", ""))
+        address = client_address(handler.request)
         now = time.monotonic()
-        recent = [t for t in self._failures.get(name, []) if now - t < WINDOW]
-        if len(recent) >= FAILURES and now - recent[-1] < BACKOFF:
-            self.log.warning("portal: %s: %d failed logins; refused for now", name, len(recent))
-            return None
-        user = await super().authenticate(handler, data)
-        if user is None:
-            self._failures[name] = [*recent, now]
+        if len(self._failures) > MAX_TRACKED:  # names and addresses tried long ago are dropped
+            for key in list(self._failures):
+                self._recent(key, now)
+        why = self._throttled(name, address, now)
+        user = None
+        if why:
+            self.log.warning(why)
         else:
-            self._failures.pop(name, None)
+            user = await super().authenticate(handler, data)
+        if user is None:
+            for key in ((name, address), ("", address)):
+                self._failures[key] = [*self._recent(key, now), now]
+            await asyncio.sleep(max(0.0, REFUSAL_SECONDS - (time.monotonic() - now)))
+        else:
+            self._failures.pop((name, address), None)
         return user
 
 
@@ -116,6 +170,11 @@ class PortalSpawner(SlurmSpawner):
             raise web.HTTPError(400, why) from None
 
     def _checked(self, options: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(options) - set(START_OPTIONS))
+        if unknown:
+            raise web.HTTPError(
+                400, f"unknown start options {unknown}: expected {', '.join(START_OPTIONS)}"
+            )
         partition = options.get("partition", "")
         if not all(
             isinstance(options.get(k), int) for k in ("cpus", "memory_mb", "gpus", "minutes")
@@ -137,8 +196,11 @@ class PortalSpawner(SlurmSpawner):
         """JupyterHub's apply_user_options hook: the form's choices (its defaults when a start
         names none, as one through the REST API may), checked, as the job's request."""
         form = self.settings["form"]
-        defaults = {**form, "minutes": math.ceil(form["time"] / 60)}
+        defaults = {k: v for k, v in form.items() if k != "time"}
+        defaults["minutes"] = math.ceil(form["time"] / 60)
         options = self._checked({**defaults, **(user_options or {})})
+        # batchspawner puts user_options into the batch script's variables too: only these
+        self.user_options = options
         self.req_partition = options["partition"]
         self.req_nprocs = str(options["cpus"])
         self.req_memory = f"{options['memory_mb']}M"
@@ -192,7 +254,14 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
     jupyter = settings["jupyter"]
     idle = int(settings["idle_timeout"])
 
-    c.JupyterHub.bind_url = "http://0.0.0.0:8000"
+    # TLS on the published port, with the deploy's certificate (portal.tls_pem, or one made at
+    # the first deploy); the hub's own API (notebook servers call it) stays inside the cluster
+    tls = Path(os.environ.get("PORTAL_TLS_FILE", str(secrets / "portal-tls.pem")))
+    if tls.is_file():
+        c.JupyterHub.bind_url = "https://0.0.0.0:8000"
+        c.JupyterHub.ssl_cert = c.JupyterHub.ssl_key = str(tls)
+    else:
+        c.JupyterHub.bind_url = "http://0.0.0.0:8000"
     c.JupyterHub.hub_bind_url = "http://0.0.0.0:8081"
     c.JupyterHub.hub_connect_url = f"http://{settings['hub_host']}:8081"
     c.JupyterHub.db_url = "sqlite:////var/lib/jupyterhub/jupyterhub.sqlite"
@@ -205,6 +274,10 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
     # servers are Slurm jobs: a restarted hub finds them again in its database
     c.JupyterHub.cleanup_servers = False
     c.JupyterHub.authenticate_prometheus = False  # the cluster's Prometheus scrapes /hub/metrics
+    # the session cookies go with requests from the hub's own pages and top-level links only,
+    # and over TLS only (tornado's set_cookie arguments)
+    cookies = {"samesite": "Lax", **({"secure": True} if tls.is_file() else {})}
+    c.JupyterHub.tornado_settings = {"cookie_options": cookies}
 
     c.JupyterHub.authenticator_class = ThrottledPAMAuthenticator
     c.Authenticator.allow_all = True  # whoever PAM lets in: the cluster's users

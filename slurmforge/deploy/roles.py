@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from slurmforge import jail_contract
+from slurmforge.deploy import portal_tls
 from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.target import TARGETS
 
@@ -75,6 +76,14 @@ class Secret:
         return (
             random.token_urlsafe(self.size).encode() if self.text else random.token_bytes(self.size)
         )
+
+
+@dataclass(frozen=True)
+class CertificateSecret(Secret):
+    """A TLS certificate and its key in one PEM file, made self-signed (portal_tls.py)."""
+
+    def new(self) -> bytes:
+        return portal_tls.make()
 
 
 def _accounting(spec: ClusterSpec) -> bool:
@@ -139,7 +148,19 @@ PORTAL_PROXY = Secret(
     True,
     _portal,
 )
-SECRETS = {s.file: s for s in (MUNGE, JWT, DB_PASSWORD, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY)}
+# what the portal serves TLS with on its published port: a site's (portal.tls_pem) or one made
+PORTAL_TLS = CertificateSecret(
+    "portal-tls.pem",
+    "portal-tls",
+    "PORTAL_TLS_FILE",
+    "/etc/slurmforge/portal-tls",
+    0,
+    False,
+    _portal,
+)
+SECRETS = {
+    s.file: s for s in (MUNGE, JWT, DB_PASSWORD, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY, PORTAL_TLS)
+}
 LOCAL_SECRETS_DIR = "/run/secrets"
 
 
@@ -551,10 +572,10 @@ ROLES: tuple[Role, ...] = (
     Role(
         PORTAL,
         image=PORTAL,
-        ports=(Port("http", 8000, publish="portal.port"), PORTAL_API),
+        ports=(Port("https", 8000, publish="portal.port"), PORTAL_API),
         probe=Probe(listening=8000),
         # the munge key for sbatch, squeue and scancel as each user (batchspawner, through sudo)
-        secrets=(MUNGE, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY),
+        secrets=(MUNGE, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY, PORTAL_TLS),
         configs=(SLURM_CONF, IDENTITY_CONF, PORTAL_CONF),
         # users and their password hashes as the login node reads them; a directory user's
         # home is made on the first start (pam_mkhomedir), as sshd makes it on the first login
@@ -636,6 +657,7 @@ def cluster_secrets(spec: ClusterSpec) -> dict[Secret, Path | None]:
     sources = {
         DB_PASSWORD: db.password_secret if db else None,
         LDAP_BIND: ldap.bind_password_file if ldap else None,
+        PORTAL_TLS: spec.portal.tls_pem,
     }
     return {s: Path(sources[s]) if sources.get(s) else None for s in SECRETS.values() if s in used}
 

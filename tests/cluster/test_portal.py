@@ -11,7 +11,13 @@ A test that fails leaves a screenshot and the page's HTML under .cache/portal/ (
 
 from __future__ import annotations
 
+import hashlib
+import re
+import shlex
+import ssl
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +104,21 @@ def portal(clusters: Clusters) -> Portal:
         portal={"enabled": True, "idle_timeout": IDLE, "start_timeout": START},
     )
     port = yaml.safe_load(cluster.cluster_file.read_text())["portal"]["port"]
-    return Portal(cluster, f"http://127.0.0.1:{port}")
+    return Portal(cluster, f"https://127.0.0.1:{port}")
+
+
+def test_the_portal_serves_tls_with_the_certificate_the_deploy_names(portal: Portal) -> None:
+    """The published port speaks TLS only, with the certificate made at the first deploy; a
+    redeploy prints its SHA-256 fingerprint, which is what the browser is shown."""
+    proc = portal.cluster.invoke("deploy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = re.search(r"portal: TLS certificate SHA-256 ([0-9A-F:]{95})", proc.stdout + proc.stderr)
+    assert said, proc.stdout + proc.stderr
+    port = int(portal.url.rsplit(":", 1)[1])
+    served = ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate(("127.0.0.1", port)))
+    assert hashlib.sha256(served).hexdigest().upper() == said[1].replace(":", "")
+    with pytest.raises(urllib.error.URLError):  # nothing answers plain HTTP there
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/hub/login", timeout=20)
 
 
 def test_a_directory_user_runs_jupyterlab_as_their_job_in_the_jail(
@@ -169,7 +189,92 @@ def test_another_user_cannot_open_a_server_and_wrong_passwords_are_refused(
         assert refused(carol, portal.url, "carol", "guess")
     assert refused(carol, portal.url, "carol", PASSWORDS["carol"])
     said = portal.cluster.container("portal").logs().decode(errors="replace")
-    assert "portal: carol: 5 failed logins; refused for now" in said  # not PAM's refusal
+    # not PAM's refusal
+    assert re.search(r"portal: carol from \S+: 5 failed logins; refused for now", said), said
+
+
+# From the login node: a login through the hub's login form, as a script would try one; prints
+# "<name> <logged in> <seconds the answer took>" per attempt (argv: name password ...).
+ATTEMPTS = r"""
+import http.cookiejar, re, ssl, sys, time, urllib.error, urllib.parse, urllib.request
+url = "https://portal:8000/hub/login"
+tls = ssl.create_default_context()
+tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE  # the portal's own, self-signed
+for name, password in zip(sys.argv[1::2], sys.argv[2::2]):
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()),
+        urllib.request.HTTPSHandler(context=tls))
+    page = opener.open(url, timeout=60).read().decode()
+    xsrf = re.search(r'name="_xsrf" value="([^"]*)"', page)
+    form = {"username": name, "password": password, **({"_xsrf": xsrf[1]} if xsrf else {})}
+    started = time.monotonic()
+    try:
+        landed = opener.open(url, urllib.parse.urlencode(form).encode(), timeout=60).geturl()
+        ok = "/hub/login" not in landed
+    except urllib.error.HTTPError:
+        ok = False
+    print(name, ok, round(time.monotonic() - started, 2), flush=True)
+"""
+
+
+def _attempts(portal: Portal, *tries: tuple[str, str]) -> list[tuple[str, bool, float]]:
+    args = " ".join(shlex.quote(x) for pair in tries for x in pair)
+    out = portal.cluster.ok("login", f"chroot /jail python3 -c {shlex.quote(ATTEMPTS)} {args}")
+    rows = [line.split() for line in out.splitlines()]
+    return [(name, ok == "True", float(seconds)) for name, ok, seconds in rows]
+
+
+def test_failed_logins_elsewhere_lock_no_one_out_and_every_refusal_takes_as_long(
+    portal: Portal, browser: WebDriver
+) -> None:
+    """Someone on the login node guesses bob's password: after five guesses that address is
+    refused for bob even with his right password, in the same time as a wrong one, while bob
+    logs in from his own browser; twenty failures from that address, whatever the names, and it
+    is refused for everyone."""
+    guesses = _attempts(portal, *[("bob", f"guess-{i}") for i in range(6)])
+    assert [ok for _, ok, _ in guesses] == [False] * 6, guesses
+    log_in(browser, portal.url, "bob", PASSWORDS["bob"])  # not locked out from elsewhere
+    browser.get(f"{portal.url}/hub/logout")
+    (right,) = _attempts(portal, ("bob", PASSWORDS["bob"]))
+    assert right[1] is False, right  # throttled there
+    # a throttled answer takes as long as a refused password: it does not tell itself apart
+    assert all(seconds >= 2.9 for _, _, seconds in [*guesses, right]), [*guesses, right]
+    names = [(f"nobody{i}", "guess") for i in range(13)]  # 7 failures so far, 20 with these
+    _attempts(portal, *names)
+    (other,) = _attempts(portal, ("carol", PASSWORDS["carol"]))
+    assert other[1] is False, other
+    said = portal.cluster.container("portal").logs().decode(errors="replace")
+    assert re.search(r"portal: \S+ \(any name\): 20 failed logins; refused for now", said)
+    assert re.search(r"portal: bob from \S+: 5 failed logins; refused for now", said)
+
+
+def test_the_hubs_cookies_stay_on_tls_and_its_site_and_a_rest_start_keeps_to_the_form(
+    portal: Portal, browser: WebDriver
+) -> None:
+    """Secure SameSite session cookies; a server started through the hub's REST API with options the
+    form does not have (batchspawner would put them into the batch script) is refused."""
+    log_in(browser, portal.url, "bob", PASSWORDS["bob"])
+    browser.get(f"{portal.url}/hub/home")
+    wait_for(browser).until(ready.presence_of_element_located((By.ID, "start")))
+    hub_cookies = [c for c in browser.get_cookies() if c["name"].startswith("jupyterhub-")]
+    assert hub_cookies, browser.get_cookies()
+    assert all(c.get("sameSite") == "Lax" and c.get("secure") for c in hub_cookies), hub_cookies
+    status, said = browser.execute_async_script(START_THROUGH_REST, "bob", {"nprocs": "64"})
+    assert status >= 400, (status, said)
+    assert not portal.squeue("bob")
+    logs = portal.cluster.container("portal").logs().decode(errors="replace")
+    assert "unknown start options ['nprocs']" in logs + said, said
+
+
+START_THROUGH_REST = """
+const [user, options, done] = arguments;
+const xsrf = decodeURIComponent((document.cookie.match(/(?:^|; )_xsrf=([^;]*)/) || [])[1] || "");
+fetch(`/hub/api/users/${user}/server`, {
+  method: "POST",
+  headers: {"X-XSRFToken": xsrf, "Content-Type": "application/json"},
+  body: JSON.stringify(options),
+}).then(r => r.text().then(t => done([r.status, t]))).catch(e => done([0, String(e)]));
+"""
 
 
 def test_a_name_is_the_user_pam_authenticated_whatever_its_case(

@@ -140,7 +140,7 @@ def test_a_directory_user_runs_jupyterlab_from_the_portal_as_her_job(
         assert not squeue(user), f"{user}'s job still runs {timeout:.0f} s on"
 
     # the lab has no kube-proxy: the browser goes to the hub's pod, where portal-public sends
-    url = f"http://{kube.pod_ip('portal-0')}:8000"
+    url = f"https://{kube.pod_ip('portal-0')}:8000"
     ada, bob = browsers(), browsers()
     assert refused(ada, url, "ada", "not-" + PASSWORDS["ada"])
     log_in(ada, url, "ada", PASSWORDS["ada"])

@@ -16,8 +16,8 @@ PACKAGE = ROOT / "slurmforge"
 DEPLOY = PACKAGE / "deploy"
 # README's order of the deploy side: a part may import the parts before it
 ORDER = [
-    "spec", "identity", "target", "roles", "slurm", "generated", "portal", "monitoring", "backup",
-    "loader",
+    "portal_tls", "spec", "identity", "target", "roles", "slurm", "generated", "portal",
+    "monitoring", "backup", "loader",
     "__init__", "healthcheck", "local", "k8s",
 ]  # fmt: skip
 # declared data tables, not counted against the module size (roles.py: the roles table)

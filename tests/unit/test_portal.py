@@ -3,8 +3,10 @@ hub and its service are given (its settings, its secrets as files, its published
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -12,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cryptography import x509
 
 from slurmforge import config
-from slurmforge.deploy import loader, monitoring, portal, roles
+from slurmforge.deploy import loader, monitoring, portal, portal_tls, roles
 from slurmforge.deploy.backup import archive, pod, snapshot
 from slurmforge.deploy.backup import take as backup
 from slurmforge.deploy.identity import sssd
@@ -75,6 +78,53 @@ def test_bad_portal_settings_are_refused(write_cluster, versions, keys, message)
     assert message in exc.value.message, exc.value.message
 
 
+def _pem(tmp_path: Path, name: str, data: bytes, mode: int = 0o600) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    path.chmod(mode)
+    return str(path)
+
+
+def test_a_sites_certificate_must_be_whole_its_own_and_valid_now(
+    write_cluster, versions, tmp_path: Path
+) -> None:
+    good = portal_tls.make()
+    other = portal_tls.make()
+    cert_of = good[: good.index(b"-----BEGIN PRIVATE KEY")]
+    key_of_other = other[other.index(b"-----BEGIN PRIVATE KEY") :]
+    long_ago = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+    cases = {
+        "expired.pem": (portal_tls.make(now=long_ago), 0o600, "the certificate expired on 2022-"),
+        "mixed.pem": (cert_of + key_of_other, 0o600, "the private key is not the first cert"),
+        "nokey.pem": (cert_of, 0o600, "no PEM private key in it"),
+        "nocert.pem": (key_of_other, 0o600, "no PEM certificate in it"),
+        "open.pem": (good, 0o644, "is open to others (mode 0644)"),
+    }
+    for name, (data, mode, message) in cases.items():
+        path = write_cluster(_two_partitions(tls_pem=_pem(tmp_path, name, data, mode)))
+        with pytest.raises(ConfigError) as exc:
+            loader.load(path, versions)
+        assert exc.value.message.startswith(f"{path}: portal.tls_pem: "), exc.value.message
+        assert message in exc.value.message, (name, exc.value.message)
+    path = write_cluster(_two_partitions(tls_pem=str(tmp_path / "missing.pem")))
+    with pytest.raises(ConfigError, match=r"portal\.tls_pem: no file "):
+        loader.load(path, versions)
+    # a whole one is taken, and is the file the hub is given
+    fine = _pem(tmp_path, "fine.pem", good)
+    cluster = loader.load(write_cluster(_two_partitions(tls_pem=fine)), versions)
+    assert roles.cluster_secrets(cluster.spec)[roles.PORTAL_TLS] == Path(fine)
+
+
+def test_a_made_certificate_serves_the_hubs_names_for_years() -> None:
+    data = portal_tls.make()
+    cert = portal_tls.check("made", data)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {"localhost", "portal"} <= set(names.get_values_for_type(x509.DNSName))
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    assert lifetime > datetime.timedelta(days=800)
+    assert re.fullmatch(r"([0-9A-F]{2}:){31}[0-9A-F]{2}", portal_tls.fingerprint(cert))
+
+
 def test_the_form_offers_each_partition_up_to_its_largest_node(write_cluster, versions) -> None:
     cluster = loader.load(
         write_cluster(
@@ -106,7 +156,7 @@ def test_the_hub_gets_its_secrets_as_files_and_its_port_on_the_login_address(
     services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
     hub = services["portal"]
     assert hub["ports"] == ["127.0.0.1:18000:8000"]
-    for secret in ("portal-cookie-secret", "portal-proxy-token", "munge.key"):
+    for secret in ("portal-cookie-secret", "portal-proxy-token", "portal-tls.pem", "munge.key"):
         assert f"{tmp_path / secret}:/run/secrets/{secret}:ro" in hub["volumes"]
     # the hub's secrets reach the hub alone, and never through the environment
     others = [v for name, s in services.items() if name != "portal" for v in s["volumes"]]
@@ -164,7 +214,7 @@ def test_on_kubernetes_users_reach_the_proxy_and_nodes_the_hub_by_name(
     public = objects["service-portal-public.yaml"]
     assert public["spec"]["type"] == "NodePort"
     assert public["spec"]["ports"] == [
-        {"name": "http", "port": 18000, "targetPort": 8000, "protocol": "TCP"}
+        {"name": "https", "port": 18000, "targetPort": 8000, "protocol": "TCP"}
     ]
     assert public["spec"]["selector"] == inside["spec"]["selector"]
     # the hub reaches a node's server at the node's name in the nodes' Service

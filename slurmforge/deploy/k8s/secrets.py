@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
-from slurmforge.deploy import roles
+from slurmforge.deploy import portal_tls, roles
 from slurmforge.deploy.k8s.kubectl import Kubectl, checked
 from slurmforge.deploy.roles import DATABASE, Secret
 from slurmforge.deploy.slurm import database as accounting_db
@@ -62,6 +62,10 @@ class Secrets:
             done = "replaced" if current is not None else "created"
             how = f"from {source}" if source else "generated"
             print(f"{done} Secret {self.kubectl.namespace}/{secret.secret} ({how})", file=self.log)
+        if roles.PORTAL_TLS in self.files():
+            where = f"Secret {self.kubectl.namespace}/{roles.PORTAL_TLS.secret}"
+            cert = portal_tls.check(where, self.data(roles.PORTAL_TLS) or b"")
+            print(f"portal: TLS certificate SHA-256 {portal_tls.fingerprint(cert)}", file=self.log)
         return replaced
 
     def create(self, secret: Secret, data: bytes) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import IO
 
 from slurmforge import state
-from slurmforge.deploy import generated, monitoring, portal, roles
+from slurmforge.deploy import generated, monitoring, portal, portal_tls, roles
 from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.local import gpu_assign
 from slurmforge.deploy.local import render as local_render
@@ -68,6 +68,10 @@ class Files:
             out[secret.file], made = state.ensure_secret(self.cluster.name, secret.file, secret.new)
             if made:
                 print(f"generated {secret.file} {out[secret.file]}", file=self.log)
+        if roles.PORTAL_TLS.file in out and not self.dry_run:
+            path = out[roles.PORTAL_TLS.file]
+            cert = portal_tls.checked_file(str(path), path)
+            print(f"portal: TLS certificate SHA-256 {portal_tls.fingerprint(cert)}", file=self.log)
         return out
 
     def write(

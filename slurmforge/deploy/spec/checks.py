@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
+from slurmforge.deploy import portal_tls
 from slurmforge.deploy.spec import identity, site, tres
 from slurmforge.deploy.spec.fields import check_private, is_file
 from slurmforge.deploy.spec.model import ClusterSpec, Partition
@@ -170,9 +171,20 @@ def portal_limits(spec: ClusterSpec, partition: Partition) -> dict[str, int]:
 
 
 def _check_portal(path: Path, spec: ClusterSpec) -> None:
-    """The portal form's defaults name a partition the cluster has and fit in it."""
+    """The portal form's defaults name a partition the cluster has and fit in it; a site's
+    certificate is whole, its own, and valid now."""
     if not spec.portal.enabled:
         return
+    if spec.portal.tls_pem is not None:
+        where = f"{path}: portal.tls_pem"
+        if not is_file(spec.portal.tls_pem):
+            raise ConfigError(
+                f"{where}: no file {spec.portal.tls_pem}",
+                hint="a PEM file with the certificate, its chain and the private key, or leave "
+                "portal.tls_pem out for a self-signed one",
+            )
+        check_private(where, spec.portal.tls_pem)
+        portal_tls.checked_file(where, Path(spec.portal.tls_pem))
     form = spec.portal.form
     names = [p.name for p in spec.partitions]
     if form.partition is not None and form.partition not in names:

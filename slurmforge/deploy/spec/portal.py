@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, StrictBool, StrictInt
 
-from slurmforge.deploy.spec.fields import DNSName
+from slurmforge.deploy.spec.fields import AbsPath, DNSName
 from slurmforge.deploy.spec.nodeset import Duration
 from slurmforge.inputs import Model
 
@@ -33,3 +33,7 @@ class PortalSpec(Model):
     # its job cancelled; the hub shows the job's pending reason meanwhile
     start_timeout: Annotated[Duration, Field(ge=30, le=86400)] = 300
     form: PortalForm = PortalForm()
+    # a PEM file (mode 0600) with the certificate the portal serves over TLS, its chain, and
+    # its private key (`cat cert.pem chain.pem key.pem`); none: the first deploy makes a
+    # self-signed one, kept with the cluster's secrets, and each deploy prints its fingerprint
+    tls_pem: AbsPath | None = None
