@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 # image that jail-populate copies into the shared root.
 CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
 CONTROLLER_BACKUP = "slurmctld-backup"  # the backup slurmctld's service (controller.replicas: 2)
+# Networks: the cluster's, which users' sessions and jobs share with Slurm's daemons (Compose's
+# default network), and the accounting database's, which only slurmdbd shares with it
+CLUSTER_NET, DATABASE_NET = "default", "database"
 DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
 DIRECTORY = "slapd"
 NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
@@ -320,6 +323,10 @@ class Role:
     least_privilege: bool = False
     scraped: Port | None = None  # the port Prometheus scrapes, at metrics_path
     metrics_path: str = "/metrics"
+    # who may reach it: the roles that share one of these networks (CLUSTER_NET: every role
+    # there, users' sessions and jobs included); Compose networks, a NetworkPolicy on k8s for a
+    # role off CLUSTER_NET
+    networks: tuple[str, ...] = (CLUSTER_NET,)
     targets: tuple[str, ...] = tuple(TARGETS)
     when: Callable[[ClusterSpec], bool] = _always  # whether a cluster runs it
     env: Callable[[ClusterSpec], dict[str, str]] = field(default=_no_env)
@@ -492,6 +499,7 @@ ROLES: tuple[Role, ...] = (
         # the buffer pool (images/mariadb/slurmforge.cnf) grows to 2 GiB
         resources=Resources(("250m", "512Mi"), ("2", "3Gi")),
         grace_seconds=60,  # InnoDB shuts down cleanly
+        networks=(DATABASE_NET,),  # slurmdbd alone reaches it (backups use its socket)
         when=own_database,
     ),
     Role(
@@ -510,6 +518,9 @@ ROLES: tuple[Role, ...] = (
         fixed_hostname=True,
         after=(DATABASE, DIRECTORY),
         resources=Resources(("100m", "256Mi"), ("1", "1Gi")),
+        # the clients (sacct, sacctmgr: users' too) and the controllers reach it; it reaches
+        # the database
+        networks=(CLUSTER_NET, DATABASE_NET),
         when=_accounting,
     ),
     Role(
@@ -640,6 +651,16 @@ def role(name: str) -> Role:
 def running(spec: ClusterSpec, target: str | None = None) -> list[Role]:
     """The roles ``spec``'s cluster runs (on ``target``, or on either), in ROLES' order."""
     return [r for r in ROLES if r.when(spec) and (target is None or target in r.targets)]
+
+
+def networks_of(role: Role, running: list[Role]) -> tuple[str, ...]:
+    """The networks ``role`` is on in a cluster running ``running``: CLUSTER_NET where it is
+    one of its networks, and any other it shares with another role that runs."""
+    return tuple(
+        n
+        for n in role.networks
+        if n == CLUSTER_NET or any(n in r.networks for r in running if r.name != role.name)
+    )
 
 
 def controllers(spec: ClusterSpec) -> list[str]:

@@ -8,6 +8,7 @@ being hidden from everyone."""
 from __future__ import annotations
 
 import re
+import shlex
 import time
 
 import pytest
@@ -222,3 +223,14 @@ def test_a_jobs_files_are_opened_inside_the_jail(users: Deployed) -> None:
         assert "sbatch exited 0" not in out and content not in out, out
         if not node_file.startswith("/proc/1/"):
             assert "input file" in out and "is not a file in the jail" in out, out
+
+
+def test_the_accounting_database_is_out_of_users_reach(users: Deployed) -> None:
+    """MariaDB answers slurmdbd alone: not the login node, not a job (sacct, which asks
+    slurmdbd, still works for her)."""
+    probe = "timeout 5 bash -c '</dev/tcp/mariadb/3306' 2> /dev/null && echo open || echo closed"
+    assert users.ok("login", probe, user=ALICE) == "closed"
+    assert users.ok("login", f"srun -N1 bash -c {shlex.quote(probe)}", user=ALICE) == "closed"
+    assert users.ok("slurmdbd", probe) == "open"
+    job = sbatch_wait(users, ALICE, "true")
+    assert job in sacct(users, ALICE, [job])

@@ -9,11 +9,13 @@ import re
 import pytest
 
 from slurmforge.deploy import loader, portal
+from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.slurm import accounts
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.versions import load as load_versions
 from tests.conftest import ROOT
-from tests.unit.helpers import assert_clean_failure, run_invoke, shipped_with
+from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
+from tests.unit.kube import rendered_kube
 
 
 @pytest.fixture
@@ -109,3 +111,42 @@ def test_directory_member_names_reach_sacctmgr_as_single_arguments(write_cluster
     assert added == ["sacctmgr -i add user ada,bob.smith account=lab"], ran
     assert not any("touch" in c or "$(id)" in c for c in ran), ran
     assert re.search(r"left out members of lab-users .*'x;touch /pwned'", report[0]), report
+
+
+def test_the_database_is_reached_by_slurmdbd_alone(write_cluster, versions, tmp_path) -> None:
+    """MariaDB is off the network users' sessions and jobs share with the daemons: on a network
+    of its own with slurmdbd (Compose, internal), behind a NetworkPolicy on Kubernetes."""
+    cluster = loader.load(write_cluster(shipped_with()), versions)
+    data = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")
+    services = data["services"]
+    assert services["mariadb"]["networks"] == ["database"]
+    assert services["slurmdbd"]["networks"] == ["default", "database"]
+    on_default = [n for n, s in services.items() if n not in ("mariadb", "slurmdbd")]
+    assert on_default and all("networks" not in services[n] for n in on_default)
+    assert data["networks"] == {"database": {"internal": True}}
+    # an external database: nothing to keep apart, and slurmdbd reaches it as before
+    external = shipped_with(
+        accounting={"database": {"host": "db.example", "password_secret": str(tmp_path / "pw")}}
+    )
+    (tmp_path / "pw").write_text("secret")
+    (tmp_path / "pw").chmod(0o600)
+    data = local_render.render(
+        loader.load(write_cluster(external), versions), secret_files(tmp_path), "sha256:abc"
+    )
+    assert "mariadb" not in data["services"] and "networks" not in data["services"]["slurmdbd"]
+    assert "networks" not in data
+
+
+def test_on_kubernetes_the_database_takes_connections_from_slurmdbd_alone(checkout) -> None:
+    kube = rendered_kube(*checkout)
+    kube.manifests.validate()  # against the API's own schemas
+    policies = [o for o in kube.manifests.objects.values() if o["kind"] == "NetworkPolicy"]
+    (policy,) = policies
+    assert policy["metadata"]["name"] == "mariadb"
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "mariadb"
+    (rule,) = spec["ingress"]
+    assert [
+        p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in rule["from"]
+    ] == ["slurmdbd"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 3306}]

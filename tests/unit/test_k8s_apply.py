@@ -65,6 +65,7 @@ SERVED_121 = {
     "v1": ["Namespace", "ConfigMap", "PersistentVolumeClaim", "Service"],
     "apps/v1": ["StatefulSet", "Deployment"],
     "batch/v1": ["Job", "CronJob"],
+    "networking.k8s.io/v1": ["NetworkPolicy"],
 }
 
 
@@ -92,6 +93,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
         == [
             *([kubectl, *ctx, "get", "--raw", path] for path in ("/api/v1", "/apis/batch/v1")),
             [kubectl, *ctx, "get", "--raw", "/apis/apps/v1"],
+            [kubectl, *ctx, "get", "--raw", "/apis/networking.k8s.io/v1"],
             [kubectl, *ctx, "get", "--raw", "/apis/monitoring.coreos.com/v1"],
             # how many controllers run now (none yet), which a redeploy may not change
             [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{controller}", "-o", "json"],

@@ -37,6 +37,7 @@ def test_every_object_is_valid_and_kustomize_renders_the_directory(checkout) -> 
             *("StatefulSet",) * 5,  # slurmctld, cpu, a100, login, mariadb
             *("Deployment",) * 3,  # slurmdbd, slurmrestd, exporter
             "CronJob",
+            "NetworkPolicy",  # mariadb: slurmdbd's pods alone
             # for a Prometheus Operator, applied where the API serves them
             "ServiceMonitor",
             "PrometheusRule",

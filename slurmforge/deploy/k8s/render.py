@@ -141,6 +141,9 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
         if outside:
             name = public_service(role)
             out[f"service-{name}.yaml"] = self.published(name, outside, role.name)
+        running = roles.running(self.spec, "k8s")
+        if roles.CLUSTER_NET not in roles.networks_of(role, running):
+            out[f"networkpolicy-{role.name}.yaml"] = self.network_policy(role, running)
         volumes, mounts = self.volumes(role)
         container = self.container(role, self.images.refs[role.image], mounts)
         pod = self.pod_spec([container], volumes, wait=role.jail is not None)
@@ -168,6 +171,32 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
         else:
             out[f"deployment-{role.name}.yaml"] = self.deployment(role.name, pod, config_hash)
         return out
+
+    def network_policy(self, role: Role, running: list[Role]) -> dict[str, Any]:
+        """A role off the cluster's network (roles.networks_of): its pods take connections
+        only from the pods of the roles that share a network with it, on its own ports. Where
+        the cluster's network plugin enforces policies (the lab's does not)."""
+        mine = set(roles.networks_of(role, running))
+        peers = [
+            r for r in running if r.name != role.name and mine & set(roles.networks_of(r, running))
+        ]
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": self.meta(role.name, role.name),
+            "spec": {
+                "podSelector": {"matchLabels": self.selector(role.name)},
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {
+                        "from": [
+                            {"podSelector": {"matchLabels": self.selector(r.name)}} for r in peers
+                        ],
+                        "ports": [{"protocol": "TCP", "port": p.number} for p in role.ports],
+                    }
+                ],
+            },
+        }
 
     def shared_controllers(self, role: Role, pod: dict[str, Any], config_hash: str):
         """A primary and a backup slurmctld: one StatefulSet of two, both on one ReadWriteMany

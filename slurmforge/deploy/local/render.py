@@ -8,6 +8,8 @@ configuration directories (written beside the Compose file), secrets (bound read
 DNS resolves it. jail-populate has the profile "setup", so `up` leaves it alone: `invoke deploy`
 runs the same image's populate itself (by hand: `docker-compose --profile setup run --rm
 jail-populate`).
+Networks: the default one, which every service is on but the database; the database's, an
+internal network it shares with slurmdbd alone (roles.networks_of).
 Capabilities are granted per service, never --privileged: Docker's default set plus what the
 role's record needs beyond it (SYS_ADMIN on the login node; SYS_NICE on the compute nodes, plus
 their node set's, where the base layer adds SYS_ADMIN).
@@ -70,6 +72,19 @@ def _mount_caps(
     return out
 
 
+def _networks(running: list[Role]) -> dict[str, Any]:
+    """The networks besides the default one, as the Compose file declares them: internal
+    (nothing on them reaches out, nor is reached but by their members)."""
+    used = {n for r in running for n in roles.networks_of(r, running)} - {roles.CLUSTER_NET}
+    return {"networks": {n: {"internal": True} for n in sorted(used)}} if used else {}
+
+
+def _service_networks(role: Role, running: list[Role]) -> dict[str, Any]:
+    """A service's networks, where it is on other than the default one alone."""
+    networks = roles.networks_of(role, running)
+    return {} if networks == (roles.CLUSTER_NET,) else {"networks": list(networks)}
+
+
 def _gpu(assignment: Assignment, node: str) -> dict[str, Any]:
     """A GPU node's driver files (read-only) and device nodes: its own GPUs and the shared ones."""
     if assignment.driver is None or node not in assignment.nodes:
@@ -121,7 +136,8 @@ class ComposeRenderer:
         volumes.update({r.data.local: {} for r in self.running if r.data})
         if roles.elastic(self.spec):
             volumes[roles.POWER_VOLUME] = {}
-        return {"version": "3.8", "services": services, "volumes": volumes}
+        out = {"version": "3.8", "services": services, "volumes": volumes}
+        return {**out, **_networks(self.running)}
 
     def service(
         self, role: Role, name: str, image: str, command: tuple[str, ...] | None = None, **more
@@ -166,6 +182,7 @@ class ComposeRenderer:
         after = [s for r in self.running if r.name in role.after for s in self.names(r)]
         if after:
             service["depends_on"] = after
+        service.update(_service_networks(role, self.running))
         service["restart"] = "no" if job else "unless-stopped"
         return service
 
