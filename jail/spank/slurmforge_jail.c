@@ -20,10 +20,10 @@
  * into the jail. slurmd and slurmstepd never enter it.
  *
  * Each step also gets a PID namespace of its own (made in slurm_spank_init, held by an init of the
- * plugin's): the task's /proc is mounted from inside it and the job's program runs in it (forked by
- * the task in slurm_spank_task_init, which stands in for it), so a task can name no process outside
- * its step, nor follow such a process's /proc/<pid>/root out of the jail. slurmstepd's own /proc
- * hides other users' processes, for what it opens as the job's user and what pyxis starts.
+ * plugin's), into which slurmstepd forks the tasks: a task's /proc shows its step alone, so a task
+ * can name no process outside it, nor follow such a process's /proc/<pid>/root out of the jail.
+ * slurmstepd's own /proc hides other users' processes, for what it opens as the job's user and
+ * what pyxis starts.
  * Before the job's program runs, the task checks that its stdin, stdout and stderr, which
  * slurmstepd opened in its own view of the node, are the files their paths name in the jail.
  *
@@ -63,7 +63,6 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -94,9 +93,9 @@ static char spool_dir[PATH_MAX] = "/var/spool/slurmd";
 static char local_dir[PATH_MAX] = "";
 static char jobs_dir[PATH_MAX] = "/var/lib/slurmforge/jobs";
 static const char shm_dir[] = "/dev/shm/.slurmforge";
-/* the step's PID namespace (make_step_pid_namespace), once slurmstepd has made it: its init and
- * how many of the step's tasks on this node have not ended yet */
-static int step_pid_ns = -1;
+/* the step's PID namespace (make_step_pid_namespace), once slurmstepd has made it, its init, how
+ * many of the step's tasks on this node have not ended yet, and slurmstepd's own namespace */
+static int step_pid_ns = -1, node_pid_ns = -1;
 static pid_t step_init_pid = -1;
 static uint32_t tasks_running;
 
@@ -322,20 +321,10 @@ static int enter(const char *cwd)
 	return 0;
 }
 
-/* Every descriptor from fd up closed. */
-static void close_from(int fd)
-{
-#ifdef SYS_close_range
-	if (syscall(SYS_close_range, (unsigned) fd, ~0U, 0) == 0)
-		return;
-#endif
-	for (int i = fd; i < 65536; i++)
-		close(i);
-}
-
-/* A /proc that hides other users' processes; hidepid=invisible needs Linux 5.8, older kernels
- * take the numeric form. */
-static int mount_proc_here(const char *dst)
+/* A /proc that hides other users' processes (of the PID namespace of the process that mounts it:
+ * the task's, the step's own); hidepid=invisible needs Linux 5.8, older kernels take the numeric
+ * form. */
+static int mount_proc(const char *dst)
 {
 	const unsigned long hardened = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 
@@ -344,32 +333,6 @@ static int mount_proc_here(const char *dst)
 		return 0;
 	slurm_error(TAG ": mount proc on %s: %m", dst);
 	return -1;
-}
-
-/*
- * The task's /proc. A /proc shows the PID namespace of whoever mounts it, and a process never
- * changes its own: the task joins the step's namespace for its children, and a child mounts it.
- */
-static int mount_proc(const char *dst)
-{
-	pid_t pid;
-	int status;
-
-	if (step_pid_ns < 0)
-		return mount_proc_here(dst);
-	if (setns(step_pid_ns, CLONE_NEWPID) < 0) {
-		slurm_error(TAG ": joining the step's PID namespace: %m");
-		return -1;
-	}
-	pid = fork();
-	if (pid == 0)
-		_exit(mount_proc_here(dst) ? 1 : 0);
-	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
-	    WEXITSTATUS(status) != 0) {
-		slurm_error(TAG ": mounting the step's /proc failed");
-		return -1;
-	}
-	return 0;
 }
 
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
@@ -474,63 +437,13 @@ static int stdio_in_jail(void)
 	return 0;
 }
 
-/*
- * The task itself stays where slurmstepd forked it, in the node's PID namespace: it forks the
- * process that goes on to run the job's program in the step's namespace, and stands in for it
- * until it ends, ending the same way (its exit status, or the signal that killed it). Forked here,
- * once slurmstepd has put the task into its cgroup, so the child is in it too. Slurm signals a
- * step through its cgroup (or its process tree), which reaches the child directly: the stand-in
- * ignores every signal it can, so that a job given time to stop on SIGTERM keeps it, and only
- * SIGKILL ends it early (the child then gets SIGKILL too).
- */
-static int run_in_step_namespace(spank_t sp)
-{
-	char pid[16];
-	pid_t child;
-	int status;
-	sigset_t none;
-
-	if (step_pid_ns < 0)
-		return 0;
-	child = fork();
-	if (child < 0) {
-		slurm_error(TAG ": forking the task into the step's PID namespace: %m");
-		return -1;
-	}
-	if (child == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(step_pid_ns);
-		snprintf(pid, sizeof(pid), "%d", (int) getpid());
-		spank_setenv(sp, "SLURM_TASK_PID", pid, 1);
-		return 0;
-	}
-	for (int sig = 1; sig < NSIG; sig++)
-		if (sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD)
-			signal(sig, SIG_IGN);
-	close_from(0);
-	while (waitpid(child, &status, 0) < 0)
-		if (errno != EINTR)
-			_exit(1);
-	if (WIFSIGNALED(status)) {
-		struct rlimit no_core = {0, 0};
-
-		setrlimit(RLIMIT_CORE, &no_core);
-		signal(WTERMSIG(status), SIG_DFL);
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		raise(WTERMSIG(status));
-	}
-	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
-}
-
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
 	if (!spank_remote(sp) || mode_is("off") || mode_is("task-tmp") || mode_is("shared-pid"))
 		return ESPANK_SUCCESS;
-	/* checked in the step's namespace, whose /proc/self the task's /proc shows */
-	return run_in_step_namespace(sp) || stdio_in_jail() ? FAILED : ESPANK_SUCCESS;
+	return stdio_in_jail() ? FAILED : ESPANK_SUCCESS;
 }
 
 /* A directory of root's with exactly this mode, made if missing; anything else in its place is an
@@ -670,11 +583,23 @@ static int enter_job_namespace(spank_t sp)
 }
 
 /*
- * The step's PID namespace, held open by its init, and a descriptor of it that slurmstepd keeps and
- * each task inherits. Every process of the step's tasks runs in it, so a task's /proc (mounted from
- * inside) shows only the step: nothing outside it (an ssh session on the node, another step, the
- * node's daemons, whatever root they have) can be named through /proc/<pid>.
+ * The step's PID namespace, held open by its init. slurmstepd forks the step's tasks into it
+ * (slurm_spank_user_init to slurm_spank_task_post_fork), so every process of the tasks runs in
+ * it and a task's /proc, which the task mounts, shows the step alone: nothing outside it (an ssh
+ * session on the node, another step, the node's daemons, whatever root they have) can be named
+ * through /proc/<pid>. Slurm sees the tasks as ever: their PIDs, signals, exit statuses, cgroups.
  */
+
+/* Every descriptor from fd up closed. */
+static void close_from(int fd)
+{
+#ifdef SYS_close_range
+	if (syscall(SYS_close_range, (unsigned) fd, ~0U, 0) == 0)
+		return;
+#endif
+	for (int i = fd; i < 65536; i++)
+		close(i);
+}
 
 /* PID 1 of the step's namespace: reaps what is orphaned in it, and ends with slurmstepd (the
  * kernel then kills whatever of the step is left in it). */
@@ -697,9 +622,9 @@ static void __attribute__((noreturn)) step_init(void)
 }
 
 /*
- * Started with clone(CLONE_NEWPID) rather than unshare(): slurmstepd's own children stay in the
- * node's namespace (a process whose children would go elsewhere can no longer start threads, and
- * slurmstepd starts several after this).
+ * Started with clone(CLONE_NEWPID): slurmstepd's own children stay in the node's namespace until
+ * the tasks are forked (a thread whose children would go to another namespace cannot start
+ * threads, and slurmstepd starts several).
  */
 static int make_step_pid_namespace(spank_t sp)
 {
@@ -711,6 +636,11 @@ static int make_step_pid_namespace(spank_t sp)
 	if (spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS || step == SLURM_EXTERN_CONT ||
 	    spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &tasks_running) != ESPANK_SUCCESS)
 		return 0;
+	node_pid_ns = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+	if (node_pid_ns < 0) {
+		slurm_error(TAG ": opening slurmstepd's PID namespace: %m");
+		return -1;
+	}
 	pid = (pid_t) syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
 	if (pid < 0) {
 		slurm_error(TAG ": starting the step's PID namespace: %m");
@@ -718,15 +648,61 @@ static int make_step_pid_namespace(spank_t sp)
 	}
 	if (pid == 0)
 		step_init();
+	step_init_pid = pid;
 	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int) pid);
 	step_pid_ns = open(path, O_RDONLY | O_CLOEXEC);
 	if (step_pid_ns < 0) {
 		slurm_error(TAG ": opening %s: %m", path);
-		kill(pid, SIGKILL);
 		return -1;
 	}
-	step_init_pid = pid;
 	return 0;
+}
+
+/* The namespace slurmstepd's main thread forks its children into: root's to choose, and
+ * slurmstepd runs as the job's user here, with root as its saved ID. */
+static int fork_into(int ns)
+{
+	uid_t euid = geteuid();
+	int rc;
+
+	if (euid != 0 && seteuid(0) < 0) {
+		slurm_error(TAG ": taking back root to enter a PID namespace: %m");
+		return -1;
+	}
+	rc = setns(ns, CLONE_NEWPID);
+	if (rc < 0)
+		slurm_error(TAG ": setns(CLONE_NEWPID): %m");
+	if (euid != 0 && seteuid(euid) < 0) {
+		slurm_error(TAG ": giving up root again: %m");
+		return -1;
+	}
+	return rc;
+}
+
+/* Right before slurmstepd forks the tasks: its next children go into the step's namespace, the
+ * container pyxis (listed after this plugin) starts for the step among them. */
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+	(void) ac;
+	(void) av;
+	if (!spank_remote(sp) || step_pid_ns < 0)
+		return ESPANK_SUCCESS;
+	return fork_into(step_pid_ns) ? FAILED : ESPANK_SUCCESS;
+}
+
+/* The tasks are forked (this runs for each, in slurmstepd, once all are): its children go into
+ * the node's namespace again, and it may start threads. */
+int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
+{
+	(void) ac;
+	(void) av;
+	if (!spank_remote(sp) || node_pid_ns < 0)
+		return ESPANK_SUCCESS;
+	if (fork_into(node_pid_ns))
+		return FAILED;
+	close(node_pid_ns);
+	node_pid_ns = -1;
+	return ESPANK_SUCCESS;
 }
 
 /* The step's last task on this node has ended: its namespace goes, and whatever it left running
