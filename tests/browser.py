@@ -36,6 +36,20 @@ def ssha(password: str) -> str:
     return "{SSHA}" + base64.b64encode(digest + salt).decode()
 
 
+class Chromium(webdriver.Chrome):
+    """Chromium abandons a page load when the host's network changes under it
+    (ERR_NETWORK_CHANGED), and a cluster's Docker networks come and go on the host (another test's
+    deploy, a restore making its own again): such a load is made again, as a user reloads."""
+
+    def get(self, url: str) -> None:
+        for _ in range(3):
+            super().get(url)
+            aborted = self.find_elements(By.CSS_SELECTOR, "body.neterror")
+            if not aborted or "ERR_NETWORK_CHANGED" not in self.page_source:
+                return
+            time.sleep(2)
+
+
 def chromium() -> WebDriver:
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
@@ -46,7 +60,7 @@ def chromium() -> WebDriver:
     # once, having checked the fingerprint the deploy printed (the portal tests compare it)
     options.accept_insecure_certs = True
     service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    driver = webdriver.Chrome(options=options, service=service)
+    driver = Chromium(options=options, service=service)
     driver.set_page_load_timeout(60)
     return driver
 

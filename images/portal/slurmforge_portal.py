@@ -28,11 +28,9 @@ from tornado import web
 # password and a throttled login alike, so that the answer's time does not say which it was.
 FAILURES, ADDRESS_FAILURES, WINDOW, BACKOFF = 5, 20, 300, 60
 REFUSAL_SECONDS = 3.0
+MAX_TRACKED = 10000  # (name, address) pairs kept before those with no recent failure are dropped
 # the start options the form has (and the REST API may send): any other is refused
 START_OPTIONS = ("partition", "cpus", "memory_mb", "minutes", "gpus")
-
-
-MAX_TRACKED = 10000
 
 
 def client_address(request: Any) -> str:
@@ -87,7 +85,7 @@ class ThrottledPAMAuthenticator(PAMAuthenticator):
         name = self.normalize_username(data.get("username", ""))
         address = client_address(handler.request)
         now = time.monotonic()
-        if len(self._failures) > MAX_TRACKED:  # names and addresses tried long ago are dropped
+        if len(self._failures) > MAX_TRACKED:
             for key in list(self._failures):
                 self._recent(key, now)
         why = self._throttled(name, address, now)

@@ -96,7 +96,7 @@ static const char shm_dir[] = "/dev/shm/.slurmforge";
 /* the step's PID namespace (make_step_pid_namespace), once slurmstepd has made it, its init, how
  * many of the step's tasks on this node have not ended yet, and slurmstepd's own namespace */
 static int step_pid_ns = -1, node_pid_ns = -1;
-static pid_t step_init_pid = -1;
+static pid_t step_init_pid = -1, step_holder_pid = -1;
 static uint32_t tasks_running;
 
 /* Top-level directories of the jail that stay the node's own in slurmstepd's view. */
@@ -622,34 +622,62 @@ static void __attribute__((noreturn)) step_init(void)
 }
 
 /*
- * Started with clone(CLONE_NEWPID): slurmstepd's own children stay in the node's namespace until
- * the tasks are forked (a thread whose children would go to another namespace cannot start
- * threads, and slurmstepd starts several).
+ * A helper forked from slurmstepd unshares a PID namespace and forks its init, whose PID (in the
+ * node's namespace) it hands back, then waits for it: slurmstepd's own children stay in the
+ * node's namespace until the tasks are forked (a thread whose children would go to another
+ * namespace cannot start threads, and slurmstepd starts several). Not clone(CLONE_NEWPID) from
+ * slurmstepd itself: qemu-user, which runs a node of another arch, takes no such flag.
  */
+static void __attribute__((noreturn)) step_holder(int ready)
+{
+	sigset_t all;
+	pid_t init;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (unshare(CLONE_NEWPID) < 0 || (init = fork()) < 0)
+		_exit(1);
+	if (init == 0)
+		step_init();
+	if (write(ready, &init, sizeof(init)) != (ssize_t) sizeof(init))
+		_exit(1);
+	close_from(0);
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	while (waitpid(init, NULL, 0) < 0 && errno == EINTR)
+		;
+	_exit(0);
+}
+
 static int make_step_pid_namespace(spank_t sp)
 {
 	char path[64];
 	uint32_t step;
-	pid_t pid;
+	int ready[2];
+	pid_t init = -1;
 
 	/* the extern step runs no task (sessions pam_slurm_adopt puts in its cgroup are not its) */
 	if (spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS || step == SLURM_EXTERN_CONT ||
 	    spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &tasks_running) != ESPANK_SUCCESS)
 		return 0;
 	node_pid_ns = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
-	if (node_pid_ns < 0) {
-		slurm_error(TAG ": opening slurmstepd's PID namespace: %m");
+	if (node_pid_ns < 0 || pipe2(ready, O_CLOEXEC) < 0) {
+		slurm_error(TAG ": preparing the step's PID namespace: %m");
 		return -1;
 	}
-	pid = (pid_t) syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
-	if (pid < 0) {
-		slurm_error(TAG ": starting the step's PID namespace: %m");
+	step_holder_pid = fork();
+	if (step_holder_pid == 0) {
+		close(ready[0]);
+		step_holder(ready[1]);
+	}
+	close(ready[1]);
+	if (step_holder_pid < 0 || read(ready[0], &init, sizeof(init)) != (ssize_t) sizeof(init)) {
+		slurm_error(TAG ": starting the step's PID namespace failed");
+		close(ready[0]);
 		return -1;
 	}
-	if (pid == 0)
-		step_init();
-	step_init_pid = pid;
-	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int) pid);
+	close(ready[0]);
+	step_init_pid = init;
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int) init);
 	step_pid_ns = open(path, O_RDONLY | O_CLOEXEC);
 	if (step_pid_ns < 0) {
 		slurm_error(TAG ": opening %s: %m", path);
@@ -706,8 +734,8 @@ int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
 }
 
 /* The step's last task on this node has ended: its namespace goes, and whatever it left running
- * in it with it (Slurm kills that next anyway). Ended and reaped here, before slurmstepd removes
- * the step's cgroups, which must be empty by then. */
+ * in it with it (Slurm kills that next anyway). Ended, and its holder reaped, here, before
+ * slurmstepd removes the step's cgroups, which must be empty by then. */
 int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 {
 	(void) ac;
@@ -715,9 +743,9 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 	if (!spank_remote(sp) || step_init_pid <= 0 || --tasks_running > 0)
 		return ESPANK_SUCCESS;
 	kill(step_init_pid, SIGKILL);
-	while (waitpid(step_init_pid, NULL, 0) < 0 && errno == EINTR)
+	while (waitpid(step_holder_pid, NULL, 0) < 0 && errno == EINTR)
 		;
-	step_init_pid = -1;
+	step_init_pid = step_holder_pid = -1;
 	return ESPANK_SUCCESS;
 }
 
