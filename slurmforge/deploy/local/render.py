@@ -136,8 +136,7 @@ class ComposeRenderer:
         volumes.update({r.data.local: {} for r in self.running if r.data})
         if roles.elastic(self.spec):
             volumes[roles.POWER_VOLUME] = {}
-        out = {"version": "3.8", "services": services, "volumes": volumes}
-        return {**out, **_networks(self.running)}
+        return {"version": "3.8", "services": services, "volumes": volumes}
 
     def service(
         self, role: Role, name: str, image: str, command: tuple[str, ...] | None = None, **more
@@ -182,7 +181,6 @@ class ComposeRenderer:
         after = [s for r in self.running if r.name in role.after for s in self.names(r)]
         if after:
             service["depends_on"] = after
-        service.update(_service_networks(role, self.running))
         service["restart"] = "no" if job else "unless-stopped"
         return service
 
@@ -328,7 +326,12 @@ def render(
 ) -> dict[str, Any]:
     """The Compose file's data for ``cluster``; ``directory``: where it is written (its services
     are then labelled with what their bind mounts are, ComposeRenderer.bound)."""
-    return ComposeRenderer(cluster, secrets, jail_id, gpus or Assignment(), directory).render()
+    renderer = ComposeRenderer(cluster, secrets, jail_id, gpus or Assignment(), directory)
+    data = renderer.render()
+    for service in data["services"].values():
+        role = roles.role(service["labels"][ROLE_LABEL])
+        service.update(_service_networks(role, renderer.running))
+    return {**data, **_networks(renderer.running)}
 
 
 def dump(compose: dict[str, Any], source: str) -> str:
