@@ -44,10 +44,17 @@ class Chromium(webdriver.Chrome):
     def get(self, url: str) -> None:
         for _ in range(3):
             super().get(url)
-            aborted = self.find_elements(By.CSS_SELECTOR, "body.neterror")
-            if not aborted or "ERR_NETWORK_CHANGED" not in self.page_source:
+            if not network_changed(self):
                 return
             time.sleep(2)
+
+
+def network_changed(driver: WebDriver) -> bool:
+    """Whether Chromium abandoned the page (a load or a form's submission) for a change of the
+    host's network: the error page it shows instead."""
+    return bool(driver.find_elements(By.CSS_SELECTOR, "body.neterror")) and (
+        "ERR_NETWORK_CHANGED" in driver.page_source
+    )
 
 
 def chromium() -> WebDriver:
@@ -100,16 +107,25 @@ def wait_for(driver: WebDriver, timeout: float = 30) -> WebDriverWait:
 
 
 def _submit_login(driver: WebDriver, url: str, user: str, password: str) -> bool:
-    """The login form, filled and sent; whether the hub let the user in."""
-    driver.get(f"{url}/hub/login")
-    wait_for(driver).until(ready.presence_of_element_located((By.ID, "username_input")))
-    driver.find_element(By.ID, "username_input").send_keys(user)
-    driver.find_element(By.ID, "password_input").send_keys(password)
-    driver.find_element(By.ID, "login_submit").click()
-    # the hub's answer: on to the user's page, or the login form again with its refusal
-    wait_for(driver).until(
-        lambda d: "/hub/login" not in d.current_url or "Invalid username" in d.page_source
-    )
+    """The login form, filled and sent (again, as a user would, when Chromium abandoned the
+    submission for a network change); whether the hub let the user in."""
+    for _ in range(3):
+        driver.get(f"{url}/hub/login")
+        wait_for(driver).until(ready.presence_of_element_located((By.ID, "username_input")))
+        driver.find_element(By.ID, "username_input").send_keys(user)
+        driver.find_element(By.ID, "password_input").send_keys(password)
+        driver.find_element(By.ID, "login_submit").click()
+        # the hub's answer: on to the user's page, or the login form again with its refusal
+        wait_for(driver).until(
+            lambda d: (
+                "/hub/login" not in d.current_url
+                or "Invalid username" in d.page_source
+                or network_changed(d)
+            )
+        )
+        if not network_changed(driver):
+            break
+        time.sleep(2)
     return "/hub/login" not in driver.current_url
 
 
@@ -131,17 +147,30 @@ def refused(driver: WebDriver, url: str, user: str, password: str) -> bool:
 
 
 def start_server(driver: WebDriver, url: str, cpus: int = 1, timeout: float = 180) -> None:
-    """The start form, filled as a user would, then JupyterLab's shell once it is up."""
-    driver.get(f"{url}/hub/spawn")
-    field = wait_for(driver).until(ready.presence_of_element_located((By.ID, "cpus")))
-    field.clear()
-    field.send_keys(str(cpus))
-    driver.find_element(
-        By.CSS_SELECTOR, "form input[type=submit], form button[type=submit]"
-    ).click()
-    wait_for(driver, timeout).until(
-        ready.presence_of_element_located((By.ID, "jp-main-dock-panel"))
-    )
+    """The start form, filled as a user would, then JupyterLab's shell once it is up. When
+    Chromium abandoned the page for a network change, the user opens the start page again: the
+    hub sends her on to her server, starting or up, or shows the form if it never got it."""
+    lab = (By.ID, "jp-main-dock-panel")
+    for _ in range(3):
+        driver.get(f"{url}/hub/spawn")
+        wait_for(driver).until(
+            lambda d: (
+                d.find_elements(By.ID, "cpus")
+                or d.find_elements(*lab)
+                or "spawn-pending" in d.current_url
+            )
+        )
+        if field := driver.find_elements(By.ID, "cpus"):
+            field[0].clear()
+            field[0].send_keys(str(cpus))
+            driver.find_element(
+                By.CSS_SELECTOR, "form input[type=submit], form button[type=submit]"
+            ).click()
+        wait_for(driver, timeout).until(lambda d: d.find_elements(*lab) or network_changed(d))
+        if not network_changed(driver):
+            return
+        time.sleep(2)
+    raise AssertionError(f"Chromium lost the portal to network changes: {driver.current_url}")
 
 
 def launcher_card(driver: WebDriver, url: str, user: str, title: str):
