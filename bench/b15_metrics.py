@@ -22,7 +22,11 @@ from bench.b8_k8s import cluster_file
 from bench.common import invoke
 
 ROUNDS = 10
-FETCH = "u.urlopen('http://127.0.0.1:9341/metrics').read()"
+# as Prometheus scrapes: with the cluster's metrics token, which the exporter's container mounts
+FETCH = (
+    "u.urlopen(u.Request('http://127.0.0.1:9341/metrics', headers={'Authorization': "
+    "'Bearer ' + open('/run/secrets/metrics-token').read().strip()})).read()"
+)
 SCRAPE = (
     f"import time, urllib.request as u; t = time.perf_counter(); {FETCH}; "
     "print(time.perf_counter() - t)"

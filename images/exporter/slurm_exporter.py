@@ -1,8 +1,13 @@
 #!/usr/bin/python3
 """slurmforge's Prometheus exporter: the cluster as Slurm's own JSON output tells it.
 
-    slurm_exporter.py cluster [--listen ADDR:PORT] [--accounting] [--usage-window S]
-    slurm_exporter.py gpu --node NAME [--listen ADDR:PORT]
+    slurm_exporter.py [--user NAME] cluster [--listen ADDR:PORT] [--accounting] [--usage-window S]
+    slurm_exporter.py [--user NAME] gpu --node NAME [--listen ADDR:PORT]
+
+Every scrape presents the cluster's metrics token as a bearer token (Authorization: Bearer
+<token>), read once at start from $METRICS_TOKEN_FILE (/run/secrets/metrics-token): the series
+name users and their jobs. Started as root with --user, the exporter reads the token and then
+becomes that account.
 
 `cluster` answers each scrape with what Slurm says at that moment: nodes and partitions from
 `scontrol show nodes --json` (one RPC), jobs from `squeue --json`, the scheduler's statistics
@@ -19,8 +24,10 @@ serves no GPU series at all, only its collector's success of 0.
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import os
+import pwd
 import re
 import subprocess
 import sys
@@ -29,9 +36,11 @@ import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from socketserver import ThreadingMixIn
 from typing import NamedTuple
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, start_http_server
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, make_wsgi_app
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
@@ -592,8 +601,54 @@ def controller_address(settings: dict[str, str]) -> str:
     return f"{addr.rstrip(')') or name}:{port}"
 
 
+class Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape left hanging never holds the exporter's exit
+
+
+class QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # one line per scrape says nothing
+
+
+def guarded(app: Callable, token: bytes) -> Callable:
+    """``app``, answering only a request that presents ``token`` as its bearer token."""
+    expected = b"Bearer " + token
+
+    def serve(environ: dict, start_response: Callable) -> list[bytes]:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
+        if not hmac.compare_digest(given, expected):
+            start_response(
+                "401 Unauthorized",
+                [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="metrics"')],
+            )
+            return [b"a scrape presents the cluster's metrics token\n"]
+        return app(environ, start_response)
+
+    return serve
+
+
+def read_token() -> bytes:
+    path = os.environ.get("METRICS_TOKEN_FILE", "/run/secrets/metrics-token")
+    try:
+        token = open(path, "rb").read().strip()  # noqa: SIM115 (read whole at once)
+    except OSError as exc:
+        sys.exit(f"slurm-exporter: the metrics token {path}: {exc.strerror}")
+    if not token:
+        sys.exit(f"slurm-exporter: the metrics token {path} is empty")
+    return token
+
+
+def become(user: str) -> None:
+    """Drop root for ``user``'s account, its groups and no other."""
+    account = pwd.getpwnam(user)
+    os.initgroups(user, account.pw_gid)
+    os.setgid(account.pw_gid)
+    os.setuid(account.pw_uid)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="slurm-exporter")
+    parser.add_argument("--user", default="", help="the account to become once the token is read")
     parser.add_argument("mode", choices=("cluster", "gpu"))
     parser.add_argument("--listen", default="0.0.0.0:9341")
     # the deploy targets set these (the cluster file's accounting.enabled, metrics.usage_window)
@@ -606,6 +661,9 @@ def main(argv: list[str]) -> None:
     )
     parser.add_argument("--node", default="")
     args = parser.parse_args(argv)
+    token = read_token()
+    if args.user:
+        become(args.user)
     if args.mode == "cluster":
         collectors: dict[str, tuple[dict, Callable[[], Families]]] = {
             "nodes": (NODE_FAMILIES, collect_nodes),
@@ -622,12 +680,12 @@ def main(argv: list[str]) -> None:
         REGISTRY.unregister(own)
     REGISTRY.register(exporter)
     address, _, port = args.listen.rpartition(":")
-    start_http_server(int(port), addr=address or "0.0.0.0")
+    app = guarded(make_wsgi_app(), token)
+    server = make_server(address or "0.0.0.0", int(port), app, Server, QuietHandler)
     print(
         f"slurm-exporter: {args.mode} metrics on {args.listen}/metrics", file=sys.stderr, flush=True
     )
-    while True:
-        time.sleep(3600)
+    server.serve_forever()
 
 
 if __name__ == "__main__":

@@ -271,7 +271,15 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
     c.ConfigurableHTTPProxy.pid_file = "/var/lib/jupyterhub/proxy.pid"
     # servers are Slurm jobs: a restarted hub finds them again in its database
     c.JupyterHub.cleanup_servers = False
-    c.JupyterHub.authenticate_prometheus = False  # the cluster's Prometheus scrapes /hub/metrics
+    # /hub/metrics answers the cluster's Prometheus alone, which presents the metrics token as
+    # a service's API token (its one scope: read:metrics); the series name users
+    c.JupyterHub.authenticate_prometheus = True
+    metrics = Path(os.environ.get("METRICS_TOKEN_FILE", str(secrets / "metrics-token")))
+    services: list[dict[str, Any]] = []
+    roles: list[dict[str, Any]] = []
+    if metrics.is_file():
+        services.append({"name": "prometheus", "api_token": metrics.read_text().strip()})
+        roles.append({"name": "metrics", "scopes": ["read:metrics"], "services": ["prometheus"]})
     # the session cookies go with requests from the hub's own pages and top-level links only,
     # and over TLS only (tornado's set_cookie arguments)
     cookies = {"samesite": "Lax", **({"secure": True} if tls.is_file() else {})}
@@ -314,7 +322,7 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
         every = min(300, max(10, idle // 4))
         c.JupyterHub.last_activity_interval = every
         c.PortalSpawner.environment = {"JUPYTERHUB_ACTIVITY_INTERVAL": str(every)}
-        c.JupyterHub.services = [
+        services.append(
             {
                 "name": "idle-culler",
                 "command": [
@@ -325,11 +333,13 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
                     f"--cull-every={min(300, max(5, idle // 6))}",
                 ],
             }
-        ]
-        c.JupyterHub.load_roles = [
+        )
+        roles.append(
             {
                 "name": "idle-culler",
                 "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
                 "services": ["idle-culler"],
             }
-        ]
+        )
+    c.JupyterHub.services = services
+    c.JupyterHub.load_roles = roles

@@ -90,7 +90,7 @@ def rules(cluster: Cluster) -> dict[str, Any]:
 
 def prometheus_config(cluster: Cluster, gpu_nodes: list[str]) -> dict[str, Any]:
     """The local Prometheus' configuration: the exporter, each GPU node's collector, the portal's
-    hub, the rules."""
+    hub (each scrape with the cluster's metrics token), the rules."""
     interval = f"{cluster.spec.metrics.prometheus.scrape_interval}s"
     scrape = [
         {
@@ -119,6 +119,10 @@ def prometheus_config(cluster: Cluster, gpu_nodes: list[str]) -> dict[str, Any]:
                 "static_configs": [{"targets": [f"{roles.PORTAL}:{roles.PORTAL_API.number}"]}],
             }
         )
+    # each scrape presents the metrics token, which Prometheus reads as the file's group
+    token = f"{roles.LOCAL_SECRETS_DIR}/{roles.METRICS_TOKEN.file}"
+    for job in scrape:
+        job["authorization"] = {"type": "Bearer", "credentials_file": token}
     return {
         "global": {
             "scrape_interval": interval,

@@ -39,8 +39,12 @@ if TYPE_CHECKING:
 CONTROLLER, LOGIN, JAIL = "slurmctld", "login", "jail"
 CONTROLLER_BACKUP = "slurmctld-backup"  # the backup slurmctld's service (controller.replicas: 2)
 # Networks: the cluster's, which users' sessions and jobs share with Slurm's daemons (Compose's
-# default network), and the accounting database's, which only slurmdbd shares with it
-CLUSTER_NET, DATABASE_NET = "default", "database"
+# default network); the accounting database's, which only slurmdbd shares with it; and the
+# management network, where Prometheus alone of the cluster's roles is, with the exporter and the
+# portal's hub it scrapes. Only INTERNAL ones are cut off from the host's other networks
+# (Prometheus publishes its port from the management network).
+CLUSTER_NET, DATABASE_NET, MANAGEMENT_NET = "default", "database", "management"
+INTERNAL_NETS = frozenset({DATABASE_NET})
 DBD, RESTD, DATABASE = "slurmdbd", "slurmrestd", "mariadb"
 DIRECTORY = "slapd"
 NODE, POPULATE, HEALTH_CHECK = "node", "jail-populate", "gpu-health-check"
@@ -68,6 +72,10 @@ class Secret:
     size: int  # random bytes when made
     text: bool  # kept as text (a password: URL-safe base64, no quoting needed in SQL or config)
     when: Callable[[ClusterSpec], bool] = lambda spec: True  # whether the cluster has it
+    # locally, a group that may read it besides root (mode 0440): the containers that mount it
+    # run with it as a supplementary group, for a daemon that runs as its own account from the
+    # start and reads the file while it runs (Prometheus); None: root's alone (0400)
+    group: int | None = None
 
     @property
     def path(self) -> str:
@@ -161,8 +169,31 @@ PORTAL_TLS = CertificateSecret(
     False,
     _portal,
 )
+
+
+def _scraped(spec: ClusterSpec) -> bool:
+    return spec.metrics.enabled or spec.portal.enabled
+
+
+# what a scrape of the exporter, a GPU node's collector or the hub's /hub/metrics must present
+# (a bearer token): their series name users and their jobs, which PrivateData keeps from other
+# users. Locally Prometheus reads it as its group (a number of no account's in any image).
+METRICS_TOKEN = Secret(
+    "metrics-token",
+    "metrics-token",
+    "METRICS_TOKEN_FILE",
+    "/etc/slurmforge/metrics",
+    32,
+    True,
+    _scraped,
+    group=9341,
+)
 SECRETS = {
-    s.file: s for s in (MUNGE, JWT, DB_PASSWORD, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY, PORTAL_TLS)
+    s.file: s
+    for s in (
+        *(MUNGE, JWT, DB_PASSWORD, LDAP_BIND),
+        *(PORTAL_COOKIE, PORTAL_PROXY, PORTAL_TLS, METRICS_TOKEN),
+    )
 }
 LOCAL_SECRETS_DIR = "/run/secrets"
 
@@ -539,20 +570,23 @@ ROLES: tuple[Role, ...] = (
     Role(
         EXPORTER,
         image=EXPORTER,
-        # munged starts as root (the entrypoint), then the exporter runs as its own account
+        # munged starts as root (the entrypoint), then the exporter, which reads the metrics
+        # token as root and then becomes its own account
         command=(
-            *("runuser", "-u", EXPORTER_USER, "--"),
-            *("python3", "/usr/local/lib/slurmforge/slurm_exporter.py", "cluster"),
+            *("python3", "/usr/local/lib/slurmforge/slurm_exporter.py"),
+            *("--user", EXPORTER_USER, "cluster"),
         ),
         ports=(EXPORTER_PORT,),
         probe=Probe(listening=EXPORTER_PORT.number),
-        secrets=(MUNGE,),
+        secrets=(MUNGE, METRICS_TOKEN),
         configs=(SLURM_CONF,),
         jail="ro",  # user names resolve as on the nodes
         capabilities=DAEMON,
         after=(CONTROLLER,),
         least_privilege=True,
         scraped=EXPORTER_PORT,
+        # slurmctld and slurmdbd on the cluster's network; Prometheus on the management one
+        networks=(CLUSTER_NET, MANAGEMENT_NET),
         when=_metrics,
         env=_exporter_env,
     ),
@@ -573,11 +607,14 @@ ROLES: tuple[Role, ...] = (
         image=PROMETHEUS,
         ports=(Port("http", 9090, publish="metrics.prometheus.port"),),
         probe=Probe(listening=9090),
+        secrets=(METRICS_TOKEN,),
         configs=(PROMETHEUS_CONF,),
         data=PROMETHEUS_DATA,
         after=(EXPORTER,),
         least_privilege=True,  # runs as the prometheus account, needing no capability at all
         targets=("local",),  # Kubernetes: the site's Prometheus, through the exporter's Service
+        # off the cluster's network: no user's session or job reaches its port or its API
+        networks=(MANAGEMENT_NET,),
         when=_prometheus,
     ),
     Role(
@@ -586,7 +623,7 @@ ROLES: tuple[Role, ...] = (
         ports=(Port("https", 8000, publish="portal.port"), PORTAL_API),
         probe=Probe(listening=8000),
         # the munge key for sbatch, squeue and scancel as each user (batchspawner, through sudo)
-        secrets=(MUNGE, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY, PORTAL_TLS),
+        secrets=(MUNGE, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY, PORTAL_TLS, METRICS_TOKEN),
         configs=(SLURM_CONF, IDENTITY_CONF, PORTAL_CONF),
         # users and their password hashes as the login node reads them; a directory user's
         # home is made on the first start (pam_mkhomedir), as sshd makes it on the first login
@@ -600,6 +637,7 @@ ROLES: tuple[Role, ...] = (
         resources=Resources(("100m", "256Mi"), ("1", "1Gi")),
         scraped=PORTAL_API,  # the hub's own metrics
         metrics_path="/hub/metrics",
+        networks=(CLUSTER_NET, MANAGEMENT_NET),  # Prometheus scrapes it there
         when=_portal,
         env=_portal_env,
     ),
@@ -630,10 +668,11 @@ ROLES: tuple[Role, ...] = (
         # snapshot.py (the renderer gives the command, the claims it reads and where it writes)
         image=DATABASE,
         workload="schedule",
-        secrets=(MUNGE, JWT, DB_PASSWORD, LDAP_BIND),
+        secrets=(MUNGE, JWT, DB_PASSWORD, LDAP_BIND, METRICS_TOKEN),
         configs=(BACKUP_CONF,),
         jail="ro",
-        capabilities=("DAC_READ_SEARCH",),  # reads every user's files and slurm's state, as root
+        capabilities=("DAC_READ_SEARCH",),
+        networks=(CLUSTER_NET, DATABASE_NET),  # mariadb-dump reaches the database's port  # reads every user's files and slurm's state, as root
         resources=Resources(("100m", "128Mi"), ("1", "512Mi")),
         targets=("k8s",),  # local: `invoke backup`
         when=_scheduled,

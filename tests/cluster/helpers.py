@@ -4,6 +4,7 @@ the upgrade goes between."""
 
 from __future__ import annotations
 
+import shlex
 import time
 
 import pytest
@@ -77,3 +78,27 @@ OWN_SSH_KEY = (
 
 FROM = ("default", "24.05.8-cuda12.2.2-debian12")
 TO = ("current", "25.11.7-cuda12.2.2-debian12")
+
+
+# a scrape as the cluster's Prometheus makes one, with the metrics token (run where it is mounted:
+# the exporter's container); the port is its argument
+SCRAPE = (
+    "import sys, urllib.request as u; "
+    "token = open('/run/secrets/metrics-token').read().strip(); "
+    "url = f'http://127.0.0.1:{sys.argv[1]}/metrics'; "
+    "print(u.urlopen(u.Request(url, headers={'Authorization': f'Bearer {token}'})).read().decode())"
+)
+
+
+def scrape(port: int) -> str:
+    """The command that prints a scrape of the exporter's container on ``port``."""
+    return f"python3 -c {shlex.quote(SCRAPE)} {port}"
+
+
+def http_status(host: str, port: int, path: str) -> str:
+    """A shell line that prints the status line of a plain GET (bash alone: no client needed),
+    or 'closed' when nothing on the user's network answers there."""
+    connect = f"exec 3<>/dev/tcp/{host}/{port} || exit 1"
+    request = f"printf 'GET {path} HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n' >&3"
+    script = f"{connect}; {request}; head -1 <&3 | tr -d '\\r'"
+    return f"timeout 5 bash -c {shlex.quote(script)} 2> /dev/null || echo closed"

@@ -27,7 +27,7 @@ import pytest
 
 from tests import driver_root
 from tests.cluster.conftest import Deployed, invoke
-from tests.cluster.helpers import OWN_SSH_KEY, sacct
+from tests.cluster.helpers import OWN_SSH_KEY, sacct, scrape
 from tests.conftest import until
 
 pytestmark = pytest.mark.cluster
@@ -82,11 +82,7 @@ def _submit(cluster: Deployed, options: str) -> str:
 
 
 def _metrics(cluster: Deployed) -> str:
-    fetch = (
-        "import urllib.request as u; "
-        "print(u.urlopen('http://localhost:9341/metrics').read().decode())"
-    )
-    return cluster.ok("exporter", f'python3 -c "{fetch}"')
+    return cluster.ok("exporter", scrape(9341))
 
 
 def _seen(cluster: Deployed, nodes: list[str]) -> str:

@@ -1,9 +1,9 @@
 """Two ordinary users on the default cluster, each trying to reach what is the other's or the
 cluster's: her home and job output, her jobs and their command lines (squeue, scontrol, sacct, the
 REST API), a job without an association, a token that outlives its cap, a uid that a removed user
-had, the node's spool through a step's argv[0]. Each is what DESIGN.md's "Who may reach what"
-forbids an ordinary user; root's view is checked beside it, so a test cannot pass by everything
-being hidden from everyone."""
+had, the node's spool through a step's argv[0], the accounting database, the exporter's series
+and Prometheus. Each is what DESIGN.md's "Who may reach what" forbids an ordinary user; root's
+view is checked beside it, so a test cannot pass by everything being hidden from everyone."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 
 from tests import rest_client
 from tests.cluster.conftest import Deployed
-from tests.cluster.helpers import OWN_SSH_KEY, sacct, sbatch_wait
+from tests.cluster.helpers import OWN_SSH_KEY, http_status, sacct, sbatch_wait, scrape
+from tests.cluster.promql import until
 
 pytestmark = pytest.mark.cluster
 
@@ -234,3 +235,18 @@ def test_the_accounting_database_is_out_of_users_reach(users: Deployed) -> None:
     assert users.ok("slurmdbd", probe) == "open"
     job = sbatch_wait(users, ALICE, "true")
     assert job in sacct(users, ALICE, [job])
+
+
+def test_the_metrics_and_prometheus_are_out_of_users_reach(users: Deployed) -> None:
+    """The exporter's series name users and their jobs: it answers a scrape that presents the
+    cluster's metrics token alone, from the login node and from a job as from anywhere, and
+    Prometheus is not on the users' network at all. The operator's Prometheus still scrapes it."""
+    exporter = http_status("exporter", 9341, "/metrics")
+    prometheus = http_status("prometheus", 9090, "/api/v1/query?query=slurm_jobs")
+    probes = f"{exporter}; {prometheus}"
+    for command in (probes, f"srun -N1 bash -c {shlex.quote(probes)}"):
+        said = users.ok("login", command, user=ALICE)
+        status, reached = said.split("\n")
+        assert status.split(" ", 1)[1] == "401 Unauthorized" and reached == "closed", said
+    until(users, 'up{job="slurm"} == 1 and on() slurm_up == 1', bool, 60)
+    assert "slurm_up 1.0" in users.ok("exporter", scrape(9341))

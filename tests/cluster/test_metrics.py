@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tests.cluster.conftest import Deployed
+from tests.cluster.helpers import scrape
 from tests.cluster.promql import api, query, settings, until
 from tests.conftest import ROOT
 
@@ -38,10 +39,7 @@ def _started(deployed: Deployed, job: str) -> None:
 def _scrape(deployed: Deployed, port: int, start: str = "") -> str:
     """A scrape of the exporter's container on ``port``, after ``start`` (a collector to run
     there first, in the background)."""
-    fetch = (
-        "python3 -c 'import urllib.request as u; "
-        f'print(u.urlopen("http://127.0.0.1:{port}/metrics").read().decode())\''
-    )
+    fetch = scrape(port)
     script = f"{start} & sleep 2; {fetch}; kill %1" if start else fetch
     # stdout alone: the collector started here logs to stderr (no NVML, say)
     code, (out, err) = deployed.container("exporter").exec_run(["bash", "-c", script], demux=True)
@@ -53,7 +51,7 @@ def _gpu_scrape(deployed: Deployed) -> str:
     """The GPU collector's scrape, run in the exporter's image (no driver here: its families,
     no samples)."""
     collector = (
-        "runuser -u slurm-exporter -- python3 /usr/local/lib/slurmforge/slurm_exporter.py gpu "
+        "python3 /usr/local/lib/slurmforge/slurm_exporter.py --user slurm-exporter gpu "
         "--node probe --listen 127.0.0.1:9342"
     )
     return _scrape(deployed, 9342, collector)

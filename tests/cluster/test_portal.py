@@ -42,7 +42,8 @@ from tests.browser import (
     wait_for,
 )
 from tests.cluster.conftest import Clusters, Deployed, invoke
-from tests.cluster.helpers import sacct
+from tests.cluster.helpers import http_status, sacct
+from tests.cluster.promql import query, until
 
 BASE = "dc=lab,dc=example"
 PASSWORDS = {"ada": "ada-Secret-1", "bob": "bob-Secret-2", "carol": "carol-Secret-4"}
@@ -277,6 +278,15 @@ fetch(`/hub/api/users/${user}/server`, {
 """
 
 
+def test_the_hubs_metrics_answer_the_clusters_prometheus_alone(portal: Portal) -> None:
+    """/hub/metrics names the hub's users: from the login node a user is refused it, while the
+    cluster's Prometheus, presenting the metrics token, scrapes it."""
+    said = portal.cluster.ok("login", http_status("portal", 8081, "/hub/metrics"), user="ada")
+    assert said.split(" ")[1] in ("401", "403"), said  # the hub's refusal, not a closed port
+    until(portal.cluster, 'up{job="portal"} == 1', bool, 60)
+    assert query(portal.cluster, "jupyterhub_total_users")
+
+
 def test_a_name_is_the_user_pam_authenticated_whatever_its_case(
     portal: Portal, browser: WebDriver
 ) -> None:
@@ -361,7 +371,7 @@ def test_a_server_whose_job_cannot_start_shows_why_and_is_given_up(
         )
         assert time.monotonic() - started > START - 35, "given up before start_timeout"
         assert "fail" in message.text.lower() or "timeout" in message.text.lower(), message.text
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # the hub cancels it as it stops the server (scancel)
         while portal.squeue("bob") and time.monotonic() < deadline:
             time.sleep(2)
         assert not portal.squeue("bob"), f"job {job} outlived its server's start"

@@ -41,7 +41,8 @@ def shipped_with(**changes) -> dict:
 
 def secret_files(tmp_path: Path) -> dict[str, Path]:
     names = ("munge.key", "jwt_hs256.key", "db-password", "portal-cookie-secret")
-    return {n: tmp_path / n for n in (*names, "portal-proxy-token", "portal-tls.pem")}
+    more = ("portal-proxy-token", "portal-tls.pem", "metrics-token")
+    return {n: tmp_path / n for n in (*names, *more)}
 
 
 HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(

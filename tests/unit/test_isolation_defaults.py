@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from slurmforge.deploy import loader, portal
+from slurmforge.deploy import loader, monitoring, portal, roles
 from slurmforge.deploy.local import render as local_render
 from slurmforge.deploy.slurm import accounts
 from slurmforge.deploy.slurm import conf as slurmconf
@@ -113,17 +113,33 @@ def test_directory_member_names_reach_sacctmgr_as_single_arguments(write_cluster
     assert re.search(r"left out members of lab-users .*'x;touch /pwned'", report[0]), report
 
 
-def test_the_database_is_reached_by_slurmdbd_alone(write_cluster, versions, tmp_path) -> None:
+def test_the_database_and_prometheus_are_off_the_users_network(
+    write_cluster, versions, tmp_path
+) -> None:
     """MariaDB is off the network users' sessions and jobs share with the daemons: on a network
-    of its own with slurmdbd (Compose, internal), behind a NetworkPolicy on Kubernetes."""
+    of its own with slurmdbd (Compose, internal), behind a NetworkPolicy on Kubernetes. Prometheus
+    is on the management network alone, with the exporter it scrapes; the metrics token is
+    readable by Prometheus' added group, and every scrape presents it."""
     cluster = loader.load(write_cluster(shipped_with()), versions)
     data = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")
     services = data["services"]
     assert services["mariadb"]["networks"] == ["database"]
     assert services["slurmdbd"]["networks"] == ["default", "database"]
-    on_default = [n for n, s in services.items() if n not in ("mariadb", "slurmdbd")]
+    assert services["prometheus"]["networks"] == ["management"]
+    assert services["exporter"]["networks"] == ["default", "management"]
+    apart = ("mariadb", "slurmdbd", "prometheus", "exporter")
+    on_default = [n for n in services if n not in apart]
     assert on_default and all("networks" not in services[n] for n in on_default)
-    assert data["networks"] == {"database": {"internal": True}}
+    assert data["networks"] == {"database": {"internal": True}, "management": {}}
+    token = f"{secret_files(tmp_path)['metrics-token']}:/run/secrets/metrics-token:ro"
+    readers = {n for n, s in services.items() if token in s["volumes"]}
+    assert readers == {"prometheus", "exporter"}
+    assert services["prometheus"]["group_add"] == [str(roles.METRICS_TOKEN.group)]
+    jobs = monitoring.prometheus_config(cluster, [])["scrape_configs"]
+    assert jobs and all(
+        j["authorization"] == {"type": "Bearer", "credentials_file": "/run/secrets/metrics-token"}
+        for j in jobs
+    )
     # an external database: nothing to keep apart, and slurmdbd reaches it as before
     external = shipped_with(
         accounting={"database": {"host": "db.example", "password_secret": str(tmp_path / "pw")}}
@@ -134,19 +150,70 @@ def test_the_database_is_reached_by_slurmdbd_alone(write_cluster, versions, tmp_
         loader.load(write_cluster(external), versions), secret_files(tmp_path), "sha256:abc"
     )
     assert "mariadb" not in data["services"] and "networks" not in data["services"]["slurmdbd"]
-    assert "networks" not in data
+    assert data["networks"] == {"management": {}}
 
 
-def test_on_kubernetes_the_database_takes_connections_from_slurmdbd_alone(checkout) -> None:
+def _selects(selector: dict, labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels, matchExpressions In/NotIn) selects ``labels``."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        inside = labels.get(expr["key"]) in expr["values"]
+        if inside != (expr["operator"] == "In"):
+            return False
+    return True
+
+
+def _admitted(policies: list[dict], to: dict, source: dict | None, port: int) -> bool:
+    """What a network plugin that enforces NetworkPolicies decides for a connection to a pod
+    labelled ``to`` on ``port`` from a pod of the namespace labelled ``source`` (None: from
+    outside the namespace): admitted unless a policy selects the pod, and then by one of them."""
+    selecting = [p["spec"] for p in policies if _selects(p["spec"]["podSelector"], to)]
+    if not selecting:
+        return True
+    for spec in selecting:
+        for rule in spec.get("ingress", []):
+            sources = [f["podSelector"] for f in rule.get("from", [{"podSelector": {}}])]
+            from_ok = "from" not in rule or (
+                source is not None and any(_selects(s, source) for s in sources)
+            )
+            port_ok = "ports" not in rule or any(r["port"] == port for r in rule["ports"])
+            if from_ok and port_ok:
+                return True
+    return False
+
+
+def test_on_kubernetes_each_pod_takes_connections_from_its_zone_alone(checkout) -> None:
+    """The policies as a network plugin that enforces them would apply them (the lab's does not):
+    every pod of the cluster is covered; the database answers slurmdbd alone; the daemons and the
+    nodes answer the cluster's pods; from outside, only the published ports and the exporter's
+    (whose scrapes present the metrics token)."""
     kube = rendered_kube(*checkout)
     kube.manifests.validate()  # against the API's own schemas
-    policies = [o for o in kube.manifests.objects.values() if o["kind"] == "NetworkPolicy"]
-    (policy,) = policies
-    assert policy["metadata"]["name"] == "mariadb"
-    spec = policy["spec"]
-    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "mariadb"
-    (rule,) = spec["ingress"]
-    assert [
-        p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in rule["from"]
-    ] == ["slurmdbd"]
-    assert rule["ports"] == [{"protocol": "TCP", "port": 3306}]
+    objects = kube.manifests.objects.values()
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    pods = {}
+    for o in objects:
+        spec = o["spec"]["jobTemplate"]["spec"] if o["kind"] == "CronJob" else o.get("spec", {})
+        if "template" in spec:
+            pods[o["metadata"]["name"]] = spec["template"]["metadata"]["labels"]
+    assert {"slurmctld", "cpu", "login", "mariadb", "slurmdbd", "exporter"} <= set(pods)
+    for name, labels in pods.items():  # nothing of the cluster runs unselected
+        assert any(_selects(p["spec"]["podSelector"], labels) for p in policies), name
+    db, dbd, login, node = pods["mariadb"], pods["slurmdbd"], pods["login"], pods["cpu"]
+    assert _admitted(policies, db, dbd, 3306)
+    assert not any(_admitted(policies, db, src, 3306) for src in (login, node, None))
+    assert _admitted(policies, pods["slurmctld"], node, 6817)
+    assert _admitted(policies, node, pods["slurmctld"], 6818)
+    assert _admitted(policies, node, login, 40000)  # srun's and MPI's ports
+    assert _admitted(policies, dbd, login, 6819)  # sacct
+    assert not _admitted(policies, pods["slurmctld"], None, 6817)
+    assert not _admitted(policies, node, None, 6818)
+    assert not _admitted(policies, dbd, None, 6819)
+    assert _admitted(policies, login, None, 22)
+    assert _admitted(policies, pods["slurmrestd"], None, 6820)
+    assert _admitted(policies, pods["exporter"], None, 9341)
+    assert not _admitted(policies, pods["exporter"], None, 22)
+    # another cluster's pods in the namespace are another's: none of these select them
+    other = {**node, "app.kubernetes.io/instance": "someone-else"}
+    assert not any(_selects(p["spec"]["podSelector"], other) for p in policies)

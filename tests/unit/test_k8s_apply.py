@@ -88,13 +88,20 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     exec_ = [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--"]
     sinfo = slurmctl.NODES
     controller = "app.kubernetes.io/component=slurmctld"
+    token = "jsonpath={.data.metrics-token}"
     assert (
         calls
         == [
-            *([kubectl, *ctx, "get", "--raw", path] for path in ("/api/v1", "/apis/batch/v1")),
-            [kubectl, *ctx, "get", "--raw", "/apis/apps/v1"],
-            [kubectl, *ctx, "get", "--raw", "/apis/networking.k8s.io/v1"],
-            [kubectl, *ctx, "get", "--raw", "/apis/monitoring.coreos.com/v1"],
+            *(
+                [kubectl, *ctx, "get", "--raw", path]
+                for path in (
+                    "/api/v1",
+                    "/apis/networking.k8s.io/v1",  # the policies come before any pod
+                    "/apis/batch/v1",
+                    "/apis/apps/v1",
+                    "/apis/monitoring.coreos.com/v1",
+                )
+            ),
             # how many controllers run now (none yet), which a redeploy may not change
             [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{controller}", "-o", "json"],
             # the Slurm a running controller has, for upgrade.check (this one answers nothing)
@@ -113,6 +120,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
             [kubectl, *ns, "get", "secret", "munge-key", "-o", "jsonpath={.data.munge\\.key}"],
             [kubectl, *ns, "get", "secret", "jwt-key", "-o", "jsonpath={.data.jwt_hs256\\.key}"],
             [kubectl, *ns, "get", "secret", "db-password", "-o", "jsonpath={.data.db-password}"],
+            [kubectl, *ns, "get", "secret", "metrics-token", "-o", token],
             # what the populate Job mounts and the Job; once it has a node, the workloads
             [*apply, *(a for f in files[1:] if f not in workloads for a in ("-f", f))],
             [kubectl, *ns, "get", "jobs", "-l", instance, "-o", "json"],

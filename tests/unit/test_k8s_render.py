@@ -37,7 +37,9 @@ def test_every_object_is_valid_and_kustomize_renders_the_directory(checkout) -> 
             *("StatefulSet",) * 5,  # slurmctld, cpu, a100, login, mariadb
             *("Deployment",) * 3,  # slurmdbd, slurmrestd, exporter
             "CronJob",
-            "NetworkPolicy",  # mariadb: slurmdbd's pods alone
+            # the cluster's pods from each other; mariadb from slurmdbd's alone; from anywhere,
+            # the ports login, slurmrestd and the exporter are reached on
+            *("NetworkPolicy",) * 5,
             # for a Prometheus Operator, applied where the API serves them
             "ServiceMonitor",
             "PrometheusRule",

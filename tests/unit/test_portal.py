@@ -167,8 +167,12 @@ def test_the_hub_gets_its_secrets_as_files_and_its_port_on_the_login_address(
     assert hub["labels"][local_render.PORTAL_LABEL]  # a settings change recreates it
     # the cluster's Prometheus scrapes the hub
     jobs = monitoring.prometheus_config(cluster, [])["scrape_configs"]
-    assert {"job_name": "portal", "metrics_path": "/hub/metrics",
+    token = {"type": "Bearer", "credentials_file": "/run/secrets/metrics-token"}
+    assert {"job_name": "portal", "metrics_path": "/hub/metrics", "authorization": token,
             "static_configs": [{"targets": ["portal:8081"]}]} in jobs  # fmt: skip
+    # on the management network with Prometheus, and its users' network
+    assert hub["networks"] == ["default", "management"]
+    assert "/run/secrets/metrics-token:ro" in " ".join(hub["volumes"])
 
 
 def test_without_the_portal_nothing_of_it_is_rendered(write_cluster, versions, tmp_path) -> None:
@@ -207,8 +211,9 @@ def test_on_kubernetes_users_reach_the_proxy_and_nodes_the_hub_by_name(
     assert inside["spec"]["clusterIP"] == "None"
     assert [p["port"] for p in inside["spec"]["ports"]] == [8081]
     assert inside["metadata"]["annotations"]["prometheus.io/path"] == "/hub/metrics"
+    token = {"name": "metrics-token", "key": "metrics-token"}
     assert objects["servicemonitor-portal.yaml"]["spec"]["endpoints"] == [
-        {"port": "hub-api", "path": "/hub/metrics"}
+        {"port": "hub-api", "path": "/hub/metrics", "bearerTokenSecret": token}
     ]
     # users reach the proxy through a Service of the login Service's type, beside it
     public = objects["service-portal-public.yaml"]

@@ -77,7 +77,7 @@ def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_wha
     plan = json.loads(kube.manifests.objects["configmap-backup-config.yaml"]["data"]["plan.json"])
     want = backup.plan(kube.cluster, kube.cluster.cell.slurm)
     assert plan == json.loads(want.dump())
-    assert set(plan["secrets"]) == {"munge.key", "jwt_hs256.key", "db-password"}
+    assert set(plan["secrets"]) == {"munge.key", "jwt_hs256.key", "db-password", "metrics-token"}
     for file, at in plan["secrets"].items():
         assert os.path.dirname(at) in mounts, file
     assert plan["files"]["model.json"] == json.dumps(as_dict(kube.cluster), indent=2) + "\n"

@@ -370,7 +370,7 @@ def test_mounts_land_in_the_jail_of_login_and_nodes_on_both_targets(write_cluste
     local = load(write_cluster, mounts=mounts[:1])
     services = local_render.render(
         local,
-        {"munge.key": Path("/k"), "jwt_hs256.key": Path("/j"), "db-password": Path("/p")},
+        {n: Path(f"/{n}") for n in ("munge.key", "jwt_hs256.key", "db-password", "metrics-token")},
         "sha256:0",
     )["services"]
     for name in ("login", "cpu-0", "cpu-1"):

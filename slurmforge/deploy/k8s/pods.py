@@ -44,7 +44,17 @@ class PodRenderer(WorkloadBuilder):
             "metadata": self.meta(role.name, role.name),
             "spec": {
                 "selector": {"matchLabels": self.selector(role.name)},
-                "endpoints": [{"port": role.scraped.name, "path": role.metrics_path}],
+                "endpoints": [
+                    {
+                        "port": role.scraped.name,
+                        "path": role.metrics_path,
+                        # every scrape presents the cluster's metrics token (roles.METRICS_TOKEN)
+                        "bearerTokenSecret": {
+                            "name": roles.METRICS_TOKEN.secret,
+                            "key": roles.METRICS_TOKEN.file,
+                        },
+                    }
+                ],
             },
         }
 

@@ -14,7 +14,8 @@ One file per object plus ``kustomization.yaml``, under ``deploy/out/k8s/<cluster
   for a scheduled role (the GPU health check);
 - the compute nodes: one StatefulSet per node set behind one headless Service (``slurm-nodes``):
   pod ``cpu-0`` is Slurm node ``cpu-0`` at ``cpu-0.slurm-nodes``; GPU node sets request
-  ``nvidia.com/gpu`` and mount the node's driver directories through hostPath, read-only.
+  ``nvidia.com/gpu`` and mount the node's driver directories through hostPath, read-only;
+- the NetworkPolicies that admit connections to the cluster's pods (policies.py).
 
 No secret is rendered: `invoke deploy --target k8s` creates each of roles.SECRETS the cluster
 uses as a Secret (generated there once, never written to the repository, the directory or an
@@ -39,6 +40,7 @@ from slurmforge.deploy.k8s.objects import (
     usr_claim,
 )
 from slurmforge.deploy.k8s.pods import scrape_annotations
+from slurmforge.deploy.k8s.policies import PolicyRenderer
 from slurmforge.deploy.k8s.power import PowerRenderer
 from slurmforge.deploy.roles import (
     BACKUP,
@@ -57,7 +59,7 @@ from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.deploy.spec.model import Cluster
 
 
-class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
+class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer, PolicyRenderer):
     """Every object of the cluster: the configs, the jail, and each running role's, through the
     renderer of its family (pods.py, jobs.py, nodesets.py)."""
 
@@ -75,6 +77,8 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
         # nor for the site's own settings, scripts and topology: reconfigure applies them live
         shapes = self.configs(one_per_set(self.cluster), running, pyxis, network, site=False)
         objects: dict[str, dict[str, Any]] = {"namespace.yaml": self.namespace_object()}
+        # before any pod: none runs a moment without them
+        objects.update(self.network_policies(running))
         for name, files in configs.items():
             objects[f"configmap-{name}.yaml"] = self.config_map(name, files)
         objects["pvc-jail.yaml"] = self.jail_claim()
@@ -141,9 +145,6 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
         if outside:
             name = public_service(role)
             out[f"service-{name}.yaml"] = self.published(name, outside, role.name)
-        running = roles.running(self.spec, "k8s")
-        if roles.CLUSTER_NET not in roles.networks_of(role, running):
-            out[f"networkpolicy-{role.name}.yaml"] = self.network_policy(role, running)
         volumes, mounts = self.volumes(role)
         container = self.container(role, self.images.refs[role.image], mounts)
         pod = self.pod_spec([container], volumes, wait=role.jail is not None)
@@ -171,32 +172,6 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer):
         else:
             out[f"deployment-{role.name}.yaml"] = self.deployment(role.name, pod, config_hash)
         return out
-
-    def network_policy(self, role: Role, running: list[Role]) -> dict[str, Any]:
-        """A role off the cluster's network (roles.networks_of): its pods take connections
-        only from the pods of the roles that share a network with it, on its own ports. Where
-        the cluster's network plugin enforces policies (the lab's does not)."""
-        mine = set(roles.networks_of(role, running))
-        peers = [
-            r for r in running if r.name != role.name and mine & set(roles.networks_of(r, running))
-        ]
-        return {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": self.meta(role.name, role.name),
-            "spec": {
-                "podSelector": {"matchLabels": self.selector(role.name)},
-                "policyTypes": ["Ingress"],
-                "ingress": [
-                    {
-                        "from": [
-                            {"podSelector": {"matchLabels": self.selector(r.name)}} for r in peers
-                        ],
-                        "ports": [{"protocol": "TCP", "port": p.number} for p in role.ports],
-                    }
-                ],
-            },
-        }
 
     def shared_controllers(self, role: Role, pod: dict[str, Any], config_hash: str):
         """A primary and a backup slurmctld: one StatefulSet of two, both on one ReadWriteMany

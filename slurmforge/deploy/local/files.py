@@ -4,6 +4,7 @@ local Prometheus' and SSSD's) and the cluster's secrets, kept outside the reposi
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import IO
 
@@ -68,6 +69,8 @@ class Files:
             out[secret.file], made = state.ensure_secret(self.cluster.name, secret.file, secret.new)
             if made:
                 print(f"generated {secret.file} {out[secret.file]}", file=self.log)
+            if secret.group is not None:  # at every deploy: a restore writes it root's alone
+                _readable_by(out[secret.file], secret.group)
         if roles.PORTAL_TLS.file in out and not self.dry_run:
             path = out[roles.PORTAL_TLS.file]
             cert = portal_tls.checked_file(str(path), path)
@@ -140,3 +143,14 @@ class Files:
                     state.write_private(directory / name, text.encode())
                 else:
                     (directory / name).write_text(text)
+
+
+def _readable_by(path: Path, group: int) -> None:
+    """``path`` readable by ``group`` as well as its owner. A deployer who is not root cannot
+    give it another group: it is then readable by all, which on this host its 0700 directory
+    still confines to her; inside the containers that mount it, no user's code runs."""
+    if os.geteuid() == 0:
+        os.chown(path, -1, group)
+        os.chmod(path, 0o440)
+    else:
+        os.chmod(path, 0o444)

@@ -8,8 +8,9 @@ configuration directories (written beside the Compose file), secrets (bound read
 DNS resolves it. jail-populate has the profile "setup", so `up` leaves it alone: `invoke deploy`
 runs the same image's populate itself (by hand: `docker-compose --profile setup run --rm
 jail-populate`).
-Networks: the default one, which every service is on but the database; the database's, an
-internal network it shares with slurmdbd alone (roles.networks_of).
+Networks: the default one, which every service is on but the database and Prometheus; the
+database's, an internal network it shares with slurmdbd alone; the management one, where
+Prometheus is with what it scrapes (roles.networks_of).
 Capabilities are granted per service, never --privileged: Docker's default set plus what the
 role's record needs beyond it (SYS_ADMIN on the login node; SYS_NICE on the compute nodes, plus
 their node set's, where the base layer adds SYS_ADMIN).
@@ -36,7 +37,7 @@ from slurmforge.deploy.identity import sssd as identity
 from slurmforge.deploy.local.gpu_assign import Assignment
 from slurmforge.deploy.roles import GPU_METRICS_PORT as GPU_PORT
 from slurmforge.deploy.roles import POPULATE, Role
-from slurmforge.deploy.spec.model import Cluster, NodeSet
+from slurmforge.deploy.spec.model import Cluster, ClusterSpec, NodeSet
 from slurmforge.errors import ConfigError, quote
 
 JAIL_USR = jail_contract.ROOT + jail_contract.USR
@@ -73,16 +74,20 @@ def _mount_caps(
 
 
 def _networks(running: list[Role]) -> dict[str, Any]:
-    """The networks besides the default one, as the Compose file declares them: internal
-    (nothing on them reaches out, nor is reached but by their members)."""
+    """The networks besides the default one, as the Compose file declares them; an internal one
+    (roles.INTERNAL_NETS) reaches nothing outside, nor is it reached but by its members."""
     used = {n for r in running for n in roles.networks_of(r, running)} - {roles.CLUSTER_NET}
-    return {"networks": {n: {"internal": True} for n in sorted(used)}} if used else {}
+    declared = {n: {"internal": True} if n in roles.INTERNAL_NETS else {} for n in sorted(used)}
+    return {"networks": declared} if used else {}
 
 
-def _service_networks(role: Role, running: list[Role]) -> dict[str, Any]:
-    """A service's networks, where it is on other than the default one alone."""
+def _service_networks(role: Role, spec: ClusterSpec, running: list[Role]) -> dict[str, Any]:
+    """A service's networks, where it is on other than the default one alone, and the groups
+    of the secrets it mounts that a group may read (roles.Secret.group)."""
     networks = roles.networks_of(role, running)
-    return {} if networks == (roles.CLUSTER_NET,) else {"networks": list(networks)}
+    out = {} if networks == (roles.CLUSTER_NET,) else {"networks": list(networks)}
+    groups = sorted({s.group for s in role.mounted_secrets(spec) if s.group is not None})
+    return {**out, "group_add": [str(g) for g in groups]} if groups else out
 
 
 def _gpu(assignment: Assignment, node: str) -> dict[str, Any]:
@@ -330,7 +335,7 @@ def render(
     data = renderer.render()
     for service in data["services"].values():
         role = roles.role(service["labels"][ROLE_LABEL])
-        service.update(_service_networks(role, renderer.running))
+        service.update(_service_networks(role, cluster.spec, renderer.running))
     return {**data, **_networks(renderer.running)}
 
 
