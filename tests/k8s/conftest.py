@@ -12,6 +12,7 @@ Images come from this host's Docker (the lab has no registry).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -74,9 +75,11 @@ class Kube:
         finally:
             self.namespace = was
 
-    def metrics(self) -> str:
+    def metrics(self, token: bool = True) -> str:
         """The exporter's page, from its Service's endpoint as a plain Prometheus scrapes it
-        (kubernetes_sd, role endpoints: the annotations name the port and path)."""
+        (kubernetes_sd, role endpoints: the annotations name the port and path), with the
+        cluster's metrics token from its Secret as the site's Prometheus is given it (without:
+        what anyone else gets, an HTTPError)."""
         annotations = json.loads(
             self.run("get", "service", "exporter", "-o", "jsonpath={.metadata.annotations}")
         )
@@ -84,7 +87,12 @@ class Kube:
         port, path = annotations["prometheus.io/port"], annotations["prometheus.io/path"]
         addresses = self.run("get", "endpoints", "exporter", "-o", "jsonpath={..addresses[*].ip}")
         (address,) = addresses.split()
-        with urllib.request.urlopen(f"http://{address}:{port}{path}", timeout=30) as response:
+        request = urllib.request.Request(f"http://{address}:{port}{path}")
+        if token:
+            key = "jsonpath={.data.metrics-token}"
+            data = base64.b64decode(self.run("get", "secret", "metrics-token", "-o", key))
+            request.add_header("Authorization", f"Bearer {data.decode()}")
+        with urllib.request.urlopen(request, timeout=30) as response:
             return response.read().decode()
 
     def pod_ip(self, pod: str) -> str:

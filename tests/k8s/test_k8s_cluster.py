@@ -17,6 +17,7 @@ import shlex
 import signal
 import subprocess
 import time
+import urllib.error
 
 import pytest
 
@@ -177,12 +178,60 @@ def test_jobs_are_accounted_and_the_rest_api_answers_a_token(deployed: K8sCluste
 
 def test_the_exporters_service_is_scraped_as_prometheus_finds_it(deployed: K8sCluster) -> None:
     """As a plain Prometheus' kubernetes_sd (role: endpoints) would: the Service's annotations
-    name the port and path; its endpoints are scraped from outside the pods."""
+    name the port and path; its endpoints are scraped from outside the pods, with the metrics
+    token from its Secret. Without it the exporter refuses the scrape."""
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        deployed.kube.metrics(token=False)
+    assert refused.value.code == 401
     text = deployed.kube.metrics()
     assert "slurm_up 1.0" in text.splitlines()
     for node in ("cpu-0", "cpu-1"):
         assert f'slurm_node_state{{node="{node}",state="idle"}} 1.0' in text
     assert "slurm_dbd_up 1.0" in text.splitlines()
+
+
+def test_two_users_on_kubernetes_keep_to_their_own(deployed: K8sCluster) -> None:
+    """The isolation vectors that exist on Kubernetes, as two ordinary users on the login pod
+    (tests/cluster/test_isolation.py tries them all on Compose): her home and job output, her
+    running job in squeue, a job under an account she has none in, a step's view of the node's
+    processes, a batch job's input named by a node path. The NetworkPolicies the zones are made
+    of are taken by the API server; the lab's network does not enforce them, so whether mariadb
+    answers the login pod is not a thing this lab can tell."""
+    kube = deployed.kube
+
+    def as_user(user: str, command: str) -> str:
+        return kube.sh("login-0", "login", f"{command} 2>&1; true", user=user)
+
+    kube.sh("login-0", "login", "chroot /jail createuser --non-interactive bob")
+    job = as_user("alice", "cd && sbatch --parsable -N1 -t 5 --wrap 'echo mine; sleep 120'")
+    try:
+        until(
+            f"job {job} running",
+            lambda: as_user("alice", f"squeue -h -j {job} -o %T") == "RUNNING",
+            60,
+        )
+        assert "Permission denied" in as_user("bob", f"cat /home/alice/slurm-{job}.out")
+        assert as_user("bob", "squeue -h -a -o %i") == ""  # PrivateData: not hers to see
+        assert job in as_user("alice", "squeue -h -o %i")
+        refused = as_user("bob", "sbatch -A no_such_account --wrap true")
+        assert "Invalid account" in refused, refused
+        # a step sees its own processes alone: not slurmd, not alice's job on that node
+        seen = as_user("bob", "srun -N1 ps -e -o comm=")
+        assert seen.split() and not {"slurmd", "slurmstepd", "sleep"} & set(seen.split()), seen
+        out = as_user(
+            "bob",
+            "cd && sbatch --parsable --wait -i /proc/1/cmdline -o node.out --wrap cat;"
+            ' echo "sbatch exited $?"; cat node.out',
+        )
+        assert "sbatch exited 0" not in out and "slurmd" not in out, out
+    finally:
+        kube.sh("login-0", "login", f"scancel {job}")
+    policies = kube.run("get", "networkpolicies", "-o", "name").split()
+    assert {
+        "networkpolicy.networking.k8s.io/cluster",
+        "networkpolicy.networking.k8s.io/mariadb",
+    } <= set(policies), policies
+    kube.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, 60)
 
 
 def test_mariadb_and_slurmdbd_deleted_lose_no_record(deployed: K8sCluster) -> None:
