@@ -166,11 +166,28 @@ def start_server(driver: WebDriver, url: str, cpus: int = 1, timeout: float = 18
             driver.find_element(
                 By.CSS_SELECTOR, "form input[type=submit], form button[type=submit]"
             ).click()
-        wait_for(driver, timeout).until(lambda d: d.find_elements(*lab) or network_changed(d))
+        _until_lab(driver, lab, time.monotonic() + timeout)
         if not network_changed(driver):
             return
         time.sleep(2)
     raise AssertionError(f"Chromium lost the portal to network changes: {driver.current_url}")
+
+
+def _until_lab(driver: WebDriver, lab: tuple[str, str], deadline: float) -> None:
+    """JupyterLab's shell (or Chromium's page for a network change) by ``deadline``. A JupyterLab
+    page that stays blank for a minute lost one of its scripts (CI saw one: the page's styles
+    and no shell, for three minutes): it is reloaded, as a user would."""
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no JupyterLab in time: {driver.current_url} {driver.title}"
+        try:
+            wait_for(driver, min(60, left)).until(
+                lambda d: d.find_elements(*lab) or network_changed(d)
+            )
+            return
+        except TimeoutException:
+            if "/lab" in driver.current_url:
+                driver.refresh()
 
 
 def launcher_card(driver: WebDriver, url: str, user: str, title: str):

@@ -1,6 +1,7 @@
 """The metrics images: Prometheus' own promtool accepts the alert rules and the configuration
 `invoke deploy` writes for the shipped cluster file and passes the rules' unit tests
-(monitoring/rules-test.yml); the exporter runs as its own account with its libraries."""
+(monitoring/rules-test.yml); the exporter reads the metrics token as root, then runs as its own
+account with its libraries and answers a scrape with that token alone."""
 
 from __future__ import annotations
 
@@ -46,13 +47,23 @@ def test_promtool_accepts_the_rules_and_config_and_passes_their_tests(
     tmp_path.chmod(0o755)
     for f in tmp_path.iterdir():
         f.chmod(0o644)
+    # each scrape's token, where the deploy binds it (promtool checks that the file is there)
+    token = tmp_path.parent / "metrics-token"
+    token.write_text("a-token\n")
+    token.chmod(0o644)
     where = roles.PROMETHEUS_CONF.path
     out = _run(
         client,
         images["prometheus"],
         f"cd {where} && promtool check config {monitoring.CONFIG_FILE} "
         f"&& promtool test rules rules-test.yml",
-        volumes={str(tmp_path): {"bind": where, "mode": "ro"}},
+        volumes={
+            str(tmp_path): {"bind": where, "mode": "ro"},
+            str(token): {
+                "bind": f"{roles.LOCAL_SECRETS_DIR}/{roles.METRICS_TOKEN.file}",
+                "mode": "ro",
+            },
+        },
     )
     assert "SUCCESS: 7 rules found" in out and "SUCCESS" in out.split("Unit Testing")[1]
 
@@ -61,7 +72,8 @@ def test_the_exporter_runs_unprivileged_with_its_libraries(
     client: docker.DockerClient, images: dict[str, str]
 ) -> None:
     image = client.images.get(images["exporter"])
-    assert image.attrs["Config"]["Cmd"][:3] == ["runuser", "-u", "slurm-exporter"]
+    command = image.attrs["Config"]["Cmd"]
+    assert command[command.index("--user") + 1] == "slurm-exporter", command
     out = _run(
         client,
         images["exporter"],
@@ -70,3 +82,26 @@ def test_the_exporter_runs_unprivileged_with_its_libraries(
     )
     uid, nvml_success = out.split()
     assert int(uid) != 0 and nvml_success == "0"
+    # started as the image starts it (the GPU collector: no Slurm needed), from a root-only
+    # token file: it runs as that account, and answers a scrape with the token alone
+    out = _run(client, images["exporter"], SCRAPED)
+    running_as, without, with_token = out.split()
+    assert (int(running_as), without, with_token) == (int(uid), "401", "200"), out
+
+
+SCRAPED = """
+umask 077 && echo the-token > /run/token
+METRICS_TOKEN_FILE=/run/token python3 /usr/local/lib/slurmforge/slurm_exporter.py \
+  --user slurm-exporter gpu --node probe --listen 127.0.0.1:9342 2> /dev/null &
+sleep 3
+awk '/^Uid:/ {print $2}' /proc/$!/status
+python3 - <<'PY'
+import urllib.error, urllib.request as u
+url = "http://127.0.0.1:9342/metrics"
+try:
+    u.urlopen(url)
+except urllib.error.HTTPError as exc:
+    print(exc.code)
+print(u.urlopen(u.Request(url, headers={"Authorization": "Bearer the-token"})).status)
+PY
+"""
