@@ -177,11 +177,16 @@ def test_an_mpi_job_spans_both_arches_and_is_accounted(mixed: Deployed) -> None:
         )[1]
         raise AssertionError(f"sbatch --wait mixed.sh exited {code}: {out}\n{said}")
     output = mixed.ok("login", f"cat ~/mixed-{job}.out", user=USER).splitlines()
-    ranks = sorted(line for line in output if not line.startswith("srun: "))
+    # Open MPI's TCP transport may box a warning about a socket call that qemu-user answers
+    # otherwise than a kernel would (F_GETFL: EAGAIN, a peer's address: EBADF): the emulated node
+    # alone may say so, and the ranks still meet
+    ranks = sorted(line for line in output if line.startswith("rank "))
     assert ranks == [
         "rank 0 of 2 on cpu-0 (x86_64): sum 1",
         "rank 1 of 2 on grace-0 (aarch64): sum 1",
-    ]
+    ], "\n".join(output)
+    warned = {line.split(":", 1)[1].strip() for line in output if "Local host:" in line}
+    assert warned <= {"grace-0"}, "\n".join(output)
     # each node built its own: an x86-64 and an AArch64 program side by side in the one home
     machines = [
         mixed.ok("login", f"od -An -tx1 -j18 -N1 ~/mixed/hello.{arch}", user=USER)
