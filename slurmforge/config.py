@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     Strict,
@@ -21,7 +18,7 @@ from pydantic import (
 )
 
 from slurmforge import features, refs
-from slurmforge.inputs import Model, inside
+from slurmforge.inputs import Model
 from slurmforge.pins import (
     _DEB_NAME,
     NATIVE_ARCH,
@@ -31,7 +28,6 @@ from slurmforge.pins import (
     GitSource,
     Int,
     Name,
-    Sha256,
     Source,
     Str,
     Url,
@@ -40,6 +36,7 @@ from slurmforge.pins import (
     _image_ref,
     _tag_template,
 )
+from slurmforge.userspace import Userspace, Wheel
 
 
 class Bootstrap(Model):
@@ -47,15 +44,22 @@ class Bootstrap(Model):
     arch a cell asks for (the matrix's ``arch`` axis)."""
 
     suite: Name
+    """The distribution's suite (bookworm)."""
     mirror: Url
+    """The Debian-style mirror it is bootstrapped from."""
     components: tuple[Name, ...] = Field(min_length=1)
+    """The archive's components (main, contrib, ...)."""
     source_date_epoch: Int = Field(ge=0)
+    """The timestamp files are given, for reproducible bases."""
     include: tuple[Name, ...] = ()
+    """More packages in the base."""
 
 
 class Distro(Model):
     bootstrap: Bootstrap | None = None
+    """Build the base from a mirror with mmdebstrap."""
     image: Annotated[str, Strict(), AfterValidator(_image_ref)] | None = None
+    """Or start from this registry image."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Distro:
@@ -66,117 +70,30 @@ class Distro(Model):
 
 class Slurm(Model):
     sources: tuple[AnySource, ...] = Field(min_length=1)
-    # tool → the release of it built against this Slurm (for tools with several 'releases')
+    """Where Slurm's source comes from: a tarball with sha256, or git with tag and commit."""
     tools: dict[Name, Version3] = Field(default_factory=dict)
-    # distro packages this tag's debian/control does not ask for but its build needs
+    """Tool → the release of it built against this Slurm (for tools with several 'releases')"""
     build_deps: tuple[Annotated[str, Strict(), StringConstraints(pattern=_DEB_NAME)], ...] = ()
-
-
-_REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!-]*$"
-
-
-class WheelPin(Model):
-    """A binary wheel fetched on the host with pip (by name, from the index pip is set up for),
-    pinned per arch: ``sha256`` is the amd64 wheel's, or ``{amd64: …, arm64: …}`` (NVIDIA
-    publishes a wheel per platform, so each arch's file has its own checksum)."""
-
-    requirement: Annotated[str, Strict(), StringConstraints(pattern=_REQUIREMENT)]
-    sha256: Annotated[
-        dict[Arch, Sha256],
-        BeforeValidator(lambda v: {NATIVE_ARCH: v} if isinstance(v, str) else v),
-        Field(min_length=1),
-    ]
-
-    def for_arch(self, arch: str) -> Wheel | None:
-        """The wheel for ``arch``, or None when none is pinned for it."""
-        sha = self.sha256.get(arch)  # type: ignore[call-overload]
-        return None if sha is None else Wheel(self.requirement, sha, arch)
-
-
-@dataclass(frozen=True)
-class Wheel:
-    """One arch's file of a pinned wheel: what is fetched, cached and put in a build context."""
-
-    requirement: str
-    sha256: str
-    arch: str = NATIVE_ARCH
-
-    @property
-    def pinned(self) -> bool:
-        return self.sha256 != UNPINNED
-
-    @property
-    def url(self) -> str:  # the key under which fetches and locks record it
-        tail = "" if self.arch == NATIVE_ARCH else f"?arch={self.arch}"
-        return f"pip:{self.requirement}{tail}"
-
-    @property
-    def key(self) -> str:
-        return self.url
-
-    @property
-    def filename(self) -> str:
-        name, version = self.requirement.split("==")
-        tail = "" if self.arch == NATIVE_ARCH else f"-{self.arch}"
-        return f"{re.sub(r'[-.]+', '_', name).lower()}-{version}{tail}.whl"
-
-
-AptPin = Annotated[str, Strict(), StringConstraints(pattern=r"^[a-z0-9][a-z0-9.+-]*=\S+$")]
-
-
-class AptRepo(Model):
-    """Packages from a vendor apt repository (production sites that reach it)."""
-
-    repository: Url  # base URL of the flat repository ('deb [signed-by=…] URL /')
-    keyring: Source  # its signing key, fetched on the host and verified like any source
-    packages: tuple[AptPin, ...] = Field(min_length=1)
-
-
-def _deb(source: Source) -> Source:
-    if not source.filename.endswith(".deb"):
-        raise ValueError(f"expected the URL of a .deb file, got {source.url!r}")
-    return source
-
-
-class Userspace(Model):
-    """Where a set of GPU libraries or tools comes from: NVIDIA's wheels and/or Debian packages
-    (both fetched on the host, verified by sha256 and unpacked into one CUDA prefix, never
-    installed with dpkg), a vendor apt repository on its own, or a pip lock file on its own
-    (installed into a virtual environment by the component's template)."""
-
-    wheels: tuple[WheelPin, ...] = ()
-    debs: tuple[Annotated[Source, AfterValidator(_deb)], ...] = ()
-    apt: AptRepo | None = None
-    # a pip lock file, relative to versions.yaml: every line pinned with its hashes
-    lock: Annotated[str, Strict(), AfterValidator(inside("versions.yaml's directory"))] | None = (
-        None
-    )
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> Userspace:
-        kinds = [bool(self.wheels or self.debs), self.apt is not None, self.lock is not None]
-        if sum(kinds) != 1:
-            raise ValueError("expected 'wheels' and/or 'debs', or 'apt' or 'lock' on its own")
-        return self
-
-    @property
-    def kind(self) -> str:
-        return "apt" if self.apt is not None else "lock" if self.lock is not None else "files"
+    """Distro packages this tag's debian/control does not ask for but its build needs"""
 
 
 class Cuda(Model):
-    runtime: Userspace  # CUDA user space that jobs link against
-    build: Userspace  # the compiler nccl-tests is built with (not installed in any image)
-    # GPU generations device code is compiled for (each one more is another nvcc pass per file)
+    runtime: Userspace
+    """CUDA user space that jobs link against"""
+    build: Userspace
+    """The compiler nccl-tests is built with (not installed in any image)"""
     arches: tuple[Annotated[str, Strict(), StringConstraints(pattern=r"^sm_\d{2,3}$")], ...] = (
         Field(default=("sm_80", "sm_90"), min_length=1)
     )
-    # tool → the release of it built for this CUDA (tools picked per CUDA with several 'releases')
+    """GPU generations device code is compiled for (each one more is another nvcc pass per file)"""
     tools: dict[Name, Version3] = Field(default_factory=dict)
+    """Tool → the release of it built for this CUDA (for tools picked per CUDA with several
+    'releases')"""
 
 
 class Release(Model):
     sources: tuple[AnySource, ...] = Field(min_length=1)
+    """Where this release's source comes from."""
 
 
 def _one_origin(version: object, origin: object, releases: dict, what: str, hint: str) -> None:
@@ -196,8 +113,11 @@ class Tool(Model):
     enroot), under cuda.<version>.tools for one built against CUDA (features.Feature.axis)."""
 
     version: Str | None = None
+    """The one version built."""
     sources: tuple[AnySource, ...] = ()
+    """Where it comes from."""
     releases: dict[Version3, Release] = Field(default_factory=dict)
+    """Several versions, each cell picking one."""
 
     @model_validator(mode="after")
     def _has_origin(self) -> Tool:
@@ -208,6 +128,7 @@ class Tool(Model):
 
 class UserspaceRelease(Model):
     userspace: Userspace
+    """Where this release's files come from."""
 
 
 class UserspaceTool(Model):
@@ -215,8 +136,11 @@ class UserspaceTool(Model):
     one version ('version' + 'userspace') or 'releases' picked per CUDA version."""
 
     version: Str | None = None
+    """The one version unpacked."""
     userspace: Userspace | None = None
+    """Where its files come from."""
     releases: dict[Version3, UserspaceRelease] = Field(default_factory=dict)
+    """Several versions, each CUDA picking one."""
 
     @model_validator(mode="after")
     def _has_origin(self) -> UserspaceTool:
@@ -254,10 +178,14 @@ def _tools_model() -> type[ToolsBase]:
     fields: dict[str, Any] = {}
     for name, feature in features.tools().items():
         kind: Any = UserspaceTool if feature.origin is features.Origin.USERSPACE else Tool
+        about = f"{name}, carried by the {', '.join(feature.carried_by)} images"
         if feature.optional:
-            fields[name.replace("-", "_")] = (kind | None, Field(None, alias=name))
+            fields[name.replace("-", "_")] = (
+                kind | None,
+                Field(None, alias=name, description=about),
+            )
         else:
-            fields[name.replace("-", "_")] = (kind, Field(alias=name))
+            fields[name.replace("-", "_")] = (kind, Field(alias=name, description=about))
     return create_model("Tools", __base__=ToolsBase, **fields)
 
 
@@ -266,17 +194,26 @@ Tools = _tools_model()
 
 class Account(Model):
     uid: Int = Field(ge=1, le=65533)
+    """Its user ID, the same in every image and the jail."""
     gid: Int = Field(ge=1, le=65533)
+    """Its group ID."""
 
 
 class Accounts(Model):
     slurm: Account
+    """SlurmUser: slurmctld and slurmdbd run as it."""
     munge: Account
-    mysql: Account  # MariaDB's server, in the mariadb image
-    slurmrestd: Account  # slurmrestd refuses root and SlurmUser: it runs as this one
-    exporter: Account  # the Prometheus exporter (unprivileged)
-    prometheus: Account  # Prometheus' server, in the prometheus image
-    openldap: Account  # slapd, in the slapd image (the embedded directory)
+    """munged runs as it."""
+    mysql: Account
+    """MariaDB's server, in the mariadb image"""
+    slurmrestd: Account
+    """slurmrestd refuses root and SlurmUser: it runs as this one"""
+    exporter: Account
+    """The Prometheus exporter (unprivileged)"""
+    prometheus: Account
+    """Prometheus' server, in the prometheus image"""
+    openldap: Account
+    """slapd, in the slapd image (the embedded directory)"""
 
     @model_validator(mode="after")
     def _distinct(self) -> Accounts:
@@ -289,16 +226,24 @@ class Accounts(Model):
 
 class CellSpec(Model):
     distro: Str
+    """A distro of `distros`."""
     slurm: Str
+    """A Slurm version of `slurm`."""
     cuda: Str
+    """A CUDA version of `cuda`."""
     arch: Arch = NATIVE_ARCH
+    """Amd64 or arm64."""
 
 
 class Axes(Model):
     distro: tuple[Str, ...] = Field(min_length=1)
+    """Distros of `distros`."""
     slurm: tuple[Str, ...] = Field(min_length=1)
+    """Slurm versions of `slurm`."""
     cuda: tuple[Str, ...] = Field(min_length=1)
+    """CUDA versions of `cuda`."""
     arch: tuple[Arch, ...] = Field((NATIVE_ARCH,), min_length=1)
+    """CPU arches (amd64, arm64)."""
 
     @field_validator("arch")
     @classmethod
@@ -310,9 +255,13 @@ class Axes(Model):
 
 class MatrixSet(Model):
     registry: Annotated[str, Strict(), AfterValidator(refs.registry_prefix)]
+    """The registry prefix the set's images are tagged with (HOST[:PORT][/PATH])."""
     tags: tuple[Annotated[str, Strict(), AfterValidator(_tag_template)], ...] = Field(min_length=1)
+    """Tag templates, one image tag each ({slurm}, {slurm_series}, {cuda}, {distro}, ...)."""
     matrix: Axes | None = None
+    """The cells: every combination of these axes."""
     include: tuple[CellSpec, ...] = ()
+    """More cells, one by one."""
 
     @model_validator(mode="after")
     def _has_cells(self) -> MatrixSet:
@@ -323,17 +272,23 @@ class MatrixSet(Model):
 
 class Versions(Model):
     accounts: Accounts
+    """The service accounts' IDs, the same in every image."""
     distros: dict[Name, Distro] = Field(min_length=1)
+    """The distros images are built on."""
     slurm: dict[Version3, Slurm] = Field(min_length=1)
+    """Slurm versions and their sources."""
     cuda: dict[Version3, Cuda] = Field(min_length=1)
+    """CUDA versions and their user space."""
     tools: Tools  # type: ignore[valid-type]
+    """The tools built beside Slurm (pyxis, enroot, NCCL, nccl-tests, ...)."""
     sets: dict[Name, MatrixSet] = Field(min_length=1)
-    # the site layer: a directory (relative to versions.yaml) whose site.yaml adds the site's
-    # packages, pip requirements, files and Dockerfile instructions to components (site_layer.py)
+    """Matrix sets: named groups of cells built and pushed together."""
     site: (
         Annotated[str, Strict(), StringConstraints(pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")]
         | None
     ) = None
+    """The site layer: a directory (relative to versions.yaml) whose site.yaml adds the site's
+    packages, pip requirements, files and Dockerfile instructions to components (site_layer.py)"""
 
     def picks(self, name: str) -> dict[str, dict[str, str]]:
         """Axis value → its 'tools' picks, on the axis that chooses ``name``'s release."""
@@ -362,7 +317,8 @@ class Config(BaseModel):
 
     path: Path
     versions: Versions
-    locked: dict[str, str] = {}  # url → sha256 recorded by `invoke lock`
+    locked: dict[str, str] = {}
+    """Url → sha256 recorded by `invoke lock`"""
 
     @property
     def root(self) -> Path:

@@ -15,12 +15,13 @@ from typing import Any, NoReturn
 
 from slurmforge import features
 from slurmforge.bootstrap import Base
-from slurmforge.config import Config, Userspace, UserspaceTool, Wheel
+from slurmforge.config import Config, UserspaceTool
 from slurmforge.errors import ConfigError
 from slurmforge.matrix import COMPONENTS, Axis, BuildTarget
 from slurmforge.pins import NATIVE_ARCH, UNPINNED, GitSource, Source, WheelLock
 from slurmforge.render import ContextFile, ContextFiles
 from slurmforge.sources import Cache
+from slurmforge.userspace import Userspace, Wheel
 
 Artifact = Source | GitSource | Wheel | WheelLock
 

@@ -34,7 +34,7 @@ def inside(where: str) -> Callable[[str], str]:
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 MAX_FILE_BYTES = 1 << 20  # a config file larger than this is refused before it is parsed

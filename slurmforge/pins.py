@@ -94,7 +94,9 @@ GitTag = Annotated[str, Strict(), StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-
 
 class Source(Model):
     url: Url
+    """Where the file is downloaded from."""
     sha256: Sha256
+    """Its sha256 (or `unpinned`, recorded by `invoke lock`)."""
 
     @property
     def pinned(self) -> bool:
@@ -117,8 +119,11 @@ class GitSource(Model):
     """
 
     git: GitUrl
+    """The repository's clone URL."""
     tag: GitTag
+    """The tag, for people."""
     commit: Commit
+    """The commit the tag must name (40 hex digits): what is trusted."""
 
     @model_validator(mode="before")
     @classmethod

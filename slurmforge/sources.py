@@ -27,9 +27,10 @@ from typing import NoReturn
 from tqdm import tqdm
 
 from slurmforge import gitsource, refs
-from slurmforge.config import Config, Wheel
+from slurmforge.config import Config
 from slurmforge.errors import ChecksumError, ConfigError, PinError, SourceError
 from slurmforge.pins import LOCK_PYTHONS, UNPINNED, GitSource, Source, WheelLock
+from slurmforge.userspace import Wheel
 
 MIRROR_ENV = "SLURMFORGE_MIRROR"
 _CHUNK = 1 << 20

@@ -19,11 +19,11 @@ import pytest
 
 from slurmforge import config, features, matrix, versions
 from slurmforge.app import Project, Selection
-from slurmforge.config import Wheel
 from slurmforge.context import ContextSources
 from slurmforge.errors import ChecksumError, ConfigError, SourceError
 from slurmforge.render import DockerfileRenderer, Rendered
 from slurmforge.sources import Cache
+from slurmforge.userspace import Wheel, WheelPin
 from tests.conftest import ROOT
 from tests.unit.helpers import HADOLINT
 
@@ -97,7 +97,7 @@ def test_each_arch_gets_its_own_wheel_and_checksum(index: str, tmp_path: Path, c
     """A wheel pinned for both arches is two files: pip picks each by its platform tag, and the
     arm64 one is checked against arm64's pin (the amd64 checksum does not pass for it)."""
     cache = Cache(tmp_path / "cache")
-    pin = config.WheelPin(requirement=f"{NAME}=={VERSION}", sha256={"amd64": SHA, "arm64": SHA_ARM})
+    pin = WheelPin(requirement=f"{NAME}=={VERSION}", sha256={"amd64": SHA, "arm64": SHA_ARM})
     amd, arm = pin.for_arch("amd64"), pin.for_arch("arm64")
     assert amd is not None and arm is not None and amd.key != arm.key
     got = cache.fetch(cfg, [arm])

@@ -142,7 +142,7 @@ def test_an_external_database_port_that_is_no_mysql_server_is_named(tmp_path) ->
     """Something else listens there (here a line-based server): the login cannot complete,
     which is said without a traceback (tests/cluster: a real server refusing the password)."""
     from slurmforge.deploy.slurm import database as accounting_db
-    from slurmforge.deploy.spec.model import DatabaseSpec
+    from slurmforge.deploy.spec.services import DatabaseSpec
 
     password = tmp_path / "pw"
     password.write_text("a-password-of-the-site-0123")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from slurmforge.deploy import roles
 from slurmforge.deploy.slurm import accounts
-from slurmforge.deploy.spec.model import Cluster, DatabaseSpec
+from slurmforge.deploy.spec.model import Cluster
+from slurmforge.deploy.spec.services import DatabaseSpec
 from slurmforge.errors import ConfigError, DeployError
 
 Sh = Callable[[str], tuple[int, str]]

@@ -80,27 +80,37 @@ class LdapSpec(Model):
     """A site's directory, or (``embedded``) the cluster's own slapd seeded from ``seed``."""
 
     embedded: StrictBool = False
-    # the embedded directory's first content: an LDIF file next to the cluster file, loaded into
-    # an empty directory; later changes go through LDAP itself (ldapmodify), as with a site's
+    """Run the cluster's own directory (slapd), seeded from `seed`, instead of using a site's."""
     seed: Annotated[str, StringConstraints(strict=True, min_length=1)] = "directory.ldif"
-    uri: tuple[Uri, ...] = ()  # tried in order (SSSD fails over); the embedded one's is made
+    """The embedded directory's first content: an LDIF file next to the cluster file, loaded into an
+    empty directory; later changes go through LDAP itself (ldapmodify), as with a site's"""
+    uri: tuple[Uri, ...] = ()
+    """The site directory's URIs (ldap:// with StartTLS, or ldaps://), tried in order (SSSD fails
+    over); the embedded one's is made."""
     base_dn: DN
-    user_base: DN | None = None  # where users are searched (default: base_dn)
+    """The directory's base DN."""
+    user_base: DN | None = None
+    """Where users are searched (default: base_dn)"""
     group_base: DN | None = None
+    """Where groups are searched (default: base_dn)."""
     user_filter: Filter = "(objectClass=posixAccount)"
+    """Which entries are users."""
     group_filter: Filter = "(objectClass=posixGroup)"
-    # rfc2307: groups list members by name (memberUid); rfc2307bis: by DN (member)
+    """Which entries are groups."""
     schema_: Literal["rfc2307", "rfc2307bis"] = Field("rfc2307", alias="schema")
-    # None: an anonymous bind. The embedded directory's reader is cn=sssd,<base_dn>.
+    """rfc2307: groups list members by name (memberUid); rfc2307bis: by DN (member)"""
     bind_dn: DN | None = None
-    # a file on the deploying machine holding the bind password (a Secret on Kubernetes);
-    # the embedded directory's is made at the first deploy
+    """The DN SSSD binds as; unset: an anonymous bind. The embedded directory's reader is
+    cn=sssd,<base_dn>."""
     bind_password_file: AbsPath | None = None
-    # the CA that signed the directory's certificate (default: the images' system CAs)
+    """A file on the deploying machine holding the bind password (a Secret on Kubernetes); the
+    embedded directory's is made at the first deploy"""
     ca_file: AbsPath | None = None
+    """The CA that signed the directory's certificate (default: the images' system CAs)"""
     ssh_key_attribute: Attribute = "sshPublicKey"
-    # members of these directory groups may sudo in the jail; nobody else may
+    """The attribute holding a user's SSH public keys (sshd asks SSSD for them)."""
     sudo_groups: tuple[GroupName, ...] = ()
+    """Members of these directory groups may sudo in the jail; nobody else may"""
 
     @property
     def uris(self) -> tuple[str, ...]:
@@ -118,15 +128,21 @@ def _octal(value: object) -> object:
 
 # A new home's mode: its owner's alone, or readable by her group too. Sessions, jobs and notebook
 # servers get the umask that matches (077, 027), so what they write follows.
-HomeMode = Annotated[Literal["0700", "0750"], BeforeValidator(_octal)]
+# (an editor's YAML 1.2 reads the unquoted 0750 as 750: the schema takes both readings)
+HomeMode = Annotated[
+    Literal["0700", "0750"],
+    BeforeValidator(_octal, json_schema_input_type=Literal["0700", "0750", 0o700, 0o750, 700, 750]),
+]
 UMASKS = {"0700": "0077", "0750": "0027"}
 
 
 class IdentitySpec(Model):
     source: Literal["local", "ldap"] = "local"
+    """Local: users made with createuser in the jail; ldap: users from a directory, through SSSD."""
     ldap: LdapSpec | None = None
-    # homes made by createuser and at a directory user's first login; existing homes keep theirs
+    """The directory, when `source` is ldap."""
     home_mode: HomeMode = "0700"
+    """Homes made by createuser and at a directory user's first login; existing homes keep theirs"""
 
     @property
     def umask(self) -> str:

@@ -45,14 +45,17 @@ Cron = Annotated[str, StringConstraints(strict=True), AfterValidator(refs.cron)]
 
 
 class VolumeSpec(Model):
-    # None: the cluster's default storage class
     storage_class: StorageClass | None = None
+    """The claim's storage class; unset: the cluster's default storage class."""
     size: Quantity
+    """The claim's requested size (a Kubernetes quantity: 50Gi)."""
 
 
 class HealthCheckSpec(Model):
     schedule: Cron = "0 */6 * * *"
+    """When the GPU health check's CronJob runs (cron: 5 fields, @hourly, @every 2h)."""
     enabled: StrictBool = True
+    """Run the GPU health check's CronJob."""
 
 
 class BackupSpec(VolumeSpec):
@@ -60,36 +63,44 @@ class BackupSpec(VolumeSpec):
     own, as `invoke backup` would, and keeps the newest ``keep``. No schedule: none."""
 
     schedule: Cron | None = None
+    """When a backup is taken (cron); unset: no scheduled backups."""
     keep: Annotated[StrictInt, Field(ge=1, le=1000)] = 7
+    """How many of the newest archives are kept."""
     size: Quantity = "20Gi"
+    """The backups' claim's size."""
 
 
 class KubernetesSpec(Model):
     """How the `k8s` target renders this cluster (ignored by `local`)."""
 
-    namespace: DNSName | None = None  # default: the cluster's name
-    # the API versions the rendered manifests are validated against (strict schemas)
+    namespace: DNSName | None = None
+    """The namespace the cluster is deployed into (default: the cluster's name)."""
     versions: tuple[KubeVersion, ...] = Field(("1.29", "1.30", "1.31", "1.32"), min_length=1)
-    # the shared root every node and login mounts: ReadWriteMany
+    """The API versions the rendered manifests are validated against (strict schemas)"""
     jail: VolumeSpec = VolumeSpec(size="50Gi")
-    # slurmctld's StateSaveLocation: ReadWriteOnce
+    """The shared root every node and login mounts: ReadWriteMany"""
     state: VolumeSpec = VolumeSpec(size="1Gi")
-    # the cluster's own accounting database (MariaDB): ReadWriteOnce
+    """slurmctld's StateSaveLocation: ReadWriteOnce"""
     database: VolumeSpec = VolumeSpec(size="10Gi")
+    """The cluster's own accounting database (MariaDB): ReadWriteOnce"""
     login_service: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"
-    # pull the images from this registry prefix instead of the set's (where `push --registry`
-    # put them); images are pinned by digest when build/images.lock.json has them
+    """The Service type that exposes the login node's sshd (and the portal)."""
     registry: (
         Annotated[str, StringConstraints(strict=True), AfterValidator(refs.registry_prefix)] | None
     ) = None
+    """Pull the images from this registry prefix instead of the set's (where `push --registry` put
+    them); images are pinned by digest when build/images.lock.json has them"""
     image_pull_secrets: tuple[DNSName, ...] = ()
+    """Secrets of the namespace the pods pull images with."""
     health_check: HealthCheckSpec = HealthCheckSpec()
+    """The GPU health check's CronJob."""
     backup: BackupSpec = BackupSpec()
-    # a node pod being deleted (drain, rollout, eviction) drains its Slurm node and gives its
-    # running jobs this long to finish (its terminationGracePeriodSeconds); those still running
-    # then end as on a lost node (NODE_FAIL, or requeued where the job allows it)
+    """Scheduled backups."""
     node_grace_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] = 60
-    # node pods request what their node set declares (cpus, memory_mb), as their limits, so
-    # Kubernetes places them where Slurm's view holds; true: they request next to nothing (the
-    # limits stay), so a small cluster (kind on a laptop, a test lab) fits more nodes than cores
+    """A node pod being deleted (drain, rollout, eviction) drains its Slurm node and gives its
+    running jobs this long to finish (its terminationGracePeriodSeconds); those still running
+    then end as on a lost node (NODE_FAIL, or requeued where the job allows it)"""
     overcommit: StrictBool = False
+    """Node pods request what their node set declares (cpus, memory_mb), as their limits, so
+    Kubernetes places them where Slurm's view holds; true: they request next to nothing (the
+    limits stay), so a small cluster (kind on a laptop, a test lab) fits more nodes than cores"""

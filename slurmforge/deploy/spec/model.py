@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BeforeValidator,
     Field,
     StrictBool,
     StrictInt,
     StringConstraints,
-    TypeAdapter,
-    ValidationError,
     field_validator,
 )
 
@@ -29,20 +25,18 @@ from slurmforge import matrix, refs
 from slurmforge.deploy.spec.fields import (
     NODE_DIRS,
     AbsPath,
-    AccountName,
     DNSName,
 )
-from slurmforge.deploy.spec.identity import GroupName, IdentitySpec
+from slurmforge.deploy.spec.identity import IdentitySpec
 from slurmforge.deploy.spec.kubernetes import KubernetesSpec
 from slurmforge.deploy.spec.nodeset import NodeSet
 from slurmforge.deploy.spec.portal import PortalSpec
+from slurmforge.deploy.spec.services import AccountingSpec, MetricsSpec, RestSpec
 from slurmforge.deploy.spec.site import (
-    AccountSpec,
     ConfKey,
     ConfValue,
     LineValue,
     MountSpec,
-    QosSpec,
     ScriptPath,
     TopologySpec,
 )
@@ -55,20 +49,28 @@ USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 
 class Partition(Model):
     name: DNSName
+    """The partition's name (PartitionName)."""
     nodesets: tuple[DNSName, ...] = Field(min_length=1)
+    """The node sets whose nodes make up the partition."""
     default: StrictBool = False
+    """Jobs that name no partition go here; at most one partition is the default."""
     max_time: Annotated[str, StringConstraints(strict=True, pattern=r"^(INFINITE|[0-9:-]+)$")] = (
         "INFINITE"
     )
-    # more of its PartitionName line (PriorityTier, QOS, AllowAccounts, OverSubscribe, ...)
+    """The longest time limit a job may have here (MaxTime): INFINITE, or minutes, MM:SS, HH:MM:SS,
+    D-HH, D-HH:MM:SS."""
     slurm: dict[ConfKey, LineValue] = Field(default_factory=dict)
+    """More of its PartitionName line (PriorityTier, QOS, AllowAccounts, OverSubscribe, ...)"""
 
 
 class LoginSpec(Model):
     address: Annotated[str, StringConstraints(strict=True), AfterValidator(refs.ip_address)] = (
         "127.0.0.1"
     )
+    """The host address the login node's sshd, the REST API, Prometheus and the portal are published
+    on (local target)."""
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 2222
+    """The login node's SSH port on that address."""
 
 
 def _scratch(path: str) -> str:
@@ -82,11 +84,11 @@ def _scratch(path: str) -> str:
 
 
 class JailSpec(Model):
-    # user state kept by every populate, in addition to /home, /opt/user and the SSH host keys
     keep: tuple[AbsPath, ...] = ()
-    # shared scratch directories made in the jail (mode 1777, like /tmp, but the same on every
-    # node and kept by every populate)
+    """User state kept by every populate, in addition to /home, /opt/user and the SSH host keys"""
     scratch: tuple[Annotated[AbsPath, AfterValidator(_scratch)], ...] = ()
+    """Shared scratch directories made in the jail (mode 1777, like /tmp, but the same on every node
+    and kept by every populate)"""
 
     @field_validator("scratch")
     @classmethod
@@ -109,101 +111,11 @@ class JailSpec(Model):
 
 
 class GpuSpec(Model):
-    # where the host's NVIDIA driver is found (its files are mounted read-only into GPU nodes)
     driver_root: AbsPath = "/"
-    # the GPU health check drains a node whose all_reduce_perf bus bandwidth is below this (GB/s)
+    """Where the host's NVIDIA driver is found (its files are mounted read-only into GPU nodes)"""
     min_busbw: Annotated[float, Field(strict=True, gt=0)] = 100.0
-
-
-Port = Annotated[StrictInt, Field(ge=1, le=65535)]
-
-
-class DatabaseSpec(Model):
-    """A MySQL/MariaDB the site already runs, instead of the cluster's own MariaDB."""
-
-    host: Annotated[str, StringConstraints(strict=True), AfterValidator(refs.host)]
-    port: Port = 3306
-    user: Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.-]{1,80}$")] = (
-        "slurm"
-    )
-    # a file on the deploying machine that holds the password (never copied anywhere else in
-    # clear: the local target mounts it, the k8s target makes a Secret of it)
-    password_secret: AbsPath
-    name: Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_]{1,64}$")] = (
-        "slurm_acct_db"
-    )
-
-
-# AccountingStorageEnforce's keywords (slurm.conf(5))
-Enforce = Literal["associations", "limits", "nojobs", "nosteps", "qos", "safe", "wckeys"]
-
-
-# Tokens (`scontrol token`, slurmrestd) no ordinary user may have for longer: max_token_lifespan
-# of AuthAltParameters (slurm.conf(5), Slurm 23.11 to 26.05). A duration as ISO 8601 writes it
-# (PT1H, P1D) or a number of seconds, parsed by pydantic.
-def _seconds(value: object) -> object:
-    """A duration's whole seconds (kept as a number: the model is dumped as JSON)."""
-    if isinstance(value, bool):
-        return value  # refused below, not taken for 1 second
-    try:
-        return int(_DURATION.validate_python(value).total_seconds())
-    except ValidationError:
-        raise ValueError(
-            f"expected a duration as ISO 8601 writes it (PT30M, PT1H, P1D) or a number of "
-            f"seconds, got {quote(value)}"
-        ) from None
-
-
-_DURATION = TypeAdapter(timedelta)
-TokenLifespan = Annotated[StrictInt, BeforeValidator(_seconds), Field(ge=60, le=366 * 86400)]
-
-
-class AccountingSpec(Model):
-    """Job accounting: slurmdbd on a database, sacct/sacctmgr, fair-share."""
-
-    enabled: StrictBool = True
-    # AccountingStorageEnforce: a job runs only under an association its user has, within its
-    # limits and QoS, and is refused at submission when it could never run (safe);
-    # [] lets users without an association submit, charged to nobody's limits
-    enforce: tuple[Enforce, ...] = ("associations", "limits", "qos", "safe")
-    # the longest an ordinary user's token may live (root and SlurmUser are not limited)
-    max_token_lifespan: TokenLifespan = 3600  # seconds
-    # the account createuser puts a new user under (unless given --account)
-    default_account: AccountName = "default"
-    database: DatabaseSpec | None = None  # None: the cluster's own MariaDB
-    # declared QoS and accounts, made or updated with sacctmgr on every deploy; ones the
-    # database has beyond these are reported, never deleted
-    qos: tuple[QosSpec, ...] = ()
-    accounts: tuple[AccountSpec, ...] = ()
-    # account → directory group (identity.source: ldap): every deploy makes the account's users
-    # the group's members, adding and deleting their associations (job records stay)
-    accounts_from_groups: dict[AccountName, GroupName] = Field(default_factory=dict)
-
-
-class RestSpec(Model):
-    """slurmrestd, published on the login address (needs accounting for its JWT keys)."""
-
-    enabled: StrictBool = True
-    port: Port = 6820
-
-
-class PrometheusSpec(Model):
-    """The local target's own Prometheus, scraping the exporter (Kubernetes: the site's)."""
-
-    enabled: StrictBool = True
-    port: Port = 9090  # published on the login address
-    scrape_interval: Annotated[StrictInt, Field(ge=1, le=3600)] = 15  # seconds
-
-
-class MetricsSpec(Model):
-    """The exporter (both targets), the alert rules' thresholds and the local Prometheus."""
-
-    enabled: StrictBool = True
-    # per-job usage (CPU time, largest RSS) of the jobs accounting saw end this long ago or later
-    usage_window: Annotated[StrictInt, Field(ge=60, le=86400)] = 3600  # seconds
-    # SlurmJobPendingTooLong fires for a partition whose oldest pending job waited this long
-    pending_alert_after: Annotated[StrictInt, Field(ge=60)] = 3600  # seconds
-    prometheus: PrometheusSpec = PrometheusSpec()
+    """The GPU health check drains a node whose all_reduce_perf bus bandwidth is below this
+    (GB/s)"""
 
 
 # PrivateData's words (slurm.conf(5))
@@ -215,28 +127,34 @@ PrivateWord = Literal[
 class SlurmSpec(Model):
     """How Slurm runs on the nodes."""
 
-    # Jobs are held to what they asked for: proctrack/cgroup and task/cgroup constrain each job
-    # and step's CPUs, memory and devices in a cgroup of its own under the node container's.
-    # false: for a host that cannot give node containers a writable cgroup subtree; processes
-    # are then tracked through /proc and memory is scheduled but not enforced.
     cgroups: StrictBool = True
-    # Users may ssh into a node where a job of theirs runs (sshd on every compute node, with
-    # pam_slurm_adopt; every job gets an extern step, PrologFlags=Contain, which makes a
-    # launch slower: bench/b16_identity.py). false: no sshd on the nodes, no extern steps.
+    """Jobs are held to what they asked for: proctrack/cgroup and task/cgroup constrain each job and
+    step's CPUs, memory and devices in a cgroup of its own under the node container's. false: for
+    a host that cannot give node containers a writable cgroup subtree; processes are then tracked
+    through /proc and memory is scheduled but not enforced."""
     node_ssh: StrictBool = True
-    # PrivateData (slurm.conf and slurmdbd.conf): what an ordinary user sees only of her own
-    # (operators, root and SlurmUser see all); [] shows every user every job, account and usage
+    """Users may ssh into a node where a job of theirs runs (sshd on every compute node, with
+    pam_slurm_adopt; every job gets an extern step, PrologFlags=Contain, which makes a launch
+    slower: bench/b16_identity.py). false: no sshd on the nodes, no extern steps."""
     private_data: tuple[PrivateWord, ...] = ("accounts", "jobs", "usage", "users")
-    # the site's own settings, merged into the files slurmforge writes; keys slurmforge
-    # manages are refused unless listed in `override` (slurm/siteconf.py, README)
-    conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)  # slurm.conf
+    """PrivateData (slurm.conf and slurmdbd.conf): what an ordinary user sees only of her own
+    (operators, root and SlurmUser see all); [] shows every user every job, account and usage"""
+    conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)
+    """The site's own settings, merged into the files slurmforge writes; keys slurmforge manages are
+    refused unless listed in `override` (slurm/siteconf.py, README) (slurm.conf)"""
     cgroup_conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)
+    """The site's own cgroup.conf settings, merged like `conf`."""
     slurmdbd_conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)
+    """The site's own slurmdbd.conf settings, merged like `conf`."""
     override: tuple[ConfKey, ...] = ()
-    # scripts (paths relative to the cluster file) every node runs as root before (prolog) or
-    # after (epilog) each job, in this order; a failing prolog drains the node
+    """Keys slurmforge manages that the site's `conf`, `cgroup_conf` or `slurmdbd_conf` may set
+    anyway."""
     prolog: tuple[ScriptPath, ...] = ()
+    """Scripts (paths relative to the cluster file) every node runs as root before (prolog) or after
+    (epilog) each job, in this order; a failing prolog drains the node"""
     epilog: tuple[ScriptPath, ...] = ()
+    """Scripts (paths relative to the cluster file) every node runs as root after each job, in this
+    order."""
 
 
 class ControllerSpec(Model):
@@ -245,37 +163,59 @@ class ControllerSpec(Model):
     answering, and hands it back when the primary returns)."""
 
     replicas: Annotated[StrictInt, Field(ge=1, le=2)] = 1
-    # seconds the backup waits for an answer from the primary before it takes control
-    # (SlurmctldTimeout; Slurm's own default is 120)
+    """1: one slurmctld, restarted when it dies; 2: a primary and a backup controller."""
     failover_after: Annotated[StrictInt, Field(ge=5, le=3600)] = 10
+    """Seconds the backup waits for an answer from the primary before it takes control
+    (SlurmctldTimeout; Slurm's own default is 120)"""
 
 
 class ImagesSpec(Model):
     set: Annotated[str, StringConstraints(strict=True)] = "default"
+    """The matrix set of versions.yaml whose images the cluster runs (built by `invoke build
+    --set`)."""
     cell: Annotated[str, StringConstraints(strict=True)] | None = None
+    """The cell of that set (distro, Slurm, CUDA); needed when the set has several."""
 
 
 class ClusterSpec(Model):
     name: DNSName
+    """The cluster's name (ClusterName; the Compose project and the Kubernetes namespace's
+    default)."""
     images: ImagesSpec = ImagesSpec()
+    """Which built images the cluster runs."""
     login: LoginSpec = LoginSpec()
+    """The login node."""
     controller: ControllerSpec = ControllerSpec()
+    """slurmctld: one, or a primary and a backup."""
     jail: JailSpec = JailSpec()
+    """The shared root every login session and job step runs in."""
     gpu: GpuSpec = GpuSpec()
+    """GPU nodes: where the host's driver is, and the GPU health check."""
     accounting: AccountingSpec = AccountingSpec()
+    """Job accounting: slurmdbd on a database."""
     rest: RestSpec = RestSpec()
+    """Slurm's REST API (slurmrestd)."""
     metrics: MetricsSpec = MetricsSpec()
-    # the web portal: JupyterHub, starting JupyterLab as a Slurm job (spec/portal.py)
+    """The exporter, the alert rules and the local Prometheus."""
     portal: PortalSpec = PortalSpec()
+    """The web portal: JupyterHub, starting JupyterLab as a Slurm job (spec/portal.py)"""
     kubernetes: KubernetesSpec = KubernetesSpec()
+    """How the `k8s` target renders this cluster (ignored by `local`)."""
     slurm: SlurmSpec = SlurmSpec()
-    # where users come from: the jail's own files (createuser) or a directory (spec/identity.py)
+    """How Slurm runs on the nodes, and the site's own Slurm settings."""
     identity: IdentitySpec = IdentitySpec()
+    """Where users come from: the jail's own files (createuser) or a directory (spec/identity.py)"""
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
+    """The directory (relative to the cluster file) that node sets' `definitions` are looked up
+    in."""
     mounts: tuple[MountSpec, ...] = ()
+    """Site storage mounted into the jail on the login node and every node."""
     topology: TopologySpec | None = None
+    """The fabric, written as topology.conf."""
     nodesets: tuple[NodeSet, ...] = Field(min_length=1)
+    """Groups of identical nodes."""
     partitions: tuple[Partition, ...] = Field(min_length=1)
+    """Slurm's partitions, each made of node sets."""
 
     @property
     def kept(self) -> tuple[str, ...]:

@@ -28,14 +28,18 @@ from slurmforge.pins import Arch
 
 class MatchExpression(Model):
     key: Annotated[str, StringConstraints(strict=True, min_length=1)]
+    """A Kubernetes node label."""
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    """How the label is matched."""
     values: tuple[Annotated[str, StringConstraints(strict=True)], ...] = ()
+    """The values it is matched against."""
 
 
 class Affinity(Model):
     """Node affinity for targets that schedule onto machines (Kubernetes); ignored locally."""
 
     matchExpressions: tuple[MatchExpression, ...] = ()
+    """Required node affinity: every expression must match."""
 
 
 DURATION = re.compile(r"(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
@@ -55,7 +59,14 @@ def _seconds(value: Any) -> Any:
 
 
 # seconds, written as a number or as 90s, 5m, 1h30m
-Duration = Annotated[StrictInt, BeforeValidator(_seconds)]
+Duration = Annotated[
+    StrictInt,
+    BeforeValidator(
+        _seconds,
+        json_schema_input_type=int
+        | Annotated[str, StringConstraints(pattern=f"^{DURATION.pattern}$")],
+    ),
+]
 
 
 class ElasticSpec(Model):
@@ -63,32 +74,44 @@ class ElasticSpec(Model):
     saving: ResumeProgram and SuspendProgram); its first ``min`` nodes always run."""
 
     min: Annotated[StrictInt, Field(ge=0, le=256)] = 0
+    """Nodes that always run."""
     max: Annotated[StrictInt, Field(ge=1, le=256)]
-    # a node without a job this long is stopped (the partition's SuspendTime)
+    """The most nodes the set has (its replicas)."""
     idle: Annotated[Duration, Field(ge=30, le=7 * 86400)] = 300
-    # a node not in service this long after its start is marked down (ResumeTimeout), and its
-    # job is requeued onto others
+    """A node without a job this long is stopped (the partition's SuspendTime)"""
     start_timeout: Annotated[Duration, Field(ge=30, le=3600)] = 300
+    """A node not in service this long after its start is marked down (ResumeTimeout), and its job
+    is requeued onto others"""
 
 
 class NodeSet(Model):
     name: DNSName
-    # an elastic set has elastic.max nodes, which are its replicas
+    """The node set's name; its nodes are NAME-0, NAME-1, ..."""
     replicas: Annotated[StrictInt, Field(ge=0, le=256)]
+    """An elastic set has elastic.max nodes, which are its replicas"""
     elastic: ElasticSpec | None = None
+    """Nodes that Slurm starts when jobs need them and stops when idle."""
     image: DNSName
-    # the CPU arch of its machines (default: the cluster's cell's); another arch's node sets run
-    # the same set's cell of that arch (Grace GPU nodes beside amd64 controllers)
+    """The component image its nodes run (slurmd, or worker for GPU nodes)."""
     arch: Arch | None = None
+    """The CPU arch of its machines (default: the cluster's cell's); another arch's node sets run
+    the same set's cell of that arch (Grace GPU nodes beside amd64 controllers)"""
     cpus: Annotated[StrictInt, Field(ge=1)]
+    """CPUs of each node (what slurm.conf says and the container is limited to)."""
     memory_mb: Annotated[StrictInt, Field(ge=64)]
+    """Memory of each node in MiB (RealMemory, and the container's limit)."""
     features: tuple[Word, ...] = ()
+    """Slurm node features (for --constraint)."""
     gres: tuple[Word, ...] = ()
+    """Generic resources, such as gpu:4 or gpu:h100:8."""
     capabilities: tuple[Capability, ...] = ()
+    """Linux capabilities the node container gets."""
     env: dict[EnvName, Annotated[str, StringConstraints(strict=True)]] = Field(default_factory=dict)
+    """Environment variables of the node container."""
     affinity: Affinity = Affinity()
-    # more of the node set's NodeName line (Weight, TmpDisk, CoreSpecCount, ...)
+    """Where its pods may run (Kubernetes)."""
     slurm: dict[ConfKey, LineValue] = Field(default_factory=dict)
+    """More of the node set's NodeName line (Weight, TmpDisk, CoreSpecCount, ...)"""
 
     @model_validator(mode="before")
     @classmethod

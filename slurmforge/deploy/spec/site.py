@@ -73,22 +73,34 @@ class Limits(Model):
     """sacctmgr's limits, under sacctmgr's own names (-1 clears one)."""
 
     GrpTRES: Tres | None = None
+    """Trackable resources all running jobs together may use (cpu=64,mem=256G,gres/gpu=8)."""
     GrpJobs: Count | None = None
+    """Jobs that may run at once, all together."""
     GrpSubmitJobs: Count | None = None
+    """Jobs that may be pending or running at once, all together."""
     GrpWall: Duration | None = None
+    """Wall time all running jobs together may use (minutes, or D-HH:MM:SS)."""
     MaxTRESPerJob: Tres | None = None
+    """Trackable resources one job may use."""
     MaxTRESPerNode: Tres | None = None
-    MaxWall: Duration | None = None  # a job's longest run
+    """Trackable resources one job may use on each node."""
+    MaxWall: Duration | None = None
+    """A job's longest run"""
 
 
 class QosSpec(Limits):
     """A QoS, as `sacctmgr add/modify qos` takes it."""
 
     name: QosName
+    """The QoS's name."""
     Description: Text | None = None
+    """Free text."""
     Priority: Annotated[StrictInt, Field(ge=0)] | None = None
+    """Added to a job's priority (with PriorityWeightQOS)."""
     Preempt: tuple[QosName, ...] | None = None
+    """QoS whose jobs this QoS's jobs may preempt."""
     PreemptMode: Literal["off", "cancel", "requeue", "suspend"] | None = None
+    """What happens to a preempted job."""
     Flags: (
         tuple[
             Literal[
@@ -107,28 +119,46 @@ class QosSpec(Limits):
         ]
         | None
     ) = None
+    """sacctmgr's QoS flags."""
     UsageFactor: Annotated[float, Field(strict=True, ge=0)] | None = None
+    """Usage is charged times this (0: free)."""
     GraceTime: Duration | None = None
+    """How long a preempted job may run on before it is stopped."""
     MaxTRESPerUser: Tres | None = None
+    """Trackable resources one user's running jobs may use."""
     MaxTRESPerAccount: Tres | None = None
+    """Trackable resources one account's running jobs may use."""
     MaxJobsPerUser: Count | None = None
+    """Running jobs per user."""
     MaxSubmitJobsPerUser: Count | None = None
+    """Pending and running jobs per user."""
     MaxJobsPerAccount: Count | None = None
+    """Running jobs per account."""
     MinTRESPerJob: Tres | None = None
+    """Trackable resources a job must ask for at least."""
 
 
 class AccountSpec(Limits):
     """An account, as `sacctmgr add/modify account` takes it."""
 
     name: AccountName
+    """The account's name."""
     Parent: AccountName = "root"
+    """The account above it in the tree."""
     Description: Text | None = None
+    """Free text."""
     Organization: Text | None = None
+    """Free text."""
     Fairshare: Annotated[StrictInt, Field(ge=0)] | None = None
+    """Its share of the cluster against its siblings."""
     QOS: tuple[QosName, ...] | None = None
+    """The QoS its users may use."""
     DefaultQOS: QosName | None = None
+    """The QoS a job gets when it names none."""
     MaxJobs: Count | None = None
+    """Running jobs per user of the account."""
     MaxSubmitJobs: Count | None = None
+    """Pending and running jobs per user of the account."""
 
 
 def _mount_path(path: str) -> str:
@@ -148,10 +178,14 @@ def _mount_path(path: str) -> str:
 class MountSpec(Model):
     """Site storage in the jail, where users and jobs see it (login and every node)."""
 
-    path: Annotated[AbsPath, AfterValidator(_mount_path)]  # in the jail
-    host_path: AbsPath | None = None  # local: a directory of this host; k8s: of each node
-    claim: DNSName | None = None  # k8s: a PersistentVolumeClaim of the cluster's namespace
+    path: Annotated[AbsPath, AfterValidator(_mount_path)]
+    """Where it is mounted in the jail."""
+    host_path: AbsPath | None = None
+    """Local: a directory of this host; k8s: of each node"""
+    claim: DNSName | None = None
+    """K8s: a PersistentVolumeClaim of the cluster's namespace"""
     read_only: StrictBool = False
+    """Mounted read-only for everyone."""
 
     @model_validator(mode="after")
     def _one_source(self) -> MountSpec:
@@ -165,21 +199,29 @@ SwitchName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9
 
 class SwitchSpec(Model):
     name: SwitchName
-    nodesets: tuple[DNSName, ...] = ()  # a leaf switch: the nodes of these node sets
-    switches: tuple[SwitchName, ...] = ()  # an upper one: these switches
+    """The switch's name."""
+    nodesets: tuple[DNSName, ...] = ()
+    """A leaf switch: the nodes of these node sets"""
+    switches: tuple[SwitchName, ...] = ()
+    """An upper one: these switches"""
 
 
 class BlockSpec(Model):
     name: SwitchName
+    """The block's name."""
     nodesets: tuple[DNSName, ...] = Field(min_length=1)
+    """The node sets whose nodes make up the block."""
 
 
 class TopologySpec(Model):
     """The fabric (topology.conf): a tree of switches, or blocks of nodes."""
 
     tree: tuple[SwitchSpec, ...] = ()
+    """A tree of switches (topology/tree)."""
     block: tuple[BlockSpec, ...] = ()
-    block_sizes: tuple[Annotated[StrictInt, Field(ge=1)], ...] = ()  # Slurm >= 24.05
+    """Blocks of nodes (topology/block, Slurm >= 24.05)."""
+    block_sizes: tuple[Annotated[StrictInt, Field(ge=1)], ...] = ()
+    """The block sizes Slurm may place jobs on (BlockSizes; Slurm >= 24.05)."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> TopologySpec:
