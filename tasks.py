@@ -370,3 +370,38 @@ def gpu_detect(c, driver_root, format):
             f"warning: ignoring {path}: not of the running driver {driver.version}", file=sys.stderr
         )
     print(json.dumps(driver.cdi() if format == "cdi" else driver.plan(), indent=2))
+
+
+@task(
+    build=Option("write the site into this directory (new, empty, or an earlier --build's)"),
+    port=Option("serve on 127.0.0.1:PORT (default 8008)"),
+    check=Option("only name the generated pages and schemas that are stale (exit 1 if any)", False),
+    generate=Option("only write the generated pages and schemas", False),
+)
+def docs(c, build, port, check, generate):
+    """Regenerate the reference pages and schemas, then serve the docs site (or --build it)."""
+    from slurmforge import docsgen
+
+    if check:
+        stale = docsgen.stale(ROOT)
+        for path in stale:
+            print(f"stale: {path} (invoke docs writes it)")
+        if stale:
+            raise Exit(code=1)
+        return
+    if generate:
+        for path in docsgen.write(ROOT):
+            print(f"wrote {path}")
+        return
+    if build:
+        docsgen.build(ROOT, out_dir("--build", build, ROOT))
+        return
+    docsgen.serve(ROOT, number("--port", port, 8008, integer=True, minimum=1, inclusive=True))
+
+
+@task()
+def version(c):
+    """Print slurmforge's version (and, in a checkout, its commit)."""
+    from slurmforge.version import describe
+
+    print(f"slurmforge {describe(ROOT)}")

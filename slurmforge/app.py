@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
-from slurmforge import buildlog, fastpath, matrix, options, versions
+from slurmforge import buildlog, fastpath, matrix, options, version, versions
 from slurmforge.bootstrap import Base
 from slurmforge.build import BuildOptions, BuildRunner, Result
 from slurmforge.config import Config
@@ -197,6 +197,7 @@ class Project(Fetching):
             "org.opencontainers.image.created": created.isoformat(timespec="seconds"),
             "org.opencontainers.image.revision": git_revision(self.root),
             "org.opencontainers.image.source": git_origin(self.root),
+            "io.slurmforge.version": version.describe(self.root),
         }
 
     # -- render / clean --------------------------------------------------------------------

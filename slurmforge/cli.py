@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from invoke import Exit
+from invoke import Exit, Task
 from invoke import task as invoke_task
 
 from slurmforge.options import FetchOptions, out_dir
@@ -189,6 +189,16 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+class _Task(Task):
+    """invoke's task, but a short flag is a letter or digit: invoke takes the first free character
+    of the option's name, which for ``no_backup`` was the dash (``--`` then meant --no-backup)."""
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        opts = super().arg_opts(name, default, taken_names)
+        opts["names"] = [n for n in opts["names"] if len(n) > 1 or n.isalnum()]
+        return opts
+
+
 def task(*groups: Group, **own: Option) -> Callable[[Callable[..., Any]], Any]:
     """An invoke task taking ``groups`` (each reaches the body as its one value, by the group's
     name) and ``own`` options (each by its own name). The body's parameters name what it uses."""
@@ -217,6 +227,7 @@ def task(*groups: Group, **own: Option) -> Callable[[Callable[..., Any]], Any]:
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         del run.__wrapped__  # invoke reads the signature above, not the body's
         return invoke_task(
+            klass=_Task,
             help={k: o.help for k, o in declared.items()},
             iterable=[k for k, o in declared.items() if o.iterable],
         )(fails_cleanly(run))

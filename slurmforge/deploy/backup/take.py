@@ -13,14 +13,13 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, ClassVar
 
 import yaml
 from tqdm import tqdm
 
-from slurmforge import jail_contract, state
+from slurmforge import jail_contract, state, version
 from slurmforge.deploy import roles
 from slurmforge.deploy.backup import archive, snapshot
 from slurmforge.deploy.backup.snapshot import job_table
@@ -52,13 +51,6 @@ JAIL_STATE = (
 def default_dir(cluster_name: str) -> Path:
     """Where backups go unless --out says: beside the cluster's secrets (0700)."""
     return state.cluster_dir(cluster_name) / "backups"
-
-
-def _version() -> str:
-    try:
-        return metadata.version("slurmforge")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def bar(what: str, total: int | None, log: IO[str]) -> tqdm:
@@ -313,7 +305,7 @@ def plan(cluster: Cluster, slurm: str | None = None, scheduled: bool = False) ->
     return snapshot.Plan(
         cluster=cluster.name,
         slurm=slurm,
-        slurmforge=_version(),
+        slurmforge=version.describe(),
         images=dict(cluster.images),
         files=files,
         standalone=own,
