@@ -4,7 +4,7 @@ the shell and C that use it).
 
 - populate (jail/populate/populate, the jail image's entrypoint) copies the image into the
   directory it is given. It reads its inputs from the environment (``populate_env``) and leaves
-  two files behind, which make a directory a jail (README, "The jail"): MARKER, written before
+  two files behind, which make a directory a jail (docs/explanation/jail.md): MARKER, written before
   the first copy, and SENTINEL, holding the image ID, written after a complete one. `invoke
   jail-populate`, the Compose file's populate service and the k8s populate Job all start it
   through this module, and every pod that waits for the jail reads SENTINEL.

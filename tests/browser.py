@@ -25,6 +25,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 from tests.conftest import ROOT
 
 ARTIFACTS = ROOT / ".cache" / "portal"
+# where the docs' pictures are taken to, when a run is asked for them (tests/pictures.py)
+PICTURES = os.environ.get("SLURMFORGE_PICTURES")
 # a notebook cell that prints the Python its kernel runs
 PYTHON_VERSION = "import sys; print('python', sys.version.split()[0])"
 
@@ -98,6 +100,18 @@ def browser(browsers: Callable[[], WebDriver]) -> WebDriver:
     return browsers()
 
 
+def picture(driver: WebDriver, name: str) -> None:
+    """The page as the user sees it now, for the docs (only in a run asked for pictures): a
+    window of 1100 by 720, the size a reader's screen shows without scaling."""
+    if not PICTURES:
+        return
+    size = driver.get_window_size()
+    driver.set_window_size(1100, 720)
+    time.sleep(1)  # the page lays itself out again
+    driver.save_screenshot(os.path.join(PICTURES, f"{name}.png"))
+    driver.set_window_size(size["width"], size["height"])
+
+
 def wait_for(driver: WebDriver, timeout: float = 30) -> WebDriverWait:
     """A wait that takes an element the page re-rendered between finding it and checking it
     (JupyterLab redraws a new notebook's cell as its kernel connects) for not ready yet."""
@@ -163,11 +177,17 @@ def start_server(driver: WebDriver, url: str, cpus: int = 1, timeout: float = 18
         if field := driver.find_elements(By.ID, "cpus"):
             field[0].clear()
             field[0].send_keys(str(cpus))
+            picture(driver, "portal-form")
             driver.find_element(
                 By.CSS_SELECTOR, "form input[type=submit], form button[type=submit]"
             ).click()
         _until_lab(driver, lab, time.monotonic() + timeout)
         if not network_changed(driver):
+            if PICTURES:  # the launcher's cards drawn
+                wait_for(driver, 60).until(
+                    lambda d: d.find_elements(By.CLASS_NAME, "jp-LauncherCard")
+                )
+                picture(driver, "portal-jupyterlab")
             return
         time.sleep(2)
     raise AssertionError(f"Chromium lost the portal to network changes: {driver.current_url}")

@@ -1,7 +1,7 @@
 """Deployment: one typed cluster model, rendered to Slurm config and to a target's manifests;
 here, the entry points the deploy-side tasks call.
 
-The parts, each importing only those before it (README's Layout; tests/unit/test_layout.py):
+The parts, each importing only those before it (docs/development/layout.md, test_layout.py):
 spec/ (the cluster file's schema and the checks across its parts), identity/ (SSSD and the
 directory), target.py (what a target is, and where to add one), roles.py (what a cluster runs,
 for every target: where to add a role or a secret), slurm/ (Slurm's own files, settings,

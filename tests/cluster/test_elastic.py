@@ -296,7 +296,7 @@ def test_a_restored_cluster_runs_the_elastic_nodes_that_ran_and_starts_the_other
     """The host lost and the cluster restored from a backup taken while one elastic node ran a
     job and the others were stopped: the one that ran runs again and is in service, the
     stopped ones come back powered down, warm's first node runs, and a job starts the rest."""
-    # burst-0 back in service as README says, its container still gone (the test above): resume
+    # burst-0 back in service as the how-to says, its container still gone (above): resume
     # alone leaves it waiting to register (NOT_RESPONDING), which a restarted slurmctld never
     # gives a job; powered down again, it is an idle node at rest
     if _states(cluster)["burst-0"].startswith("down"):
@@ -331,7 +331,7 @@ def test_a_restored_cluster_runs_the_elastic_nodes_that_ran_and_starts_the_other
         "burst-1": "running",
     }
     # the job that ran at the backup has no process left, but Slurm counts it as running until
-    # burst-1 next registers (README: about 7 minutes); its user cancels it
+    # burst-1 next registers (the elastic how-to: about 7 minutes); its user cancels it
     cluster.ok("login", f"scancel {held}", user=USER)
     job = _submit(cluster, "-N3 -o /dev/null --wrap 'srun true'")
     try:

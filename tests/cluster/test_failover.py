@@ -315,7 +315,7 @@ def _a_job_ended_since_the_last_save(cluster: Deployed, tries: int = 3) -> tuple
         _wait("the job running", lambda job=job: _running(cluster, job), 60)
         # a change to save (the job's comment): slurmctld saves it at once, then waits 5 s
         # before it saves again, whatever changes meanwhile; no submission in that window, which
-        # would be lost with the primary (what a SIGKILLed controller loses is said in README)
+        # would be lost with the primary (what a SIGKILLed controller loses: slurm-choices.md)
         before = _saved_at(cluster)
         cluster.ok("login", f"scontrol update jobid={job} comment=saved", user=USER)
         _wait("a state save", lambda before=before: _saved_at(cluster) != before, 30)

@@ -207,7 +207,7 @@ def test_mpi_a_container_and_accounting_as_a_directory_user(directory: Directory
 def test_a_host_lost_after_users_were_added_over_ldap_comes_back_from_the_archive_alone(
     directory: Directory, tmp_path: Path
 ) -> None:
-    """dora is added over LDAP after the first deploy (as README says a site adds people). The
+    """dora is added over LDAP after the first deploy (as a site adds people). The
     cluster is backed up, the host "lost" (containers, volumes, secrets, the cluster file and
     its seed), and `invoke restore` given the archive alone brings it back with dora in it."""
     cluster = directory.cluster

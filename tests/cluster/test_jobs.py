@@ -62,7 +62,7 @@ MPICH_RUNS = 30
 
 
 def test_mpi_hello_over_pmi2_with_mpich_ends_every_time(deployed: Deployed, tmp_path: Path) -> None:
-    """PMI-2 is what MPICH speaks: README's recipe (MPICH from PyPI in a venv, /opt/mpich, in the
+    """PMI-2 is what MPICH speaks: the docs' recipe (MPICH from PyPI in a venv, /opt/mpich, in the
     jail), then the hello world started again and again in one allocation; each step must end
     on its own (a finalize that hangs is killed by its time limit and fails the run)."""
     # the wheel comes through the host's pip (its index and certificates, as the image builds'

@@ -136,7 +136,7 @@ def test_a_node_that_cannot_start_is_down_its_pod_withdrawn_and_its_job_requeued
     """A node whose pod finds no room (a node selector no node matches: Pending, as in a full
     pool) is down after start_timeout with Slurm's reason, in the metrics too; its job is
     requeued; and its start is withdrawn (ResumeFailProgram), so no pod waits to come up later
-    behind Slurm's back. The operator's fix, as README says, returns it to service (the restore
+    behind Slurm's back. The operator's fix, as the how-to says, returns it to service (the restore
     test below starts it for a job). That the requeued job then runs on another node is Slurm's
     own, once its launch credential has expired (2 minutes): the local test waits for it."""
     kube = elastic.kube
@@ -233,7 +233,7 @@ def test_a_restored_cluster_runs_the_node_that_ran_and_starts_the_others_for_job
             assert states["cpu-1"] in ("idle", "alloc", "mix", "comp"), states
             assert [_scale(kube, n) for n in NODES] == [0, 1, 0]
             assert sorted(_node_pods(kube)) == ["cpu-1"]
-            # the job that ran at the backup has no process left (README); its user cancels it
+            # the job that ran at the backup has no process left (how-to); its user cancels it
             kube.sh("login-0", "login", f"scancel {held}", user=USER)
             job = _submit(kube, "-N3 -o /dev/null --wrap 'srun true'")
             until(f"job {job} completed", lambda: _job_state(kube, job) == "COMPLETED",

@@ -1,4 +1,4 @@
-"""The package's shape, as README's Layout section states it: the deploy side's parts import
+"""The package's shape, as docs/development/layout.md states it: the deploy side's parts import
 only the parts above them, no module imports one that imports it back (TYPE_CHECKING imports
 and imports inside functions included), and modules and classes stay a screen or a few long."""
 
@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "slurmforge"
 DEPLOY = PACKAGE / "deploy"
-# README's order of the deploy side: a part may import the parts before it
+# the Layout page's order of the deploy side: a part may import the parts before it
 ORDER = [
     "portal_tls", "spec", "identity", "target", "roles", "slurm", "generated", "portal",
     "monitoring", "backup", "loader",

@@ -94,7 +94,7 @@ def sssd_conf(spec: ClusterSpec) -> str:
     if ldap.embedded:
         # on the cluster's own network only: the reader's password is the cluster's secret
         lines += ["ldap_id_use_start_tls = false", "ldap_tls_reqcert = never"]
-        if passwords:  # SSSD sends a password over TLS alone unless told (README: Web portal)
+        if passwords:  # SSSD sends a password over TLS alone unless told (the portal how-to)
             lines.append("ldap_auth_disable_tls_never_use_in_production = true")
     else:
         starttls = any(u.startswith("ldap://") for u in ldap.uris)

@@ -233,7 +233,7 @@ def check(cluster: Cluster, keys: ConfKeys) -> None:
                 raise ConfigError(
                     f"{at}: slurmforge manages {known[key.lower()]} ({why})",
                     hint=f"to take it over, add {known[key.lower()]} to slurm.override "
-                    "(README: 'Your own configuration')",
+                    "(docs/how-to/site-configuration.md)",
                 )
             if why:
                 used.add(key.lower())

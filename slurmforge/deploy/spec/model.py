@@ -140,8 +140,8 @@ class SlurmSpec(Model):
     """PrivateData (slurm.conf and slurmdbd.conf): what an ordinary user sees only of her own
     (operators, root and SlurmUser see all); [] shows every user every job, account and usage"""
     conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)
-    """The site's own settings, merged into the files slurmforge writes; keys slurmforge manages are
-    refused unless listed in `override` (slurm/siteconf.py, README) (slurm.conf)"""
+    """The site's own slurm.conf settings, merged into the file slurmforge writes; keys slurmforge
+    manages are refused unless listed in `override`."""
     cgroup_conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)
     """The site's own cgroup.conf settings, merged like `conf`."""
     slurmdbd_conf: dict[ConfKey, ConfValue] = Field(default_factory=dict)
