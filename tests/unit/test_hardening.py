@@ -119,7 +119,7 @@ def test_cluster_and_node_set_names_are_dns_labels(write_cluster) -> None:
         ),
         (
             {"database": {"host": "db", "password_secret": "pw.txt"}},
-            "accounting.database.password_secret: expected a value matching",
+            "accounting.database.password_secret: expected an absolute path (starting with /",
         ),
     ],
 )

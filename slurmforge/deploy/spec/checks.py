@@ -36,8 +36,8 @@ def check(path: Path, spec: ClusterSpec, reserved: Collection[str] = ()) -> None
                 )
     for i, ns in enumerate(spec.nodesets):
         for gres in ns.gres:
-            name, *_, count = gres.split(":")
-            if name == "gpu" and not (gres.count(":") in (1, 2) and count.isdigit()):
+            parts = gres.split(":")
+            if parts[0] == "gpu" and not (len(parts) in (2, 3) and parts[-1].isdigit()):
                 raise ConfigError(
                     f"{path}: nodesets[{i}].gres: {gres!r}: expected gpu[:type]:count"
                 )

@@ -10,15 +10,22 @@ from typing import Annotated
 from pydantic import AfterValidator, StringConstraints
 
 from slurmforge.errors import ConfigError, quote
+from slurmforge.inputs import worded
 
 # node and service names: DNS labels short enough for Slurm node names with a "-<index>" suffix
-DNSName = Annotated[
-    str, StringConstraints(strict=True, pattern=r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
-]
-Word = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.:/=-]+$")]
-Capability = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Z][A-Z_]+$")]
-AbsPath = Annotated[str, StringConstraints(strict=True, pattern=r"^/[^\s:]*$")]
-EnvName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+DNS_NAME = worded(
+    r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$",
+    "a name of lower-case letters, digits and '-' (a letter first, not '-' last, at most 32)",
+)
+DNSName = Annotated[str, StringConstraints(strict=True, pattern=DNS_NAME)]
+WORD = worded(r"^[A-Za-z0-9_.:/=-]+$", "one word of letters, digits and _ . : / = -")
+Word = Annotated[str, StringConstraints(strict=True, pattern=WORD)]
+CAPABILITY = worded(r"^[A-Z][A-Z_]+$", "a Linux capability's name without CAP_ (SYS_ADMIN)")
+Capability = Annotated[str, StringConstraints(strict=True, pattern=CAPABILITY)]
+ABS_PATH = worded(r"^/[^\s:]*$", "an absolute path (starting with /, no spaces or ':')")
+AbsPath = Annotated[str, StringConstraints(strict=True, pattern=ABS_PATH)]
+ENV_NAME = worded(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable's name")
+EnvName = Annotated[str, StringConstraints(strict=True, pattern=ENV_NAME)]
 # Slurm lower-cases account names and takes these characters in them
 ACCOUNT = r"^[a-z0-9_][a-z0-9_.-]{0,63}$"
 
