@@ -377,8 +377,9 @@ def gpu_detect(c, driver_root, format):
     port=Option("serve on 127.0.0.1:PORT (default 8008)"),
     check=Option("only name the generated pages and schemas that are stale (exit 1 if any)", False),
     generate=Option("only write the generated pages and schemas", False),
+    pictures=Option("take the docs' pictures again (needs Docker and README's build)", False),
 )
-def docs(c, build, port, check, generate):
+def docs(c, build, port, check, generate, pictures):
     """Regenerate the reference pages and schemas, then serve the docs site (or --build it)."""
     from slurmforge import docsgen
 
@@ -388,6 +389,9 @@ def docs(c, build, port, check, generate):
             print(f"stale: {path} (invoke docs writes it)")
         if stale:
             raise Exit(code=1)
+        return
+    if pictures:  # the tests' own browser and terminal take them (tests/pictures.py)
+        c.run(f"{sys.executable} -m tests.pictures")
         return
     if generate:
         for path in docsgen.write(ROOT):

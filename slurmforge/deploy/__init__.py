@@ -32,7 +32,24 @@ def open_target(where: Where) -> Target:
 def deploy(where: Where, timeout: str | None, back_up: bool = True) -> list[str]:
     """`invoke deploy` on the chosen target; the lines to show the user."""
     seconds = where.parse_timeout(timeout)
-    return open_target(where).deploy(seconds, back_up)
+    return [*scale_notes(where), *open_target(where).deploy(seconds, back_up)]
+
+
+def scale_notes(where: Where) -> list[str]:
+    """A note for each node set whose count `invoke scale` keeps apart from the file's: an edit
+    of the file's ``replicas`` is not what a deploy takes then, and the user should see that."""
+    from slurmforge import state
+    from slurmforge.deploy import loader
+    from slurmforge.versions import load as load_versions
+
+    cluster = loader.load(where.cluster_file, load_versions(where.versions_file))
+    kept = state.read_scale(cluster.name)
+    return [
+        f"note: node set {ns.name}: {kept[ns.name]} nodes, as `invoke scale` set it, not the "
+        f"file's replicas: {ns.replicas} (`invoke scale {ns.name}={ns.replicas}` takes the file's)"
+        for ns in cluster.spec.nodesets
+        if ns.name in kept and kept[ns.name] != ns.replicas and ns.elastic is None
+    ]
 
 
 def restore(where: Where, archive: Path, force: bool, timeout: str | None) -> list[str]:

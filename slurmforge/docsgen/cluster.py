@@ -243,7 +243,7 @@ def files_page(root: Path) -> str:
     def readers(attr: str, item: object) -> str:
         return _code(r.name for r in roles.ROLES if item in (getattr(r, attr) or ()))
 
-    lines += ["## Secrets", ""]
+    lines += ["## Secrets: the munge key, the JWT key, passwords and tokens", ""]
     lines += [
         "Locally each is a file of mode 0400 (0440 with the group named) in a directory of mode "
         "0700, bound read-only at `/run/secrets/<file>` into the roles that read it; on "

@@ -41,7 +41,12 @@ def page(root: Path) -> str:
     collection = _collection(root)
     lines = ["# Tasks and options", "", INTRO, ""]
     for name in collection.task_names:
-        doc = (collection[name].__doc__ or "").strip().splitlines()[0]
-        lines += [f"## `invoke {name}` {{#{name}}}", "", doc, "", "```text", _help(root, name)]
-        lines += ["```", ""]
+        task = collection[name]
+        doc = (task.__doc__ or "").strip().splitlines()[0]
+        lines += [f"## `invoke {name}` {{#{name}}}", "", doc, ""]
+        for arg in task.positional:  # invoke's help does not say which options these are
+            flag = arg.replace("_", "-")
+            lines += [f"`--{flag}` may be given without its flag, as the first value after the "
+                      f"task's name (`invoke {name} VALUE`).", ""]  # fmt: skip
+        lines += ["```text", _help(root, name), "```", ""]
     return "\n".join(lines).rstrip() + "\n"

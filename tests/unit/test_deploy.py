@@ -54,6 +54,23 @@ def test_scale_state_overrides_replicas(write_cluster, versions) -> None:
     assert len(loader.load(path, versions, {"cpu": 3}).nodes) == 3
 
 
+def test_a_deploy_says_when_the_scale_kept_is_not_the_files_replicas(write_cluster) -> None:
+    """A user who edits replicas after `invoke scale` is told which count a deploy takes."""
+    from slurmforge.deploy import scale_notes
+    from slurmforge.deploy.target import Where
+
+    path = write_cluster(shipped_with(name="scaled"))
+    where = Where(cluster_file=path, versions_file=ROOT / "versions.yaml", out_root=path.parent)
+    assert scale_notes(where) == []
+    state.write_scale("scaled", {"cpu": 5})
+    assert scale_notes(where) == [
+        "note: node set cpu: 5 nodes, as `invoke scale` set it, not the file's replicas: 2 "
+        "(`invoke scale cpu=2` takes the file's)"
+    ]
+    state.write_scale("scaled", {"cpu": 2})
+    assert scale_notes(where) == []
+
+
 def test_loading_a_cluster_file_reads_no_state(write_cluster, versions) -> None:
     """The scale `invoke scale` kept is the caller's to give: loading reads the file alone."""
     path = write_cluster(shipped_with(name="scaled"))
