@@ -222,7 +222,7 @@ class DockerfileRenderer:
         except jinja2.TemplateError as exc:
             raise ConfigError(f"{self.images_dir / name}: {exc.message}") from None
         files = self.component_files(target.component) + list(upstream.files.values())
-        block = self.site.block(target.component) if self.site else None
+        block = self.site.block(target.component, target.arch) if self.site else None
         if block is not None:
             assert self.site is not None
             dockerfile = dockerfile.rstrip("\n") + "\n" + block.text

@@ -32,12 +32,15 @@ from pydantic import AfterValidator, Field, StringConstraints
 
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model, inside, read_yaml, validate
+from slurmforge.pins import NATIVE_ARCH
 
 FILE = "site.yaml"
 # The images' Pythons (Ubuntu 22.04, Debian 12, Ubuntu 24.04): a site's wheels are fetched for
 # each, on this machine (pip's own configuration, certificates and hash checking), and installed
 # in the image from the build context without an index.
 PYTHONS = ("3.10", "3.11", "3.12")
+# the wheel platform of each arch's images (glibc 2.17 and later: every distro the images use)
+PLATFORMS = {"amd64": "manylinux2014_x86_64", "arm64": "manylinux2014_aarch64"}
 HOOK = "# @site-layer"
 # name[=version], by Debian policy 5.6.1 and 5.6.12
 _DEB = re.compile(r"[a-z0-9][a-z0-9+.-]+(=[0-9][A-Za-z0-9.+~:-]*)?")
@@ -108,7 +111,7 @@ class SiteLayer:
                         f"{self.path}: components.{name}.{key}: no {kind} {rel} in {self.dir}"
                     )
 
-    def block(self, component: str) -> Block | None:
+    def block(self, component: str, arch: str = NATIVE_ARCH) -> Block | None:
         layer = self.spec.components.get(component)
         if layer is None:
             return None
@@ -120,7 +123,7 @@ class SiteLayer:
         if layer.pip:
             files[f"{prefix}/pip/requirements.txt"] = self.dir / layer.pip
             inputs[f"pip:{layer.pip}"] = _sha((self.dir / layer.pip).read_bytes())
-            for name, wheel in self.wheels(layer.pip).items():
+            for name, wheel in self.wheels(layer.pip, arch).items():
                 files[f"{prefix}/pip/{name}"] = wheel
                 inputs[f"wheel:{name}"] = _sha(wheel.read_bytes())
             lines.append(f"COPY {prefix}/pip/ /tmp/slurmforge-site-pip/")
@@ -159,11 +162,13 @@ class SiteLayer:
             lines.append(text.rstrip("\n"))
         return Block("\n".join(lines) + "\n", files, inputs, fragment_line)
 
-    def wheels(self, requirements: str) -> dict[str, Path]:
-        """The wheels ``requirements`` resolves to, fetched once (kept under the cache by the
-        file's content) with this machine's pip; hashes in the file are checked by pip."""
+    def wheels(self, requirements: str, arch: str = NATIVE_ARCH) -> dict[str, Path]:
+        """The wheels ``requirements`` resolves to for ``arch``'s images, fetched once (kept
+        under the cache by the file's content) with this machine's pip; hashes in the file are
+        checked by pip."""
         path = self.dir / requirements
-        key = _sha(path.read_bytes() + " ".join(PYTHONS).encode())[:16]
+        tail = "" if arch == "amd64" else f" {arch}"  # amd64's cache as it was
+        key = _sha(path.read_bytes() + " ".join(PYTHONS).encode() + tail.encode())[:16]
         dest = self.cache / "site-wheels" / key
         if not (dest / ".complete").exists():
             partial = dest.with_name(f"{key}.partial")
@@ -172,7 +177,7 @@ class SiteLayer:
             for python in PYTHONS:
                 argv = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(partial)]
                 argv += ["--only-binary=:all:", "--implementation", "cp", "--python-version"]
-                argv += [python, "--platform", "manylinux2014_x86_64", "-r", str(path)]
+                argv += [python, "--platform", PLATFORMS[arch], "-r", str(path)]
                 proc = subprocess.run(argv, capture_output=True, text=True, check=False)
                 if proc.returncode:
                     shutil.rmtree(partial, ignore_errors=True)

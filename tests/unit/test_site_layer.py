@@ -120,3 +120,30 @@ def test_a_requirement_whose_hash_does_not_match_is_refused(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match=r"req\.txt: pip download for Python 3\.10 failed"):
         site.block("worker")
     assert not list((tmp_path / ".cache").rglob("*.whl"))  # nothing kept from a failed fetch
+
+
+def test_an_arm64_image_gets_the_arm64_wheel_of_a_requirement(tmp_path: Path) -> None:
+    """A requirement with a wheel per platform: each arch's image is given its own."""
+    index = tmp_path / "index"
+    index.mkdir()
+    for platform in ("manylinux2014_x86_64", "manylinux2014_aarch64"):
+        name = f"demo_pkg-1.0-py3-none-{platform}.whl"
+        with zipfile.ZipFile(index / name, "w") as whl:
+            whl.writestr("demo_pkg/__init__.py", "")
+            info = "demo_pkg-1.0.dist-info"
+            whl.writestr(
+                f"{info}/METADATA", "Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n"
+            )
+            whl.writestr(
+                f"{info}/WHEEL",
+                f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-{platform}\n",
+            )
+            whl.writestr(f"{info}/RECORD", "")
+    (tmp_path / "req.txt").write_text(f"--no-index\n--find-links {index}\ndemo-pkg==1.0\n")
+    site = layer(tmp_path, "components:\n  jail: {pip: req.txt}\n")
+    wheels = {arch: sorted(n for n in site.block("jail", arch).files if n.endswith(".whl"))
+              for arch in ("amd64", "arm64")}  # fmt: skip
+    assert wheels == {
+        "amd64": ["site/jail/pip/demo_pkg-1.0-py3-none-manylinux2014_x86_64.whl"],
+        "arm64": ["site/jail/pip/demo_pkg-1.0-py3-none-manylinux2014_aarch64.whl"],
+    }
