@@ -4,8 +4,10 @@ message the error reference quotes is still one the code can print.
 
 Titles: ``cluster.yaml`` (a whole cluster file; the layers of deploy/ beside it), ``cluster.yaml
 (part)`` (merged onto the shipped deploy/cluster.yaml as layers merge), ``versions.yaml (part)``
-(merged onto the shipped versions.yaml). ``python -m tests.docs_blocks PAGE.md…`` checks pages
-and prints what fails."""
+(merged onto the shipped versions.yaml). An untitled YAML block whose keys are a cluster file's
+(or else versions.yaml's) names files the page does not ship: merged the same way, it is checked
+against the file's JSON Schema, which knows every key but reads no file.
+``python -m tests.docs_blocks PAGE.md…`` checks pages and prints what fails."""
 
 from __future__ import annotations
 
@@ -16,15 +18,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
 import yaml
 
 from slurmforge.deploy import loader
 from slurmforge.deploy.spec.layers import deep_update
+from slurmforge.docsgen import schema
 from slurmforge.errors import SlurmforgeError
 from slurmforge.versions import load as load_versions
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+VERSIONS = ROOT / "versions.yaml"
 FENCE = re.compile(
     r"^(?P<indent> *)```(?P<lang>[\w-]*)"  # an opening fence: its indent and language,
     r'(?: +title="(?P<title>[^"]*)")?[^\n]*\n'  # its title, if any
@@ -85,12 +90,14 @@ def check(block: Block) -> str | None:
         except Exception as exc:  # a block that raises is what this reports
             return f"{block.where}: the Python block raised {exc!r}"
         return None
-    if block.lang != "yaml" or block.title not in TITLES:
+    if block.lang != "yaml":
         return None
     try:
         data = yaml.safe_load(block.text)
     except yaml.YAMLError as exc:
         return f"{block.where}: not YAML: {exc}"
+    if block.title not in TITLES:
+        return _against_schema(block, data)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             if block.title == "cluster.yaml":
@@ -103,6 +110,23 @@ def check(block: Block) -> str | None:
                 _load_versions(deep_update(shipped, data), Path(tmp))
         except SlurmforgeError as exc:
             return f"{block.where}: {block.title} does not load: {exc.message}"
+    return None
+
+
+def _against_schema(block: Block, data: object) -> str | None:
+    """An untitled block that is part of a cluster or versions file, checked by that file's
+    schema once merged onto the shipped one; None for any other YAML."""
+    if not isinstance(data, dict) or not data:
+        return None
+    for name, shipped in (("cluster", ROOT / "deploy" / "cluster.yaml"), ("versions", VERSIONS)):
+        made = schema.SCHEMAS[name]()
+        if set(data) <= set(made["properties"]):
+            whole = deep_update(yaml.safe_load(shipped.read_text()), data)
+            wrong = next(jsonschema.Draft202012Validator(made).iter_errors(whole), None)
+            if wrong is None:
+                return None
+            at = ".".join(str(p) for p in wrong.absolute_path)
+            return f"{block.where}: a part of {shipped.name}: {at}: {wrong.message[:200]}"
     return None
 
 

@@ -97,6 +97,10 @@ def test_a_block_that_would_not_load_is_caught(tmp_path: Path) -> None:
     page = ROOT / "docs" / "index.md"
     bad = docs_blocks.Block(page, 1, "yaml", "cluster.yaml (part)", "controller:\n  replica: 2\n")
     assert "controller.replica" in (docs_blocks.check(bad) or "")
+    untitled = docs_blocks.Block(
+        page, 1, "yaml", None, "mounts:\n  - {path: /data, hostpath: /d}\n"
+    )
+    assert "mounts" in (docs_blocks.check(untitled) or "")
     raises = docs_blocks.Block(page, 1, "python", None, "assert 1 + 1 == 3\n")
     assert "raised" in (docs_blocks.check(raises) or "")
 
