@@ -391,7 +391,8 @@ def docs(c, build, port, check, generate, pictures):
             raise Exit(code=1)
         return
     if pictures:  # the tests' own browser and terminal take them (tests/pictures.py)
-        c.run(f"{sys.executable} -m tests.pictures")
+        with c.cd(str(ROOT)):
+            c.run(f"{sys.executable} -m tests.pictures")
         return
     if generate:
         for path in docsgen.write(ROOT):
