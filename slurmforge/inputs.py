@@ -229,12 +229,26 @@ def read_yaml(path: Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if mark is not None and "cannot start any token" in problem:
+            problem = _unexpected(text, mark.line, mark.column) or problem
         raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
     if not isinstance(parsed, dict):
         raise ConfigError(
             f"{path}: expected a mapping at the top level, got {type(parsed).__name__}"
         )
     return parsed
+
+
+def _unexpected(text: str, line: int, column: int) -> str | None:
+    """What libyaml's "found character that cannot start any token" leaves out: the character
+    (found at ``line``, ``column``), and for a tab, that YAML indents with spaces alone."""
+    lines = text.splitlines()
+    if not 0 <= line < len(lines) or not 0 <= column < len(lines[line]):
+        return None
+    char = lines[line][column]
+    if char == "\t":
+        return "a tab, which YAML does not allow for indentation (indent with spaces)"
+    return f"found {char!r} (U+{ord(char):04X}), which cannot start any token"
 
 
 Blame = Callable[[tuple[str | int, ...]], tuple[Path, tuple[str | int, ...]]]

@@ -222,6 +222,25 @@ def test_invalid_yaml_reports_line(write_config) -> None:
         versions.load(path)
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("accounts:\n\tslurm: {}\n", "line 2 column 1: invalid YAML: a tab, which YAML does not "
+         "allow for indentation (indent with spaces)"),
+        ("accounts: @slurm\n", "line 1 column 11: invalid YAML: found '@' (U+0040), which cannot "
+         "start any token"),
+    ],
+    ids=["tab", "at-sign"],
+)  # fmt: skip
+def test_a_character_yaml_refuses_is_named(write_config, text: str, said: str) -> None:
+    """libyaml's message says a character cannot start a token but not which: the error does,
+    and for a tab says why (cluster files and layers are read by the same function)."""
+    path = write_config({}, text=text)
+    with pytest.raises(ConfigError) as err:
+        versions.load(path)
+    assert err.value.message == f"{path}: {said}"
+
+
 def test_top_level_must_be_mapping(write_config) -> None:
     path = write_config({}, text="- a\n- b\n")
     with pytest.raises(ConfigError, match="expected a mapping at the top level, got list"):
