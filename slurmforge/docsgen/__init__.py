@@ -29,7 +29,7 @@ def _pages(root: Path) -> dict[str, Callable[[], str]]:
         "Every key of `versions.yaml`: the distros, Slurm and CUDA versions and tools images are "
         "built from, and the matrix sets that group them into cells. A key not listed here is "
         "refused (and by `schema/versions.schema.json`). Generated from the models in "
-        "`slurmforge/config.py` and `slurmforge/pins.py`."
+        "`slurmforge/config.py`, `slurmforge/userspace.py` and `slurmforge/pins.py`."
     )
     return {
         "docs/reference/tasks.md": lambda: tasks.page(root),
