@@ -238,15 +238,32 @@ def stop_server(driver: WebDriver, url: str, timeout: float = 90) -> None:
             assert time.monotonic() < deadline, f"the hub did not stop the server: {driver.title}"
 
 
+def _fetch_failed(driver: WebDriver) -> bool:
+    """JupyterLab's dialog for a request Chromium abandoned (a host network change, as the k8s
+    lane makes beside the portal's tests): "File Load Error ... Failed to fetch"."""
+    dialogs = driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog")
+    return any("Failed to fetch" in d.text for d in dialogs)
+
+
 def run_python(driver: WebDriver, url: str, user: str, code: str) -> str:
-    """``code`` in a new notebook's first cell, once its kernel is up; the cell's output."""
-    launcher_card(driver, url, user, "Python 3").click()
+    """``code`` in a new notebook's first cell, once its kernel is up; the cell's output. A new
+    notebook whose loading Chromium abandoned is opened again, as a user would (CI saw one)."""
     first = (By.CSS_SELECTOR, ".jp-Cell .cm-content")
-    wait_for(driver, 60).until(ready.presence_of_element_located(first))  # the notebook open
-    # its kernel up (a cell run before it is connected can be lost on a loaded machine), and the
-    # cell found again after that: the notebook redraws it meanwhile (a fresh CI run met the
+    for _ in range(3):
+        launcher_card(driver, url, user, "Python 3").click()
+        # the notebook open, then its kernel up (a cell run before it is connected can be lost on
+        # a loaded machine)
+        wait_for(driver, 60).until(lambda d: d.find_elements(*first) or _fetch_failed(d))
+        wait_for(driver, 90).until(
+            lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text or _fetch_failed(d)
+        )
+        if not _fetch_failed(driver):
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"JupyterLab could not load a new notebook 3 times: {driver.title}")
+    # the cell found again after that: the notebook redraws it meanwhile (a fresh CI run met the
     # cell found before gone stale)
-    wait_for(driver, 90).until(lambda d: "Idle" in d.find_element(By.ID, "jp-main-statusbar").text)
     cell = wait_for(driver, 60).until(ready.element_to_be_clickable(first))
     cell.click()
     cell.send_keys(code)
