@@ -30,6 +30,8 @@ def _collection(root: Path):
 def _help(root: Path, name: str) -> str:
     from invoke import Program
 
+    # tasks loaded anew for each: printing a task's help consumes it (invoke pops the options'
+    # help texts as it builds the parser), so a second print from the same tasks has none
     program = Program(namespace=_collection(root), binary="invoke")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
