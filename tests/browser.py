@@ -15,7 +15,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.common.exceptions import (
+    StaleElementReferenceException,
+    TimeoutException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -193,13 +197,23 @@ def start_server(driver: WebDriver, url: str, cpus: int = 1, timeout: float = 18
     raise AssertionError(f"Chromium lost the portal to network changes: {driver.current_url}")
 
 
+def said(driver: WebDriver) -> str:
+    """The page's title and the start of its text: what the hub told the user, for a failure's
+    message (CI keeps no screenshot)."""
+    try:
+        text = " ".join(driver.find_element(By.TAG_NAME, "body").text.split())
+    except WebDriverException:
+        text = ""
+    return f"{driver.title!r}: {text[:300]!r}"
+
+
 def _until_lab(driver: WebDriver, lab: tuple[str, str], deadline: float) -> None:
     """JupyterLab's shell (or Chromium's page for a network change) by ``deadline``. A JupyterLab
     page that stays blank for a minute lost one of its scripts (CI saw one: the page's styles
     and no shell, for three minutes): it is reloaded, as a user would."""
     while True:
         left = deadline - time.monotonic()
-        assert left > 0, f"no JupyterLab in time: {driver.current_url} {driver.title}"
+        assert left > 0, f"no JupyterLab in time: {driver.current_url} {said(driver)}"
         try:
             wait_for(driver, min(60, left)).until(
                 lambda d: d.find_elements(*lab) or network_changed(d)
@@ -235,7 +249,7 @@ def stop_server(driver: WebDriver, url: str, timeout: float = 90) -> None:
             wait_for(driver, 20).until(ready.invisibility_of_element_located((By.ID, "stop")))
             return
         except TimeoutException:
-            assert time.monotonic() < deadline, f"the hub did not stop the server: {driver.title}"
+            assert time.monotonic() < deadline, f"the hub did not stop the server: {said(driver)}"
 
 
 def _fetch_failed(driver: WebDriver) -> bool:
@@ -261,7 +275,7 @@ def run_python(driver: WebDriver, url: str, user: str, code: str) -> str:
             break
         time.sleep(2)
     else:
-        raise AssertionError(f"JupyterLab could not load a new notebook 3 times: {driver.title}")
+        raise AssertionError(f"JupyterLab could not load a new notebook 3 times: {said(driver)}")
     # the cell found again after that: the notebook redraws it meanwhile (a fresh CI run met the
     # cell found before gone stale)
     cell = wait_for(driver, 60).until(ready.element_to_be_clickable(first))

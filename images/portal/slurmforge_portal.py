@@ -205,6 +205,31 @@ class PortalSpawner(SlurmSpawner):
         self.req_runtime = str(options["minutes"])
         self.req_gres = f"gpu:{options['gpus']}" if options["gpus"] else ""
 
+    async def run_command(
+        self, cmd: str, input: str | None = None, env: dict[str, str] | None = None
+    ) -> str:
+        """A command's output, as batchspawner's; but one cut short (the hub stopping while a
+        poll runs it) ends the caller too. batchspawner's killed it and returned nothing, a poll
+        took that for a job that is gone, and the hub, in its last second, dropped a running
+        server: the restarted hub no longer knew it, and its job ran on."""
+        proc = await asyncio.create_subprocess_shell(
+            cmd,
+            env=env,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await proc.communicate(input.encode() if input else None)
+        except BaseException:
+            proc.kill()
+            raise
+        if proc.returncode != 0:
+            said = err.decode().strip()
+            self.log.error("%s exited %s: %s", cmd, proc.returncode, said)
+            raise RuntimeError(said)  # its stderr: the caller reads Slurm's message in it
+        return out.decode().strip()
+
     async def submit_batch_script(self) -> str:
         """sbatch's own refusal (no association with an account, a limit) as the hub's message."""
         try:
@@ -299,6 +324,12 @@ def configure(c: Any, settings: dict[str, Any]) -> None:
     c.PortalSpawner.apply_user_options = PortalSpawner.apply_options  # (spawner, options)
     # the pending reason before the batch host (progress shows it; the host is the last word)
     c.PortalSpawner.batch_query_cmd = "squeue -h -j {job_id} -o '%T %r %B'"
+    # a query Slurm did not answer (munge refusing, the controller restarting or timing out)
+    # is no news of the job: batchspawner counts two of Slurm's messages as such and takes any
+    # other for a job that is gone, and the hub then dropped a running server and left its job
+    # running. Gone is a job squeue lists in an ended state, or not at all, or whose ID it says
+    # it does not know.
+    c.PortalSpawner.state_unknown_re = r"(?s)^(?![A-Z_]+ )(?!.*Invalid job id specified)."
     if settings.get("node_domain"):  # the node's name as the hub's proxy resolves it
         c.PortalSpawner.state_exechost_exp = rf"\1.{settings['node_domain']}"
     # as the user; from /tmp, a directory the jail plugin takes submissions from (it refuses the

@@ -16,6 +16,7 @@ import base64
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,15 +47,21 @@ class Kube:
     lab: bool = False
     made: list[str] = field(default_factory=list)  # cluster-scoped objects made for the tier
 
-    def run(
-        self, *args: str, check: bool = True, namespaced: bool = True, stdin: str | None = None
-    ) -> str:
+    def proc(
+        self, *args: str, namespaced: bool = True, stdin: str | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
         argv = [lab.KUBECTL, *(["--context", self.context] if self.context else [])]
         if namespaced:
             argv += ["--namespace", self.namespace]
-        proc = subprocess.run(
-            [*argv, *args], input=stdin, env=self.env, capture_output=True, text=True, timeout=300
-        )
+        return subprocess.run(
+            [*argv, *args], input=stdin, env=self.env, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+
+    def run(
+        self, *args: str, check: bool = True, namespaced: bool = True, stdin: str | None = None
+    ) -> str:
+        proc = self.proc(*args, namespaced=namespaced, stdin=stdin)
         if check and proc.returncode:
             raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr or proc.stdout}")
         return proc.stdout.strip()
@@ -103,16 +110,30 @@ class Kube:
         return dict(line.split() for line in out.splitlines())
 
     def wait_states(self, want: dict[str, str], timeout: float = 120) -> float:
+        """Seconds until Slurm shows each node of ``want`` in its state. The polling runs in
+        the controller's pod, one `kubectl exec` for the whole wait (one a second cost the host
+        a kubectl process each, beside the pods it waits for); a pod that is not there yet or
+        was replaced is asked again."""
         start = time.monotonic()
+        pairs = " ".join(shlex.quote(f"{node} {state}") for node, state in want.items())
         states: dict[str, str] = {}
-        while time.monotonic() - start < timeout:
-            try:
-                states = self.states()
-            except AssertionError:
-                states = {}
-            if all(states.get(n) == s for n, s in want.items()):
+        while (left := timeout - (time.monotonic() - start)) > 0:
+            script = (
+                f"end=$((SECONDS + {max(1, int(left))})); while :; do "
+                "out=$(sinfo -h -N -o '%N %t' 2>&1); ok=1; "
+                f'for p in {pairs}; do grep -qxF "$p" <<< "$out" || ok=0; done; '
+                '[ $ok = 1 ] && exit 0; [ $SECONDS -ge $end ] && { echo "$out"; exit 3; }; '
+                "sleep 1; done"
+            )
+            argv = ["exec", "slurmctld-0", "-c", "slurmctld", "--", "bash", "-c", script]
+            proc = self.proc(*argv, timeout=left + 60)
+            if proc.returncode == 0:
                 return time.monotonic() - start
-            time.sleep(1)
+            if proc.returncode == 3:  # the wait's end, with what Slurm said last
+                lines = [ln.split() for ln in proc.stdout.splitlines()]
+                states = {ln[0]: ln[1] for ln in lines if len(ln) == 2}
+                break
+            time.sleep(1)  # no controller pod to run in yet (or a new one)
         # the reasons a node is out of service, which name the cause when this fails on CI
         reasons = self.run("exec", "slurmctld-0", "-c", "slurmctld", "--", "sinfo", "-R",
                            "-o", "%N %t %E %H", check=False)  # fmt: skip
