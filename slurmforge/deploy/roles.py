@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 from slurmforge import jail_contract
 from slurmforge.deploy import portal_tls
-from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.identity import sssd
 from slurmforge.deploy.target import TARGETS
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def _accounting(spec: ClusterSpec) -> bool:
 
 
 def _ldap(spec: ClusterSpec) -> bool:
-    return identity.ldap_of(spec) is not None
+    return sssd.ldap_of(spec) is not None
 
 
 def _scheduled(spec: ClusterSpec) -> bool:
@@ -110,7 +110,7 @@ def _scheduled(spec: ClusterSpec) -> bool:
 
 
 def _ldap_bind(spec: ClusterSpec) -> bool:
-    ldap = identity.ldap_of(spec)
+    ldap = sssd.ldap_of(spec)
     return ldap is not None and ldap.reader is not None
 
 
@@ -226,7 +226,7 @@ PROMETHEUS_CONF = ConfigDir("prometheus-config", "etc/prometheus", "/etc/slurmfo
 # (identity/sssd.py); the embedded directory's seed
 IDENTITY_CONF = ConfigDir("identity-config", "etc/identity", "/etc/slurmforge/identity", when=_ldap)
 DIRECTORY_CONF = ConfigDir(
-    "directory-config", "etc/slapd", "/etc/slurmforge/slapd", when=identity.embedded
+    "directory-config", "etc/slapd", "/etc/slurmforge/slapd", when=sssd.embedded
 )
 # what the scheduled backup copies (snapshot.Plan, as plan.json)
 BACKUP_CONF = ConfigDir("backup-config", "etc/backup", "/etc/slurmforge/backup", when=_scheduled)
@@ -413,7 +413,7 @@ def _exporter_env(spec: ClusterSpec) -> dict[str, str]:
 
 
 def _directory_env(spec: ClusterSpec) -> dict[str, str]:
-    ldap = identity.ldap_of(spec)
+    ldap = sssd.ldap_of(spec)
     return {"SLAPD_BASE_DN": ldap.base_dn} if ldap else {}
 
 
@@ -514,7 +514,7 @@ ROLES: tuple[Role, ...] = (
         capabilities=("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"),
         resources=Resources(("100m", "64Mi"), ("1", "512Mi")),
         targets=("local",),
-        when=identity.embedded,
+        when=sssd.embedded,
         env=_directory_env,
     ),
     Role(
@@ -713,7 +713,7 @@ def cluster_secrets(spec: ClusterSpec) -> dict[Secret, Path | None]:
     slurmforge makes once."""
     used = {s for r in running(spec) for s in r.mounted_secrets(spec)}
     db = spec.accounting.database
-    ldap = identity.ldap_of(spec)
+    ldap = sssd.ldap_of(spec)
     sources = {
         DB_PASSWORD: db.password_secret if db else None,
         LDAP_BIND: ldap.bind_password_file if ldap else None,

@@ -26,7 +26,7 @@ from slurmforge.deploy.backup.snapshot import job_table
 from slurmforge.deploy.identity import sssd
 from slurmforge.deploy.roles import CONTROLLER, CONTROLLER_STATE, DATABASE, LOGIN
 from slurmforge.deploy.slurm import upgrade
-from slurmforge.deploy.spec import layers as spec_layers
+from slurmforge.deploy.spec import layers
 from slurmforge.deploy.spec.model import as_dict
 from slurmforge.errors import ConfigError, DeployError
 from slurmforge.inputs import read_yaml
@@ -252,7 +252,7 @@ def standalone(cluster: Cluster, seed: str | None) -> str:
     host that is gone), and its directory's seed named ``seed`` (written beside it). What else
     it names (site scripts, mounts, certificates) stays a path on the host."""
     raw = read_yaml(cluster.path)
-    spec_layers.apply(cluster.path, raw)
+    layers.apply(cluster.path, raw)
     raw.pop("layers", None)
     counts = {ns.name: ns.replicas for ns in cluster.spec.nodesets}
     for ns in raw.get("nodesets", []):
