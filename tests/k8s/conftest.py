@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from tests.browser import browser, browsers  # noqa: F401 (the portal test's fixtures)
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.k8s import lab
 
 INVOKE = (sys.executable, "-m", "invoke", "--search-root", str(ROOT))

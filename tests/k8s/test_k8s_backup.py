@@ -29,7 +29,7 @@ import yaml
 
 from slurmforge.deploy.backup import archive as archives
 from tests import rest_client
-from tests.conftest import until
+from tests.common import until
 from tests.k8s import lab
 from tests.k8s.conftest import K8sCluster
 

@@ -22,7 +22,7 @@ import urllib.error
 import pytest
 
 from tests import rest_client
-from tests.conftest import until
+from tests.common import until
 from tests.k8s.conftest import INVOKE, ROOT, K8sCluster
 from tests.k8s.lab import LAB
 from tests.site_settings import README, site

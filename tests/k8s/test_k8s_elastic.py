@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import until
+from tests.common import until
 from tests.k8s import lab
 from tests.k8s.conftest import K8sCluster
 

@@ -18,7 +18,7 @@ from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 
 

@@ -13,7 +13,7 @@ from slurmforge.deploy import loader
 from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 
 CPU = {"name": "cpu", "definitions": ["cpu-small"], "replicas": 2}

@@ -19,7 +19,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.inproc import run_cli
 
 pytestmark = pytest.mark.fuzz

@@ -24,7 +24,7 @@ from slurmforge.deploy.k8s import restore
 from slurmforge.deploy.local import render
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import secret_files, shipped_with
 from tests.unit.kube import cluster_data, pod_of, rendered_kube, with_images_lock
 

@@ -19,7 +19,7 @@ from slurmforge.deploy import loader
 from slurmforge.deploy.backup import archive, pod, snapshot, take
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import shipped_with
 
 SEED = (

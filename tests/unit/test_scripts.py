@@ -11,7 +11,7 @@ from pathlib import Path
 from slurmforge.deploy import loader
 from slurmforge.deploy.slurm import conf
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import shipped_with
 
 TREES = ("images", "jail", "rootfs", "scripts", ".ci")
