@@ -58,9 +58,9 @@ def restore(where: Where, archive: Path, force: bool, timeout: str | None) -> li
     seconds = where.parse_timeout(timeout)
     lines = []
     if not where.cluster_given:
-        from slurmforge.deploy.backup import take
+        from slurmforge.deploy.backup import restoring
 
-        file = take.unpack_cluster(archive)
+        file = restoring.unpack_cluster(archive)
         where = dataclasses.replace(where, cluster_file=file, cluster_given=True)
         lines.append(f"cluster file: {file} (the archive's; later commands take --cluster {file})")
     return [*lines, *open_target(where).restore(archive, force, seconds)]

@@ -18,7 +18,7 @@ from cryptography import x509
 
 from slurmforge import config
 from slurmforge.deploy import loader, monitoring, portal, portal_tls, roles
-from slurmforge.deploy.backup import archive, pod, snapshot, take
+from slurmforge.deploy.backup import archive, pod, restoring, snapshot, take
 from slurmforge.deploy.identity import sssd
 from slurmforge.deploy.k8s import restore
 from slurmforge.deploy.local import render
@@ -278,12 +278,12 @@ def test_a_backup_copies_the_hubs_database_whole_while_the_hub_writes_it(tmp_pat
         writer.join()
     manifest = archive.verify(made)
     copy = tmp_path / "copy.sqlite"
-    with archive.member(made, take.PORTAL_MEMBER) as source:
+    with archive.member(made, restoring.PORTAL_MEMBER) as source:
         copy.write_bytes(source.read())
     with sqlite3.connect(copy) as con:
         assert con.execute("pragma integrity_check").fetchone() == ("ok",)
         assert con.execute("select count(*) from users where name != 'late'").fetchone() == (2000,)
-    assert manifest.members[take.PORTAL_MEMBER]["size"] == copy.stat().st_size
+    assert manifest.members[restoring.PORTAL_MEMBER]["size"] == copy.stat().st_size
 
 
 def test_the_hubs_database_is_backed_up_and_restored_where_the_hub_keeps_it(
@@ -304,7 +304,7 @@ def test_the_hubs_database_is_backed_up_and_restored_where_the_hub_keeps_it(
     assert scheduled.portal_db is None
     assert any("portal's database is not in scheduled backups" in n for n in scheduled.notes)
     # a k8s restore fills portal-0's claim, as its StatefulSet would make it, before it starts
-    manifest = archive.Manifest("c", "", "", "", {}, members={take.PORTAL_MEMBER: {}})
+    manifest = archive.Manifest("c", "", "", "", {}, members={restoring.PORTAL_MEMBER: {}})
     claims = restore.Restore(kube, tmp_path / "a.tar", manifest).claims()
     hub = kube.manifests.objects["statefulset-portal.yaml"]["spec"]["volumeClaimTemplates"][0]
     assert claims["portal-portal-0"]["spec"] == hub["spec"]
@@ -317,8 +317,8 @@ def test_an_archive_with_a_portal_restored_where_there_is_none_says_so(
     write_cluster, versions
 ) -> None:
     cluster = loader.load(write_cluster(shipped_with()), versions)
-    manifest = archive.Manifest("c", "", "", "", {}, members={take.PORTAL_MEMBER: {}})
-    assert not take.restores_portal(cluster, manifest)
+    manifest = archive.Manifest("c", "", "", "", {}, members={restoring.PORTAL_MEMBER: {}})
+    assert not restoring.restores_portal(cluster, manifest)
     assert manifest.notes == [
         f"the archive's portal database is not restored: {cluster.path} has no portal"
     ]
