@@ -3,7 +3,7 @@ here, the entry points the deploy-side tasks call.
 
 The parts, each importing only those before it (docs/development/layout.md, test_layout.py):
 spec/ (the cluster file's schema and the checks across its parts), identity/ (SSSD and the
-directory), target.py (what a target is, and where to add one), roles.py (what a cluster runs,
+directory), target.py (what a target is, and where to add one), roles/ (what a cluster runs,
 for every target: where to add a role or a secret), slurm/ (Slurm's own files, settings,
 accounts, database and commands), monitoring.py, backup/ (the archive and taking one),
 loader.py (reading a cluster file), and one package per target, local/ and k8s/.

@@ -1,4 +1,4 @@
-"""The `k8s` target's renderer (k8s/run.py runs it): the roles a cluster runs (roles.py), as a
+"""The `k8s` target's renderer (k8s/run.py runs it): the roles a cluster runs (roles/), as a
 kustomize directory.
 
 One file per object plus ``kustomization.yaml``, under ``deploy/out/k8s/<cluster>/``:

@@ -1,7 +1,7 @@
 """The `local` target's renderer (local/run.py runs it): the cluster as a Docker Compose file, valid
 for `docker compose` v2 and `docker-compose` v1 (file format 3.8, no features either lacks).
 
-A service per role the cluster runs (roles.py): its record's image, command, published ports,
+A service per role the cluster runs (roles/): its record's image, command, published ports,
 configuration directories (written beside the Compose file), secrets (bound read-only at
 /run/secrets), its own data (a named volume) and the jail (a named volume), in the order its
 ``after`` says. A compute node is one service per Slurm node, named after it so that Compose's
