@@ -14,7 +14,7 @@ from __future__ import annotations
 from bench.common import invoke, summary
 from slurmforge.app import Project, Selection
 from slurmforge.engine import Engine
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 SET = "current"
 FIRST, SECOND = "26.05.3-cuda12.2.2-debian12", "26.05.3-cuda12.9.1-debian12"

@@ -1,6 +1,6 @@
 """B9: how fast bad input is refused, and how much of it the property test tries.
 
-- The property test's generators (tests/unit/test_fuzz.py) drawn N times per file kind
+- The property test's generators (tests/unit/documents.py) drawn N times per file kind
   (SLURMFORGE_FUZZ_EXAMPLES, default 300), each input run through the command line in-process:
   distinct inputs tried, how many were refused (exit 2), the slowest answer, and any answer that
   was neither 0 nor 2 or printed a traceback (there must be none).
@@ -21,7 +21,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 
 from bench.common import ROOT
-from tests.unit import test_fuzz
+from tests.unit import documents
 from tests.unit.helpers import INVOKE
 from tests.unit.inproc import run_cli
 
@@ -43,7 +43,7 @@ def run_kind(tmp: Path, name: str, shipped: dict, command: list[str], stats: Sta
     @settings(
         max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
     )
-    @given(text=test_fuzz.documents(shipped))
+    @given(text=documents.documents(shipped))
     def one(text: str) -> None:
         stats.seen.add(hashlib.sha256(f"{name}\0{text}".encode(errors="surrogatepass")).hexdigest())
         path = tmp / name
@@ -70,9 +70,9 @@ def run_kind(tmp: Path, name: str, shipped: dict, command: list[str], stats: Sta
 def property_figures(tmp: Path) -> None:
     (tmp / "layers").symlink_to(ROOT / "deploy" / "layers")
     stats = Stats()
-    run_kind(tmp, "versions.yaml", test_fuzz.SHIPPED_VERSIONS, ["matrix", "--config"], stats)
+    run_kind(tmp, "versions.yaml", documents.SHIPPED_VERSIONS, ["matrix", "--config"], stats)
     k8s = ["deploy", "--target", "k8s", "--dry-run"]
-    run_kind(tmp, "cluster.yaml", test_fuzz.SHIPPED_CLUSTER, k8s, stats)
+    run_kind(tmp, "cluster.yaml", documents.SHIPPED_CLUSTER, k8s, stats)
     print(
         f"property test: {len(stats.seen)} distinct inputs ({stats.refused} refused, "
         f"{stats.accepted} accepted), slowest answer {stats.slowest[0] * 1000:.0f} ms "

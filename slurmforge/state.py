@@ -209,7 +209,7 @@ def forget_cluster(cluster_name: str, secrets: Iterable[str] = ()) -> None:
 
 
 def ensure_secret(cluster_name: str, name: str, content: Callable[[], bytes]) -> tuple[Path, bool]:
-    """The cluster's secret file ``name`` (deploy/roles.py declares them), made once from
+    """The cluster's secret file ``name`` (deploy/roles/ declares them), made once from
     ``content()``: mode 0400 in a 0700 directory, written beside its place and renamed, so never
     partial. Returns its path and whether it was made now."""
     path = cluster_dir(cluster_name) / name

@@ -26,7 +26,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ready
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 ARTIFACTS = ROOT / ".cache" / "portal"
 # where the docs' pictures are taken to, when a run is asked for them (tests/pictures.py)

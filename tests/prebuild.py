@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from bench.common import copy_project
+from tests import mixed_arch
 from tests.build import helpers as build_helpers
-from tests.cluster import test_mixed_arch
 from tests.cluster.helpers import FROM, TO
-from tests.conftest import build, select
-from tests.image.conftest import IMAGE_CELLS
+from tests.common import build, select
+from tests.image.cells import IMAGE_CELLS
 
 
 def cells() -> list[tuple[str, str]]:
@@ -59,11 +59,11 @@ def _arm64_base() -> bool:
     minutes of the prebuild. In a copy of the project, under the copy's own build lock: under the
     checkout's, README's build would wait for it. .ci/run waits for it before starting the
     prebuild, which then finds the base cached."""
-    print(f"prebuild: {time.strftime('%T')} {test_mixed_arch.SET} arm64 base", flush=True)
+    print(f"prebuild: {time.strftime('%T')} {mixed_arch.SET} arm64 base", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = copy_project(Path(tmp))
         argv = [sys.executable, "-m", "invoke", "--search-root", str(root), "build", "--set",
-                test_mixed_arch.SET, "--cell", f"{test_mixed_arch.CELL}-arm64", "--component",
+                mixed_arch.SET, "--cell", f"{mixed_arch.CELL}-arm64", "--component",
                 "base"]  # fmt: skip
         return subprocess.run(argv, cwd=root, timeout=3600).returncode == 0
 
@@ -72,14 +72,14 @@ def main() -> int:
     if sys.argv[1:] == ["arm64-base"]:
         return 0 if _arm64_base() else 1
     failed = 0
-    print(f"prebuild: {time.strftime('%T')} {test_mixed_arch.SET} (both arches)", flush=True)
+    print(f"prebuild: {time.strftime('%T')} {mixed_arch.SET} (both arches)", flush=True)
     try:
-        test_mixed_arch.build_cells()  # as its fixture builds them
+        mixed_arch.build_cells()  # as its fixture builds them
         # and the arm64 GPU worker, as the arm64 build test builds it (tests/build/test_arm64.py)
-        arm64 = f"{test_mixed_arch.CELL}-arm64"
-        test_mixed_arch.run_build("--cell", arm64, "--component", "worker")
+        arm64 = f"{mixed_arch.CELL}-arm64"
+        mixed_arch.run_build("--cell", arm64, "--component", "worker")
     except AssertionError as why:
-        print(f"prebuild: {test_mixed_arch.SET}: {why}", flush=True)
+        print(f"prebuild: {mixed_arch.SET}: {why}", flush=True)
         failed += 1
     failed += not _default_arm64_exporter()
     for set_name, cell in cells():

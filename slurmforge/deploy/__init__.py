@@ -3,7 +3,7 @@ here, the entry points the deploy-side tasks call.
 
 The parts, each importing only those before it (docs/development/layout.md, test_layout.py):
 spec/ (the cluster file's schema and the checks across its parts), identity/ (SSSD and the
-directory), target.py (what a target is, and where to add one), roles.py (what a cluster runs,
+directory), target.py (what a target is, and where to add one), roles/ (what a cluster runs,
 for every target: where to add a role or a secret), slurm/ (Slurm's own files, settings,
 accounts, database and commands), monitoring.py, backup/ (the archive and taking one),
 loader.py (reading a cluster file), and one package per target, local/ and k8s/.
@@ -58,9 +58,9 @@ def restore(where: Where, archive: Path, force: bool, timeout: str | None) -> li
     seconds = where.parse_timeout(timeout)
     lines = []
     if not where.cluster_given:
-        from slurmforge.deploy.backup import take
+        from slurmforge.deploy.backup import restoring
 
-        file = take.unpack_cluster(archive)
+        file = restoring.unpack_cluster(archive)
         where = dataclasses.replace(where, cluster_file=file, cluster_given=True)
         lines.append(f"cluster file: {file} (the archive's; later commands take --cluster {file})")
     return [*lines, *open_target(where).restore(archive, force, seconds)]

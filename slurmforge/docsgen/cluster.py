@@ -14,6 +14,7 @@ from typing import Any
 
 from slurmforge import components, features
 from slurmforge.deploy import roles
+from slurmforge.deploy.target import TARGETS
 
 GENERATED = (
     "Generated from the code (`invoke docs` writes it; the unit tier fails when it is stale)."
@@ -126,9 +127,7 @@ def images_page(root: Path) -> str:
                 f"jail {r.jail}" if r.jail else "",
                 f"scraped on {r.scraped.number}" if r.scraped else "",
                 f"only when: {_when(r.when)}" if _when(r.when) else "",
-                f"targets: {', '.join(r.targets)}"
-                if tuple(r.targets) != tuple(roles.TARGETS)
-                else "",
+                f"targets: {', '.join(r.targets)}" if tuple(r.targets) != tuple(TARGETS) else "",
             )
             if x
         )

@@ -16,7 +16,7 @@ import yaml
 from bench.common import copy_project
 from slurmforge.app import Project, Selection
 from tests.build.helpers import build_notes, build_summary, run_build
-from tests.unit.test_buildlock import HOLD
+from tests.unit.helpers import HOLD
 
 
 def _tag_ids(client, images: dict[str, str]) -> dict[str, str]:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.cluster.conftest import Deployed
+from tests.cluster.deployed import Deployed
 
 
 def clean_failure(proc, expected: str) -> None:

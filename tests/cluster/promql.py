@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.cluster.conftest import Deployed
+from tests.cluster.deployed import Deployed
 
 
 def settings(cluster: Deployed) -> dict:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests import external_database
-from tests.cluster.conftest import Deployed, deploy, invoke, write_cluster
+from tests.cluster.deployed import Deployed, deploy, invoke, write_cluster
 from tests.cluster.helpers import clean_failure, sacct, sbatch_wait
 from tests.ports import free_port
 

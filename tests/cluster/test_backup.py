@@ -23,8 +23,8 @@ import yaml
 
 from slurmforge.deploy.backup import archive
 from slurmforge.errors import ConfigError
-from tests.cluster.conftest import ROOT, Clusters, Deployed, invoke
-from tests.conftest import until
+from tests.cluster.deployed import Clusters, Deployed, invoke
+from tests.common import ROOT, until
 
 pytestmark = pytest.mark.cluster
 

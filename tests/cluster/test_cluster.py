@@ -15,9 +15,9 @@ import time
 import pytest
 import yaml
 
-from tests.cluster.conftest import Deployed, invoke, write_cluster
+from tests.cluster.deployed import Deployed, invoke, write_cluster
 from tests.cluster.helpers import clean_failure
-from tests.conftest import ROOT, until
+from tests.common import ROOT, until
 from tests.ports import free_port
 
 pytestmark = pytest.mark.cluster

@@ -9,7 +9,7 @@ import shlex
 import docker
 import pytest
 
-from tests.cluster.conftest import Deployed, squashfs_image
+from tests.cluster.deployed import Deployed, squashfs_image
 
 pytestmark = pytest.mark.cluster
 

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from tests import driver_root
-from tests.cluster.conftest import Deployed, invoke
+from tests.cluster.deployed import Deployed, invoke
 from tests.cluster.helpers import OWN_SSH_KEY, sacct, scrape
-from tests.conftest import until
+from tests.common import until
 
 pytestmark = pytest.mark.cluster
 

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from tests.cluster.conftest import Deployed
+from tests.cluster.deployed import Deployed
 from tests.cluster.helpers import sacct
-from tests.conftest import until
+from tests.common import until
 from tests.rest_client import call
 
 pytestmark = pytest.mark.cluster

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests import driver_root
-from tests.cluster.conftest import Clusters, Deployed, write_cluster
-from tests.conftest import ROOT
+from tests.cluster.deployed import Clusters, Deployed, write_cluster
+from tests.common import ROOT
 from tests.ports import free_port
 
 V = driver_root.VERSION

@@ -23,9 +23,9 @@ from slurmforge.deploy import loader
 from slurmforge.deploy.identity import probe
 from slurmforge.versions import load as load_versions
 from tests import site_ldap
-from tests.cluster.conftest import Clusters, Deployed, invoke, squashfs_image, write_cluster
+from tests.cluster.deployed import Clusters, Deployed, invoke, squashfs_image, write_cluster
 from tests.cluster.helpers import HELLO, OWN_SSH_KEY
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.ports import free_port
 from tests.site_ldap import SiteDirectory
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests import rest_client
-from tests.cluster.conftest import Deployed
+from tests.cluster.deployed import Deployed
 from tests.cluster.helpers import OWN_SSH_KEY, http_status, sacct, sbatch_wait, scrape
 from tests.cluster.promql import until
 

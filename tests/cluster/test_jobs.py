@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import Deployed
+from tests.cluster.deployed import Deployed
 from tests.cluster.helpers import HELLO
 
 pytestmark = pytest.mark.cluster

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from tests.cluster.conftest import Deployed
+from tests.cluster.deployed import Deployed
 from tests.cluster.helpers import scrape
 from tests.cluster.promql import api, query, settings, until
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 pytestmark = pytest.mark.cluster
 

@@ -10,22 +10,18 @@ image there with the node's own enroot, which is as far as an emulated node goes
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import warnings
 
 import docker
 import pytest
 
 from slurmforge.versions import load as load_versions
-from tests.cluster.conftest import Clusters, Deployed, squashfs_image
-from tests.conftest import ROOT, need_sources
+from tests.cluster.deployed import Clusters, Deployed, squashfs_image
+from tests.common import ROOT, need_sources
+from tests.mixed_arch import CELL, CUDA, SET, build_cells
 
 pytestmark = pytest.mark.cluster
 
-SET, CUDA = "grace", "12.9.1"
-CELL = f"24.05.8-cuda{CUDA}-debian12"
 USER = "grace"
 HELLO = r"""
 #include <mpi.h>
@@ -75,20 +71,6 @@ mkdir -p "$HOME/mixed" && cp "$HOME/hello.c" "$HOME/mixed/" && cd "$HOME/mixed"
 srun --ntasks-per-node=1 bash -c 'mpicc -O2 -o "hello.$(uname -m)" hello.c'
 srun bash -c 'exec "./hello.$(uname -m)"'
 """
-
-
-def run_build(*args: str) -> None:
-    argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "build", "--set", SET]
-    proc = subprocess.run([*argv, *args], cwd=ROOT, env={**os.environ, "SLURMFORGE_DEBUG": ""},
-                          timeout=3600)  # fmt: skip
-    assert proc.returncode == 0, f"build {' '.join(args)} failed (see .cache/logs/latest)"
-
-
-def build_cells() -> None:
-    """The amd64 cell's images, and the arm64 cell's node image and jail (Slurm cross-compiled,
-    installed under emulation)."""
-    run_build("--cell", CELL)
-    run_build("--cell", f"{CELL}-arm64", "--component", "slurmd", "--component", "jail")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.cluster.conftest import Deployed
+from tests.cluster.deployed import Deployed
 from tests.cluster.helpers import sacct
 
 pytestmark = pytest.mark.cluster

@@ -42,7 +42,7 @@ from tests.browser import (
     type_in_terminal,
     wait_for,
 )
-from tests.cluster.conftest import Clusters, Deployed, invoke
+from tests.cluster.deployed import Clusters, Deployed, invoke
 from tests.cluster.helpers import http_status, sacct
 from tests.cluster.promql import query, until
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.cluster.conftest import Clusters, Deployed
+from tests.cluster.deployed import Clusters, Deployed
 from tests.cluster.helpers import sacct, sbatch_wait
 
 pytestmark = pytest.mark.cluster

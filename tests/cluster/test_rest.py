@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests import rest_client
-from tests.cluster.conftest import Deployed
+from tests.cluster.deployed import Deployed
 
 pytestmark = pytest.mark.cluster
 

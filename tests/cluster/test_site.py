@@ -11,8 +11,8 @@ import time
 import pytest
 import yaml
 
-from tests.cluster.conftest import Clusters, Deployed
-from tests.conftest import ROOT
+from tests.cluster.deployed import Clusters, Deployed
+from tests.common import ROOT
 from tests.site_settings import README, site
 
 KEYS = ("slurm", "accounting", "mounts", "topology", "nodesets", "partitions")

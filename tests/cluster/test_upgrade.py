@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from slurmforge.deploy.backup import archive
-from tests.cluster.conftest import Clusters, Deployed
+from tests.cluster.deployed import Clusters, Deployed
 from tests.cluster.helpers import FROM, TO
 from tests.cluster.promql import until as until_prometheus
-from tests.conftest import build, select
+from tests.common import build, select
 
 TOO_FAR = ("current", "26.05.3-cuda12.2.2-debian12")
 USER = "ada"

@@ -11,7 +11,7 @@ from elftools.elf.elffile import ELFFile
 
 from slurmforge import features
 from slurmforge.app import Project
-from tests.image.conftest import ROLES
+from tests.image.cells import ROLES
 from tests.image.helpers import SECRET_FILES, STUB_CONF, layer_files
 
 DAEMON_VERSION_CMD = {

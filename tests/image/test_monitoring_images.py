@@ -12,7 +12,7 @@ import docker
 
 from slurmforge.deploy import generated, loader, monitoring, roles
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 
 def _run(client: docker.DockerClient, image: str, command: str, **kw) -> str:

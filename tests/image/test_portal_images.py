@@ -8,7 +8,7 @@ import re
 
 import docker
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 
 def _name(project: str) -> str:

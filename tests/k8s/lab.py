@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 LAB = Path(os.environ.get("SLURMFORGE_K8S_LAB") or Path.home() / ".cache" / "k8s-lab")
 RECIPE = ROOT.parent / "shared" / "k8s-lab" / "recipe.sh"

@@ -29,9 +29,9 @@ import yaml
 
 from slurmforge.deploy.backup import archive as archives
 from tests import rest_client
-from tests.conftest import until
+from tests.common import until
 from tests.k8s import lab
-from tests.k8s.conftest import K8sCluster
+from tests.k8s.kube import K8sCluster
 
 pytestmark = pytest.mark.k8s
 

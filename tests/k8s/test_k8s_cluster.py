@@ -22,8 +22,8 @@ import urllib.error
 import pytest
 
 from tests import rest_client
-from tests.conftest import until
-from tests.k8s.conftest import INVOKE, ROOT, K8sCluster
+from tests.common import ROOT, until
+from tests.k8s.kube import INVOKE, LIVE, K8sCluster, sacct, submit
 from tests.k8s.lab import LAB
 from tests.site_settings import README, site
 
@@ -31,7 +31,6 @@ pytestmark = pytest.mark.k8s
 # how long a re-addressed node is watched: past slurmctld's pings of it (SlurmdTimeout=60: every
 # 20 s a node not heard from is pinged, and marked not responding after 60 s)
 PING_WATCH_S = 100
-LIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +130,10 @@ def test_jobs_are_accounted_and_the_rest_api_answers_a_token(deployed: K8sCluste
         "slurmctld-0", "slurmctld", "sacctmgr -n -P show assoc user=alice format=account,user"
     )
     assert assoc.splitlines() == ["default|alice"]
-    ok = _submit(kube, "--wait --wrap true")
-    failed = _submit(kube, "--wait --wrap 'exit 3' || true")
+    ok = submit(kube, "--wait --wrap true")
+    failed = submit(kube, "--wait --wrap 'exit 3' || true")
     want = {ok: ("COMPLETED", "0:0"), failed: ("FAILED", "3:0")}
-    assert _sacct(kube, [ok, failed]) == want
+    assert sacct(kube, [ok, failed]) == want
 
     out = kube.sh("login-0", "login", "scontrol token lifespan=600", user="alice")
     jwt = re.search(r"^SLURM_JWT=(\S+)$", out, re.M).group(1)
@@ -158,7 +157,7 @@ def test_jobs_are_accounted_and_the_rest_api_answers_a_token(deployed: K8sCluste
     code, sub = rest_client.call(url, user="alice", jwt=jwt, body={"job": job})
     assert code == 200 and not sub.get("errors"), sub
     submitted = str(sub["job_id"])
-    assert _sacct(kube, [submitted]) == {submitted: ("COMPLETED", "0:0")}
+    assert sacct(kube, [submitted]) == {submitted: ("COMPLETED", "0:0")}
     assert _output(kube, f"slurm-{submitted}.out", 30) in ("cpu-0", "cpu-1")
     code, answer = rest_client.call(f"{base}{slurm}/nodes")  # no token
     assert code == 401, answer
@@ -236,13 +235,13 @@ def test_two_users_on_kubernetes_keep_to_their_own(deployed: K8sCluster) -> None
 
 def test_mariadb_and_slurmdbd_deleted_lose_no_record(deployed: K8sCluster) -> None:
     kube = deployed.kube
-    before = _submit(kube, "--wait --wrap true")
-    assert _sacct(kube, [before]) == {before: ("COMPLETED", "0:0")}
+    before = submit(kube, "--wait --wrap true")
+    assert sacct(kube, [before]) == {before: ("COMPLETED", "0:0")}
     kube.run("delete", "pod", "mariadb-0", _pod_of(kube, "slurmdbd"), "--wait=true")
     kube.run("rollout", "status", "statefulset/mariadb", "--timeout=300s")
     kube.run("rollout", "status", "deployment/slurmdbd", "--timeout=300s")
-    after = _submit(kube, "--wait --wrap true")
-    assert _sacct(kube, [before, after]) == {
+    after = submit(kube, "--wait --wrap true")
+    assert sacct(kube, [before, after]) == {
         before: ("COMPLETED", "0:0"),
         after: ("COMPLETED", "0:0"),
     }
@@ -300,24 +299,6 @@ def _pod_of(kube, component: str) -> str:
         "-o",
         "jsonpath={.items[0].metadata.name}",
     )
-
-
-def _sacct(kube, jobs: list[str], timeout: float = 120) -> dict[str, tuple[str, str]]:
-    """Job → (State, ExitCode) as alice's sacct says, once it lists every one of ``jobs`` as
-    ended (slurmctld sends the records to slurmdbd as jobs start and end)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = kube.sh(
-            "login-0",
-            "login",
-            f"sacct -n -P -X -j {','.join(jobs)} -o JobID,State,ExitCode",
-            user="alice",
-        )
-        found = {j: (st, code) for j, st, code in (ln.split("|") for ln in out.splitlines())}
-        ended = set(found) >= set(jobs) and not any(st in LIVE for st, _ in found.values())
-        if ended or time.monotonic() >= deadline:
-            return found
-        time.sleep(2)
 
 
 def test_a_node_pod_back_under_a_new_address_is_idle_again(deployed: K8sCluster) -> None:
@@ -386,7 +367,7 @@ def test_a_node_pod_deleted_under_a_job_ends_it_and_comes_back(deployed: K8sClus
     """Deleted with no grace (as an eviction or a lost kubelet does it): the job's processes are
     gone with the pod, the job ends NODE_FAIL, and the pod that replaces it is in service."""
     kube = deployed.kube
-    job = _submit(kube, "--no-requeue -N2 -o /dev/null --wrap 'srun sleep 600'")
+    job = submit(kube, "--no-requeue -N2 -o /dev/null --wrap 'srun sleep 600'")
     _until(
         "the step runs on both nodes",
         lambda: (
@@ -410,7 +391,7 @@ def test_a_node_pod_deleted_gracefully_drains_and_lets_its_job_finish(
     running one finishes, and the next pod is in service."""
     kube = deployed.kube
     kube.sh("login-0", "login", "rm -f ~/graceful.out", user="alice")
-    job = _submit(kube, "-w cpu-1 -o graceful.out --wrap 'sleep 15; echo finished'")
+    job = submit(kube, "-w cpu-1 -o graceful.out --wrap 'sleep 15; echo finished'")
     _wait_running(kube, job)
     kube.run("delete", "pod", "cpu-1", "--wait=false")
     reason = "sinfo -h -n cpu-1 -o '%t %E'"
@@ -419,12 +400,12 @@ def test_a_node_pod_deleted_gracefully_drains_and_lets_its_job_finish(
         lambda: "slurmforge: pod stopping" in kube.sh("slurmctld-0", "slurmctld", reason),
         30,
     )
-    later = _submit(kube, "-w cpu-1 -o /dev/null --wrap true")
+    later = submit(kube, "-w cpu-1 -o /dev/null --wrap true")
     assert _output(kube, "graceful.out", 60) == "finished"
-    assert _sacct(kube, [job])[job] == ("COMPLETED", "0:0")
+    assert sacct(kube, [job])[job] == ("COMPLETED", "0:0")
     kube.wait_states({"cpu-1": "idle"}, timeout=120)
     # what was submitted to the draining node waited and ran on the new pod
-    assert _sacct(kube, [later])[later] == ("COMPLETED", "0:0")
+    assert sacct(kube, [later])[later] == ("COMPLETED", "0:0")
 
 
 def test_a_job_is_held_to_its_memory_and_leaves_nothing_behind(deployed: K8sCluster) -> None:
@@ -436,8 +417,8 @@ def test_a_job_is_held_to_its_memory_and_leaves_nothing_behind(deployed: K8sClus
     left = "ps -eo stat=,args= | grep -E '^Z|[s]leep 4242' || true"
     _until("nothing left on cpu-0", lambda: not kube.sh("cpu-0", "slurmd", left), 20)
     alloc = "python3 -c \"x = bytearray(600 << 20); x[::4096] = b'x' * len(x[::4096])\""
-    job = _submit(kube, f"--wait --mem=64M -o /dev/null --wrap {shlex.quote(alloc)} || true")
-    assert _sacct(kube, [job])[job][0] == "OUT_OF_MEMORY"
+    job = submit(kube, f"--wait --mem=64M -o /dev/null --wrap {shlex.quote(alloc)} || true")
+    assert sacct(kube, [job])[job][0] == "OUT_OF_MEMORY"
     cgroup = kube.sh("login-0", "login", "srun -n1 cat /proc/self/cgroup", user="alice")
     memory = next((ln for ln in cgroup.splitlines() if ":memory:" in ln), cgroup)
     assert re.search(r"/job_\d+/step_0(/user)?/task_0$", memory), cgroup
@@ -510,7 +491,7 @@ def test_redeploy_with_a_changed_jail_keep_runs_a_new_populate(deployed: K8sClus
     """... and keeps the Secrets (never rotated), the job records and an operator's drain."""
     kube = deployed.kube
     secrets = kube.run("get", "secrets", "-o", "jsonpath={.items[*].metadata.uid}")
-    job = _submit(kube, "--wait --wrap true")
+    job = submit(kube, "--wait --wrap true")
     before = set(kube.run("get", "jobs", "-o", "name").split())
     data = deployed.data()
     data["jail"] = {**data.get("jail", {}), "keep": ["/srv/"]}
@@ -530,7 +511,7 @@ def test_redeploy_with_a_changed_jail_keep_runs_a_new_populate(deployed: K8sClus
     assert kube.run("get", populate, "-o", "jsonpath={.status.succeeded}") == "1"
     kube.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=60)  # resumed, pinged
     assert kube.run("get", "secrets", "-o", "jsonpath={.items[*].metadata.uid}") == secrets
-    assert _sacct(kube, [job]) == {job: ("COMPLETED", "0:0")}
+    assert sacct(kube, [job]) == {job: ("COMPLETED", "0:0")}
 
 
 def test_scale_adds_idle_nodes_under_running_jobs_and_drains_before_removing(
@@ -540,7 +521,7 @@ def test_scale_adds_idle_nodes_under_running_jobs_and_drains_before_removing(
     pods = ("slurmctld-0", "login-0", "cpu-0", "cpu-1")
     uids = {p: kube.run("get", "pod", p, "-o", "jsonpath={.metadata.uid}") for p in pods}
     kube.sh("login-0", "login", "rm -f ~/during.out ~/drained.out", user="alice")
-    during = _submit(kube, "-w cpu-0 -o during.out --wrap 'sleep 20; echo survived'")
+    during = submit(kube, "-w cpu-0 -o during.out --wrap 'sleep 20; echo survived'")
     _wait_running(kube, during)
 
     proc = deployed.invoke("scale", "cpu=3")
@@ -553,7 +534,7 @@ def test_scale_adds_idle_nodes_under_running_jobs_and_drains_before_removing(
     out = kube.sh("login-0", "login", "srun -N3 hostname", user="alice")
     assert sorted(out.split()) == ["cpu-0", "cpu-1", "cpu-2"]
 
-    drained = _submit(kube, "-w cpu-2 -o drained.out --wrap 'sleep 15; echo finished'")
+    drained = submit(kube, "-w cpu-2 -o drained.out --wrap 'sleep 15; echo finished'")
     _wait_running(kube, drained)
     proc = deployed.invoke("scale", "cpu=2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -565,11 +546,6 @@ def test_scale_adds_idle_nodes_under_running_jobs_and_drains_before_removing(
     gone = kube.run("get", "pod", "cpu-2", "-o", "name", check=False)
     assert gone == "", gone
     assert {p: kube.run("get", "pod", p, "-o", "jsonpath={.metadata.uid}") for p in pods} == uids
-
-
-def _submit(kube, options: str) -> str:
-    out = kube.sh("login-0", "login", f"cd ~ && sbatch {options}", user="alice")
-    return re.search(r"Submitted batch job (\d+)", out).group(1)
 
 
 def _wait_running(kube, job: str) -> None:
@@ -636,8 +612,8 @@ def test_the_site_settings_are_live_held_and_mounted(deployed: K8sCluster) -> No
     kube.sh("login-0", "login", "srun bash -c 'hostname > /projects/from-a-job'", user="alice")
     assert (projects / "from-a-job").read_text().strip() in ("cpu-0", "cpu-1")
     # a second job over the QoS's per-user CPU limit pends with its reason
-    first = _submit(kube, "--qos=small -n1 --wrap 'sleep 120'")
-    second = _submit(kube, "--qos=small -n1 --wrap 'sleep 120'")
+    first = submit(kube, "--qos=small -n1 --wrap 'sleep 120'")
+    second = submit(kube, "--qos=small -n1 --wrap 'sleep 120'")
     try:
         _wait_running(kube, first)
         deadline = time.monotonic() + 30

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import until
+from tests.common import until
 from tests.k8s import lab
-from tests.k8s.conftest import K8sCluster
+from tests.k8s.kube import K8sCluster
 
 pytestmark = pytest.mark.k8s
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests import external_database
-from tests.k8s.conftest import K8sCluster
-from tests.k8s.test_k8s_cluster import _sacct, _submit
+from tests.k8s.kube import K8sCluster, sacct, submit
 
 pytestmark = pytest.mark.k8s
 
@@ -34,8 +33,8 @@ def test_an_external_database_takes_the_records_and_follows_its_password(
         "statefulset.apps/slurmctld",
     ]
     kube.sh("login-0", "login", "chroot /jail createuser --non-interactive alice")
-    job = _submit(kube, "--wait --wrap true")
-    assert _sacct(kube, [job]) == {job: ("COMPLETED", "0:0")}
+    job = submit(kube, "--wait --wrap true")
+    assert sacct(kube, [job]) == {job: ("COMPLETED", "0:0")}
     assert job in site_database.jobs(k8s_cluster.data()["name"])
 
     site_database.change_password()
@@ -43,6 +42,6 @@ def test_an_external_database_takes_the_records_and_follows_its_password(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"replaced Secret {kube.namespace}/db-password (from " in proc.stderr, proc.stderr
     kube.run("rollout", "status", "deployment/slurmdbd", "--timeout=300s")
-    again = _submit(kube, "--wait --wrap true")
-    assert _sacct(kube, [again], timeout=180) == {again: ("COMPLETED", "0:0")}
+    again = submit(kube, "--wait --wrap true")
+    assert sacct(kube, [again], timeout=180) == {again: ("COMPLETED", "0:0")}
     assert again in site_database.jobs(k8s_cluster.data()["name"])

@@ -32,7 +32,7 @@ from tests.browser import (
 )
 from tests.external_database import bridge_address
 from tests.k8s import lab
-from tests.k8s.conftest import K8sCluster
+from tests.k8s.kube import K8sCluster
 
 pytestmark = pytest.mark.k8s
 PASSWORDS = {"ada": "ada-Secret-1", "bob": "bob-Secret-2"}  # their directory passwords

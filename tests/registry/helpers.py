@@ -13,7 +13,7 @@ from pathlib import Path
 import docker
 
 from slurmforge import state
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 MANIFEST_TYPES = ", ".join(
     [

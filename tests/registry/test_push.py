@@ -15,7 +15,7 @@ import pytest
 
 from slurmforge import push, state
 from slurmforge.app import Project, Selection
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.local_registry import DroppingProxy, free_port, registry
 from tests.registry.helpers import catalog, invoke, manifest, record_tested
 

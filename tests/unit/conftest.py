@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.kube import cluster_data, with_images_lock
 
 

@@ -10,8 +10,18 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.inproc import run_cli
+
+# a process that holds the build lock of the directory it is given, for two minutes
+HOLD = """
+import sys, time
+from pathlib import Path
+from slurmforge import buildlock
+with buildlock.held(Path(sys.argv[1])):
+    print("holding", flush=True)
+    time.sleep(120)
+"""
 
 INVOKE = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from invoke import Program
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 NO_DAEMON = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 

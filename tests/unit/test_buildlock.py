@@ -16,16 +16,8 @@ from slurmforge import buildcmd, buildlock
 from slurmforge.cli import Select
 from slurmforge.errors import SlurmforgeError
 from slurmforge.options import FetchOptions
-from tests.conftest import ROOT
-
-HOLD = """
-import sys, time
-from pathlib import Path
-from slurmforge import buildlock
-with buildlock.held(Path(sys.argv[1])):
-    print("holding", flush=True)
-    time.sleep(120)
-"""
+from tests.common import ROOT
+from tests.unit.helpers import HOLD
 
 
 def test_a_second_build_waits_for_the_first_to_exit(tmp_path: Path, capsys) -> None:

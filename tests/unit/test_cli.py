@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from slurmforge import context, matrix, versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.gitrepos import make_repo
 from tests.unit.helpers import assert_clean_failure, run_invoke
 

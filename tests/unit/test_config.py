@@ -12,7 +12,7 @@ import pytest
 from slurmforge import config, matrix, versions
 from slurmforge.errors import ConfigError
 from slurmforge.pins import UNPINNED
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 
 def test_shipped_file_loads() -> None:

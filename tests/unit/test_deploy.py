@@ -14,11 +14,11 @@ import yaml
 
 from slurmforge import config, state
 from slurmforge.deploy import loader, parse_scale
-from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 
 
@@ -119,7 +119,7 @@ def test_scratch_is_made_by_login_and_kept_by_populate(write_cluster, versions, 
         write_cluster(shipped_with(jail={"keep": ["/srv/"], "scratch": ["/data/"]})), versions
     )
     assert cluster.spec.jail.scratch == ("/data",)
-    services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
+    services = render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
     assert services["login"]["environment"] == {"SLURMFORGE_JAIL_SCRATCH": "/data"}
     assert services["jail-populate"]["environment"]["SLURMFORGE_JAIL_KEEP"] == "/srv/ /data"
 
@@ -286,7 +286,7 @@ def test_jail_gets_only_the_client_files(write_cluster, versions, tmp_path: Path
 
 def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: Path) -> None:
     cluster = _two_sets(write_cluster, versions)
-    data = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")
+    data = render.render(cluster, secret_files(tmp_path), "sha256:abc")
     services = data["services"]
     assert set(services) == {
         "slurmctld",
@@ -350,12 +350,12 @@ def test_a_service_whose_bound_files_were_replaced_is_made_again(
     secrets, out = secret_files(tmp_path), tmp_path / "out"
 
     def labels() -> dict[str, str]:
-        services = local_render.render(cluster, secrets, "sha256:0", directory=out)["services"]
-        return {n: s["labels"].get(local_render.BOUND_LABEL, "") for n, s in services.items()}
+        services = render.render(cluster, secrets, "sha256:0", directory=out)["services"]
+        return {n: s["labels"].get(render.BOUND_LABEL, "") for n, s in services.items()}
 
     assert not any(labels().values())  # nothing there yet: nothing to tell apart
-    services = local_render.render(cluster, secrets, "sha256:0")["services"]
-    assert not any(local_render.BOUND_LABEL in s["labels"] for s in services.values())
+    services = render.render(cluster, secrets, "sha256:0")["services"]
+    assert not any(render.BOUND_LABEL in s["labels"] for s in services.values())
     for volume in (v for s in services.values() for v in s["volumes"]):
         if volume.startswith("./"):
             (out / volume.split(":")[0]).mkdir(parents=True, exist_ok=True)
@@ -381,9 +381,7 @@ def test_a_service_whose_bound_files_were_replaced_is_made_again(
 def test_compose_cli_accepts_the_file(write_cluster, versions, tmp_path: Path) -> None:
     cluster = _two_sets(write_cluster, versions)
     file = tmp_path / "compose.yaml"
-    file.write_text(
-        local_render.dump(local_render.render(cluster, secret_files(tmp_path), "sha256:0"), "x")
-    )
+    file.write_text(render.dump(render.render(cluster, secret_files(tmp_path), "sha256:0"), "x"))
     for cli in (["docker-compose"], ["docker", "compose"]):
         if (
             cli == ["docker", "compose"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import HADOLINT, run_invoke
 
 SETS = sorted(yaml.safe_load((ROOT / "versions.yaml").read_text())["sets"])

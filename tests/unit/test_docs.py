@@ -21,7 +21,7 @@ from slurmforge.docsgen import schema
 from slurmforge.errors import ConfigError
 from slurmforge.inputs import read_yaml, validate
 from tests import docs_blocks
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 SHIPPED = {"cluster": ROOT / "deploy" / "cluster.yaml", "versions": ROOT / "versions.yaml"}
 

@@ -10,10 +10,10 @@ import pytest
 
 from slurmforge import config
 from slurmforge.deploy import loader
-from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 
 CPU = {"name": "cpu", "definitions": ["cpu-small"], "replicas": 2}
@@ -117,7 +117,7 @@ def test_the_compose_file_makes_every_node_and_an_agent_alone_holds_the_engine(
     write_cluster, versions, tmp_path: Path
 ) -> None:
     cluster = loader.load(write_cluster(_data(_burst())), versions)
-    services = local_render.render(cluster, secret_files(tmp_path), "sha256:0")["services"]
+    services = render.render(cluster, secret_files(tmp_path), "sha256:0")["services"]
     assert {"burst-0", "burst-3"} <= set(services)  # made at deploy, started by Slurm
     # each start is the node's boot to Slurm, which waits for one after it asked for a resume
     assert services["burst-0"]["command"] == ["slurmd", "-D", "-N", "burst-0", "-b"]
@@ -138,7 +138,7 @@ def test_the_compose_file_makes_every_node_and_an_agent_alone_holds_the_engine(
 
 def test_without_elastic_sets_there_is_no_agent(write_cluster, versions, tmp_path) -> None:
     cluster = loader.load(write_cluster(shipped_with()), versions)
-    data = local_render.render(cluster, secret_files(tmp_path), "sha256:0")
+    data = render.render(cluster, secret_files(tmp_path), "sha256:0")
     assert "node-power" not in data["services"] and "power" not in data["volumes"]
 
 

@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 CONF = ROOT / "images" / "gpu" / "enroot.conf"
 READ = r"""set -euo pipefail

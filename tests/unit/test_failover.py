@@ -14,14 +14,12 @@ import yaml
 from slurmforge import config
 from slurmforge.deploy import loader
 from slurmforge.deploy.backup import archive
-from slurmforge.deploy.k8s import apply as k8s_apply
-from slurmforge.deploy.k8s import controllers as k8s_controllers
-from slurmforge.deploy.k8s import restore as k8s_restore
-from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.k8s import apply, controllers, restore
+from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 from tests.unit.kube import rendered_kube
 
@@ -172,7 +170,7 @@ def test_both_controllers_share_the_state_volume_and_every_secret(
     write_cluster, versions, tmp_path: Path
 ) -> None:
     cluster = loader.load(write_cluster(shipped_with(controller={"replicas": 2})), versions)
-    services = local_render.render(cluster, secret_files(tmp_path), "sha256:0")["services"]
+    services = render.render(cluster, secret_files(tmp_path), "sha256:0")["services"]
     primary, backup = services["slurmctld"], services["slurmctld-backup"]
     # slurmctld knows which SlurmctldHost it is by its host name
     assert (primary["hostname"], backup["hostname"]) == ("slurmctld", "slurmctld-backup")
@@ -274,7 +272,7 @@ def test_k8s_scheduled_backup_and_restore_use_the_shared_state_claim(checkout) -
     claims = [v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim"
               in v]  # fmt: skip
     assert "slurmctld-state" in claims and "state-slurmctld-0" not in claims
-    job = k8s_restore.Restore(kube, root / "a.tar", archive.Manifest("c", "", "", "", {}))
+    job = restore.Restore(kube, root / "a.tar", archive.Manifest("c", "", "", "", {}))
     assert sorted(job.claims()) == ["jail", "slurmctld-state"]
     assert job.claims()["slurmctld-state"]["spec"]["accessModes"] == ["ReadWriteMany"]
 
@@ -320,7 +318,7 @@ def test_k8s_a_state_class_that_cannot_be_shared_is_refused_before_anything_is_a
     calls, run = _kubectl({"--raw": (0, json.dumps({"resources": []}), ""), **answers})
     kube = rendered_kube(cluster_file, root, run)
     with pytest.raises(ConfigError) as refused:
-        k8s_apply.apply(kube, 300)
+        apply.apply(kube, 300)
     assert str(refused.value).startswith(f"{cluster_file}: {expected}")
     assert "\n" not in str(refused.value)
     assert not [c for c in calls if "apply" in c or "exec" in c]
@@ -335,7 +333,7 @@ def test_k8s_a_shareable_or_unnamed_class_is_taken(checkout, classes) -> None:
     cluster_file, root = _ha_checkout(checkout)
     _, run = _kubectl({"storageclasses": (0, json.dumps({"items": classes}), "")})
     kube = rendered_kube(cluster_file, root, run)
-    k8s_controllers.check_storage(kube.cluster, kube.k)
+    controllers.check_storage(kube.cluster, kube.k)
 
 
 @pytest.mark.parametrize(("running", "wanted"), [(True, 2), (False, 1)])
@@ -347,7 +345,7 @@ def test_k8s_moving_between_one_controller_and_two_is_refused(checkout, running,
     _, run = _kubectl({"statefulsets": (0, json.dumps(found), "")})
     kube = rendered_kube(cluster_file, root, run)
     with pytest.raises(ConfigError, match=r"controller\.replicas: namespace hpc runs") as refused:
-        k8s_controllers.check_change(kube.cluster, kube.k)
+        controllers.check_change(kube.cluster, kube.k)
     assert "invoke restore --force" in refused.value.hint
 
 

@@ -9,7 +9,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 TIERS = ("build", "cluster", "image", "k8s", "registry")
 YAML_PORT = re.compile(r"^\s*port:\s*[0-9]+\s*$", re.M)  # a line of a YAML file

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 SCRIPT = ROOT / "rootfs" / "opt" / "slurmforge" / "gpu-check"
 FIXTURES = ROOT / "tests" / "fixtures" / "nccl"

@@ -18,7 +18,7 @@ import referencing
 from slurmforge import gpu_driver
 from slurmforge.errors import ConfigError
 from tests import driver_root
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke
 
 SCHEMA_DIR = ROOT / ".cache" / "cdi-schema"  # from Debian's CDI package (scripts/setup)

@@ -24,7 +24,7 @@ from slurmforge.errors import ChecksumError, ConfigError, SourceError
 from slurmforge.render import DockerfileRenderer, Rendered
 from slurmforge.sources import Cache
 from slurmforge.userspace import Wheel, WheelPin
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import HADOLINT
 
 NAME, VERSION = "nvidia-fake-cu12", "1.2.3"

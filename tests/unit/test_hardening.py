@@ -19,7 +19,7 @@ import yaml
 
 from slurmforge import jail, refs, versions
 from slurmforge.errors import ConfigError, SourceError
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import INVOKE, assert_clean_failure, shipped_with
 from tests.unit.inproc import run_cli
 

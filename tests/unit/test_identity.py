@@ -9,11 +9,11 @@ import pytest
 
 from slurmforge import config
 from slurmforge.deploy import loader
-from slurmforge.deploy.identity import sssd as identity
-from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.identity import sssd
+from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 
 
@@ -128,17 +128,17 @@ def test_sssd_gets_the_directory_but_never_the_password(
 ) -> None:
     path = write_cluster(shipped_with(identity=_site(tmp_path, sudo_groups=["hpc-admins"])))
     cluster = loader.load(path, versions)
-    files = identity.files(cluster.spec, path)
-    conf = files[identity.SSSD_CONF]
+    files = sssd.files(cluster.spec, path)
+    conf = files[sssd.SSSD_CONF]
     assert "ldap_uri = ldaps://ldap.example.org, ldap://ldap2.example.org:3389" in conf
     assert "ldap_default_bind_dn = cn=reader,dc=example,dc=org" in conf
     assert "ldap_tls_reqcert = demand" in conf and "ldap_id_use_start_tls = true" in conf
     assert "s3cret" not in "".join(files.values())
-    assert files[identity.CA_FILE] == CA
-    assert files[identity.SUDOERS].splitlines()[1:] == ["%hpc-admins ALL=(ALL:ALL) NOPASSWD: ALL"]
+    assert files[sssd.CA_FILE] == CA
+    assert files[sssd.SUDOERS].splitlines()[1:] == ["%hpc-admins ALL=(ALL:ALL) NOPASSWD: ALL"]
     # the password is the site's own file, mounted read-only where SSSD runs, and nowhere else
     secrets = {**secret_files(tmp_path), "ldap-bind-password": tmp_path / "bind"}
-    services = local_render.render(cluster, secrets, "sha256:abc")["services"]
+    services = render.render(cluster, secrets, "sha256:abc")["services"]
     with_password = {
         name
         for name, service in services.items()
@@ -159,12 +159,12 @@ def test_the_embedded_directory_runs_only_when_asked(write_cluster, versions, tm
         write_cluster(shipped_with(identity={"source": "ldap", "ldap": ldap})), versions
     )
     secrets = {**secret_files(tmp_path), "ldap-bind-password": tmp_path / "ldap-bind-password"}
-    services = local_render.render(cluster, secrets, "sha256:abc")["services"]
+    services = render.render(cluster, secrets, "sha256:abc")["services"]
     assert services["slapd"]["environment"] == {"SLAPD_BASE_DN": "dc=example,dc=org"}
     assert "slapd" in services["cpu-0"]["depends_on"]
-    assert "ldap_uri = ldap://slapd" in identity.sssd_conf(cluster.spec)
+    assert "ldap_uri = ldap://slapd" in sssd.sssd_conf(cluster.spec)
     local = loader.load(write_cluster(shipped_with()), versions)
-    services = local_render.render(local, secret_files(tmp_path), "sha256:abc")["services"]
+    services = render.render(local, secret_files(tmp_path), "sha256:abc")["services"]
     assert "slapd" not in services
     assert not any("identity" in v for s in services.values() for v in s.get("volumes", []))
 
@@ -192,8 +192,8 @@ def test_the_embedded_directory_runs_only_when_asked(write_cluster, versions, tm
 def test_a_group_maps_to_a_declared_account_of_a_directory(
     write_cluster, tmp_path: Path, accounting: dict, identity_of: str, expected: str
 ) -> None:
-    identity = _site(tmp_path) if identity_of == "site" else {"source": "local"}
-    path = write_cluster(shipped_with(identity=identity, accounting=accounting))
+    sssd = _site(tmp_path) if identity_of == "site" else {"source": "local"}
+    path = write_cluster(shipped_with(identity=sssd, accounting=accounting))
     proc = run_invoke("deploy", "--cluster", str(path), "--out", str(tmp_path / "out"))
     assert_clean_failure(proc, f"{path}: {expected}")
     assert not (tmp_path / "out").exists()
@@ -207,9 +207,9 @@ def test_ssh_into_job_nodes_can_be_turned_off_with_its_extern_steps(
     conf_on, conf_off = (slurmconf.render(c, None, False, None)["slurm.conf"] for c in (on, off))
     assert "\nPrologFlags=Contain\n" in conf_on
     assert "PrologFlags" not in conf_off
-    services = local_render.render(off, secret_files(tmp_path), "sha256:abc")["services"]
+    services = render.render(off, secret_files(tmp_path), "sha256:abc")["services"]
     assert services["cpu-0"]["environment"]["SLURMFORGE_NODE_SSHD"] == "0"
-    services = local_render.render(on, secret_files(tmp_path), "sha256:abc")["services"]
+    services = render.render(on, secret_files(tmp_path), "sha256:abc")["services"]
     assert "SLURMFORGE_NODE_SSHD" not in services["cpu-0"].get("environment", {})
 
 

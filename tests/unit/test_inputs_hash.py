@@ -12,7 +12,7 @@ import pytest
 from slurmforge import matrix, versions
 from slurmforge.plan import changes
 from slurmforge.render import DockerfileRenderer, inputs_hash
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 PARENTS = {
     "runtime/debian12-24.11.5": "sha256:" + "1" * 64,

@@ -9,11 +9,11 @@ import re
 import pytest
 
 from slurmforge.deploy import loader, monitoring, portal, roles
-from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import accounts
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 from tests.unit.kube import rendered_kube
 
@@ -121,7 +121,7 @@ def test_the_database_and_prometheus_are_off_the_users_network(
     is on the management network alone, with the exporter it scrapes; the metrics token is
     readable by Prometheus' added group, and every scrape presents it."""
     cluster = loader.load(write_cluster(shipped_with()), versions)
-    data = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")
+    data = render.render(cluster, secret_files(tmp_path), "sha256:abc")
     services = data["services"]
     assert services["mariadb"]["networks"] == ["database"]
     assert services["slurmdbd"]["networks"] == ["default", "database"]
@@ -146,7 +146,7 @@ def test_the_database_and_prometheus_are_off_the_users_network(
     )
     (tmp_path / "pw").write_text("secret")
     (tmp_path / "pw").chmod(0o600)
-    data = local_render.render(
+    data = render.render(
         loader.load(write_cluster(external), versions), secret_files(tmp_path), "sha256:abc"
     )
     assert "mariadb" not in data["services"] and "networks" not in data["services"]["slurmdbd"]

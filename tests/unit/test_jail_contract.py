@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from slurmforge import jail_contract as jc
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 POPULATE = (ROOT / "jail/populate/populate").read_text()
 LOGIN_HOOKS = [

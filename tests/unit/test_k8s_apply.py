@@ -12,7 +12,7 @@ import yaml
 
 from slurmforge.deploy.k8s import apply as k8s_apply
 from slurmforge.deploy.k8s.kubectl import kubectl_path
-from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.slurm import ctl
 from slurmforge.errors import ConfigError, DeployError
 from tests.unit.kube import rendered_kube
 
@@ -32,7 +32,7 @@ def _server(served: dict[str, list[str]], failing: str = ""):
             return subprocess.CompletedProcess(argv, 0, json.dumps({"items": jobs}), "")
         if argv[-1] == "json":  # get statefulsets / pods
             return subprocess.CompletedProcess(argv, 0, json.dumps({"items": []}), "")
-        if slurmctl.NODES in argv:
+        if ctl.NODES in argv:
             out = "".join(f"{n}|idle|none\n" for n in NODES)
             return subprocess.CompletedProcess(argv, 0, out, "")
         if len(argv) > 2 and argv[-2] == "-c" and "sacctmgr -n -P show" in argv[-1]:
@@ -86,7 +86,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     database = "app.kubernetes.io/component=mariadb"
     populate = "app.kubernetes.io/component=jail-populate"
     exec_ = [kubectl, *ns, "exec", "slurmctld-0", "-c", "slurmctld", "--"]
-    sinfo = slurmctl.NODES
+    sinfo = ctl.NODES
     controller = "app.kubernetes.io/component=slurmctld"
     token = "jsonpath={.data.metrics-token}"
     assert (

@@ -12,7 +12,7 @@ import yaml
 
 from slurmforge.deploy.k8s import power
 from slurmforge.deploy.roles import NODE_POWER
-from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.slurm import ctl
 from tests.unit.kube import containers_of, pod_of, rendered_kube
 
 
@@ -182,7 +182,7 @@ def test_the_nodes_slurm_has_powered_up_are_scaled_up_when_their_deployments_are
             start = "2026-11-28T00:24:01" if scales["cpu-1"] else "2026-11-28T00:10:00"
             out = f"NodeName=cpu-1 SlurmdStartTime={start} State=ALLOCATED\n"
             return subprocess.CompletedProcess(argv, 0, out, "")
-        if slurmctl.NODES in argv:  # cpu-1 registers once its pod runs
+        if ctl.NODES in argv:  # cpu-1 registers once its pod runs
             cpu1 = "idle" if scales["cpu-1"] else "idle*"
             out = f"cpu-0|idle|none\ncpu-1|{cpu1}|none\ncpu-2|idle~|none\n"
             return subprocess.CompletedProcess(argv, 0, out, "")

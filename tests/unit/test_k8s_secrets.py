@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from slurmforge.deploy import roles
-from slurmforge.deploy.k8s import secrets as k8s_secrets
+from slurmforge.deploy.k8s import secrets
 from slurmforge.errors import ConfigError
 from tests.unit.kube import containers_of, pod_of, rendered_kube
 
@@ -115,7 +115,7 @@ def test_slurmdbd_runs_under_its_dbd_host_and_slurmctld_reaches_it(checkout) -> 
     assert "/dev/tcp/mariadb/3306" in pod["initContainers"][-1]["command"][-1]
     database = objects["statefulset-mariadb.yaml"]["spec"]
     assert database["volumeClaimTemplates"][0]["spec"]["accessModes"] == ["ReadWriteOnce"]
-    assert k8s_secrets.DATABASE_CLAIM == "data-mariadb-0"  # what check_database looks for
+    assert secrets.DATABASE_CLAIM == "data-mariadb-0"  # what check_database looks for
     rest = objects["service-slurmrestd.yaml"]["spec"]
     assert rest["type"] == "NodePort" and rest["ports"][0]["port"] == 6820
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 PACKAGE = ROOT / "slurmforge"
 DEPLOY = PACKAGE / "deploy"
@@ -20,8 +20,6 @@ ORDER = [
     "monitoring", "backup", "loader",
     "__init__", "healthcheck", "local", "k8s",
 ]  # fmt: skip
-# declared data tables, not counted against the module size (roles.py: the roles table)
-TABLES = {"deploy/roles.py"}
 
 
 def _module(path: Path) -> str:
@@ -83,9 +81,27 @@ def test_modules_and_classes_fit_on_a_few_screens() -> None:
     for path in PACKAGE.rglob("*.py"):
         rel = str(path.relative_to(PACKAGE))
         text = path.read_text()
-        if len(text.splitlines()) > 400 and rel not in TABLES:
+        if len(text.splitlines()) > 400:
             long.append(f"{rel}: {len(text.splitlines())} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno >= 205:
                 long.append(f"{rel}: class {node.name}, {node.end_lineno - node.lineno + 1} lines")
     assert not long, long
+
+
+def test_test_modules_hold_tests_and_conftest_files_hold_fixtures() -> None:
+    """What tests share lives in helper modules (tests/common.py, tests/cluster/deployed.py,
+    tests/k8s/kube.py, ...): no module imports a test module or a conftest.py, whose names pytest
+    may load twice under two module names."""
+    wrong = []
+    for path in [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            leaves = {n.rsplit(".", 1)[-1] for n in names if n.startswith(("tests", "bench"))}
+            if any(leaf.startswith("test_") or leaf == "conftest" for leaf in leaves):
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not wrong, wrong

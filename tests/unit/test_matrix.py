@@ -8,7 +8,7 @@ import pytest
 
 from slurmforge import config, matrix, versions
 from slurmforge.errors import ConfigError
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import yaml
 
 from slurmforge import config, jail_contract, state
 from slurmforge.deploy import loader
-from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.local import render
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files
 from tests.unit.kube import rendered_kube
 
@@ -53,8 +53,8 @@ def test_a_node_set_of_another_arch_runs_that_arch_s_image_and_jail(
     # what the nodes of each arch are built from, in one command
     assert cluster.build_hint == f"invoke build --set grace --cell {CELL} --cell {CELL}-arm64"
 
-    services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
-    usr = f"{local_render.usr_volume('arm64')}:/jail/usr"
+    services = render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
+    usr = f"{render.usr_volume('arm64')}:/jail/usr"
     for node in ("grace-0", "grace-1"):
         assert services[node]["platform"] == "linux/arm64"
         assert services[node]["image"] == cluster.node_image(grace)
@@ -64,8 +64,8 @@ def test_a_node_set_of_another_arch_runs_that_arch_s_image_and_jail(
         assert volumes.index(f"jail:{jail_contract.ROOT}") < volumes.index(usr)
     assert "platform" not in services["cpu-0"] and "platform" not in services["login"]
     assert not any(usr in s.get("volumes", []) for n, s in services.items() if "grace" not in n)
-    data = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")
-    assert set(data["volumes"]) >= {"jail", local_render.usr_volume("arm64")}
+    data = render.render(cluster, secret_files(tmp_path), "sha256:abc")
+    assert set(data["volumes"]) >= {"jail", render.usr_volume("arm64")}
 
 
 def test_a_node_set_that_names_the_cells_own_arch_is_one_of_its_nodes(
@@ -73,7 +73,7 @@ def test_a_node_set_that_names_the_cells_own_arch_is_one_of_its_nodes(
 ) -> None:
     cluster = loader.load(write_cluster(_mixed("amd64")), versions)
     assert cluster.other_arches == []
-    services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
+    services = render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
     assert services["grace-0"]["platform"] == "linux/amd64"
     assert services["grace-0"]["image"] == services["cpu-0"]["image"]
     assert "jail-usr-amd64" not in str(services)
@@ -169,7 +169,7 @@ def test_an_arm64_cluster_with_amd64_nodes_is_the_mirror_image(
     assert cluster.node_image(other).endswith(f"/slurmd:{CELL}")
     assert cluster.images["login"].endswith(f"/login:{CELL}-arm64")
     assert cluster.image("jail", "amd64").endswith(f"/jail:{CELL}")
-    services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
-    assert f"{local_render.usr_volume('amd64')}:/jail/usr" in services["grace-0"]["volumes"]
+    services = render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
+    assert f"{render.usr_volume('amd64')}:/jail/usr" in services["grace-0"]["volumes"]
     assert services["grace-0"]["platform"] == "linux/amd64"
     assert not any("/jail/usr" in v for v in services["cpu-0"]["volumes"])

@@ -18,14 +18,13 @@ from cryptography import x509
 
 from slurmforge import config
 from slurmforge.deploy import loader, monitoring, portal, portal_tls, roles
-from slurmforge.deploy.backup import archive, pod, snapshot
-from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.backup import archive, pod, restoring, snapshot, take
 from slurmforge.deploy.identity import sssd
-from slurmforge.deploy.k8s import restore as k8s_restore
-from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.k8s import restore
+from slurmforge.deploy.local import render
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import secret_files, shipped_with
 from tests.unit.kube import cluster_data, pod_of, rendered_kube, with_images_lock
 
@@ -153,7 +152,7 @@ def test_the_hub_gets_its_secrets_as_files_and_its_port_on_the_login_address(
     write_cluster, versions, tmp_path: Path
 ) -> None:
     cluster = loader.load(write_cluster(_two_partitions(port=18000)), versions)
-    services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
+    services = render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
     hub = services["portal"]
     assert hub["ports"] == ["127.0.0.1:18000:8000"]
     for secret in ("portal-cookie-secret", "portal-proxy-token", "portal-tls.pem", "munge.key"):
@@ -164,7 +163,7 @@ def test_the_hub_gets_its_secrets_as_files_and_its_port_on_the_login_address(
     assert not any(str(tmp_path) in str(v) for v in hub.get("environment", {}).values())
     assert "./etc/portal:/etc/slurmforge/portal:ro" in hub["volumes"]
     assert "portal:/var/lib/jupyterhub" in hub["volumes"]  # its database outlives the container
-    assert hub["labels"][local_render.PORTAL_LABEL]  # a settings change recreates it
+    assert hub["labels"][render.PORTAL_LABEL]  # a settings change recreates it
     # the cluster's Prometheus scrapes the hub
     jobs = monitoring.prometheus_config(cluster, [])["scrape_configs"]
     token = {"type": "Bearer", "credentials_file": "/run/secrets/metrics-token"}
@@ -177,7 +176,7 @@ def test_the_hub_gets_its_secrets_as_files_and_its_port_on_the_login_address(
 
 def test_without_the_portal_nothing_of_it_is_rendered(write_cluster, versions, tmp_path) -> None:
     cluster = loader.load(write_cluster(shipped_with()), versions)
-    services = local_render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
+    services = render.render(cluster, secret_files(tmp_path), "sha256:abc")["services"]
     assert "portal" not in services
     assert portal.files(cluster) == {}
     assert roles.PORTAL_COOKIE not in roles.cluster_secrets(cluster.spec)
@@ -279,12 +278,12 @@ def test_a_backup_copies_the_hubs_database_whole_while_the_hub_writes_it(tmp_pat
         writer.join()
     manifest = archive.verify(made)
     copy = tmp_path / "copy.sqlite"
-    with archive.member(made, backup.PORTAL_MEMBER) as source:
+    with archive.member(made, restoring.PORTAL_MEMBER) as source:
         copy.write_bytes(source.read())
     with sqlite3.connect(copy) as con:
         assert con.execute("pragma integrity_check").fetchone() == ("ok",)
         assert con.execute("select count(*) from users where name != 'late'").fetchone() == (2000,)
-    assert manifest.members[backup.PORTAL_MEMBER]["size"] == copy.stat().st_size
+    assert manifest.members[restoring.PORTAL_MEMBER]["size"] == copy.stat().st_size
 
 
 def test_the_hubs_database_is_backed_up_and_restored_where_the_hub_keeps_it(
@@ -296,30 +295,30 @@ def test_the_hubs_database_is_backed_up_and_restored_where_the_hub_keeps_it(
     cluster_file = write_cluster(data)
     kube = rendered_kube(cluster_file, with_images_lock(cluster_file, tmp_path))
     # `invoke backup` copies it in the hub's container, from its data volume or claim
-    plan = backup.plan(kube.cluster)
+    plan = take.plan(kube.cluster)
     assert plan.portal_db == f"{roles.PORTAL_DATA.path}/{roles.PORTAL_DB}"
-    assert backup.ContainerSource.ROLES[snapshot.PORTAL] == roles.PORTAL
+    assert take.ContainerSource.ROLES[snapshot.PORTAL] == roles.PORTAL
     # the scheduled pod mounts no claim of the hub's: it says so in every archive it makes
     config = kube.manifests.objects[f"configmap-{roles.BACKUP_CONF.name}.yaml"]["data"]
     scheduled = snapshot.Plan(**json.loads(config["plan.json"]))
     assert scheduled.portal_db is None
     assert any("portal's database is not in scheduled backups" in n for n in scheduled.notes)
     # a k8s restore fills portal-0's claim, as its StatefulSet would make it, before it starts
-    manifest = archive.Manifest("c", "", "", "", {}, members={backup.PORTAL_MEMBER: {}})
-    claims = k8s_restore.Restore(kube, tmp_path / "a.tar", manifest).claims()
+    manifest = archive.Manifest("c", "", "", "", {}, members={restoring.PORTAL_MEMBER: {}})
+    claims = restore.Restore(kube, tmp_path / "a.tar", manifest).claims()
     hub = kube.manifests.objects["statefulset-portal.yaml"]["spec"]["volumeClaimTemplates"][0]
     assert claims["portal-portal-0"]["spec"] == hub["spec"]
     # an archive without it (a cluster that had no portal) fills none
     old = archive.Manifest("c", "", "", "", {})
-    assert "portal-portal-0" not in k8s_restore.Restore(kube, tmp_path / "a.tar", old).claims()
+    assert "portal-portal-0" not in restore.Restore(kube, tmp_path / "a.tar", old).claims()
 
 
 def test_an_archive_with_a_portal_restored_where_there_is_none_says_so(
     write_cluster, versions
 ) -> None:
     cluster = loader.load(write_cluster(shipped_with()), versions)
-    manifest = archive.Manifest("c", "", "", "", {}, members={backup.PORTAL_MEMBER: {}})
-    assert not backup.restores_portal(cluster, manifest)
+    manifest = archive.Manifest("c", "", "", "", {}, members={restoring.PORTAL_MEMBER: {}})
+    assert not restoring.restores_portal(cluster, manifest)
     assert manifest.notes == [
         f"the archive's portal database is not restored: {cluster.path} has no portal"
     ]

@@ -16,11 +16,10 @@ import yaml
 
 from slurmforge.config import Config
 from slurmforge.deploy import loader
-from slurmforge.deploy.backup import archive, pod, snapshot
-from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.backup import archive, pod, restoring, snapshot, take
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import shipped_with
 
 SEED = (
@@ -46,7 +45,7 @@ def _directory_cluster(write_cluster, tmp_path: Path, versions: Config):
 def _archive(cluster, out: Path) -> Path:
     """An archive of ``cluster`` as a backup writes it (nothing running: no database, state or
     jail to copy, and the directory's entries left to the cluster tier, which runs slapd)."""
-    plan = backup.plan(cluster, "25.11.7")
+    plan = take.plan(cluster, "25.11.7")
     plan.directory = False
     plan.secrets, plan.database, plan.jail = {}, None, ["job_state"]
     plan.state_dir = plan.jail_root = str(out)
@@ -62,7 +61,7 @@ def test_the_archive_holds_a_cluster_file_that_needs_nothing_else(
     write_cluster, tmp_path: Path, versions: Config
 ) -> None:
     cluster = _directory_cluster(write_cluster, tmp_path, versions)
-    plan = backup.plan(cluster, "25.11.7")
+    plan = take.plan(cluster, "25.11.7")
     assert plan.directory  # its entries are copied (slapcat)
     assert plan.files["cluster.yaml"] == cluster.path.read_text()  # as it was, too
     assert plan.files["seed.ldif"] == SEED
@@ -86,7 +85,7 @@ def test_a_restore_given_no_cluster_file_writes_the_archives_into_the_state_dire
 ) -> None:
     cluster = _directory_cluster(write_cluster, tmp_path, versions)
     path = _archive(cluster, tmp_path / "backups")
-    written = backup.unpack_cluster(path)
+    written = restoring.unpack_cluster(path)
     assert written == tmp_path / "state" / cluster.name / "cluster" / f"{cluster.name}.yaml"
     seed = written.parent / "seed.ldif"
     assert seed.read_text() == SEED
@@ -94,11 +93,11 @@ def test_a_restore_given_no_cluster_file_writes_the_archives_into_the_state_dire
         assert stat.S_IMODE(file.stat().st_mode) == 0o600
     assert stat.S_IMODE(written.parent.parent.stat().st_mode) == 0o700
     assert loader.load(written, versions).spec.nodesets[0].replicas == 3
-    assert backup.unpack_cluster(path) == written  # again: the same files, nothing refused
+    assert restoring.unpack_cluster(path) == written  # again: the same files, nothing refused
     # one that was changed since is the user's now: refused, not replaced
     written.write_text(written.read_text() + "# mine\n")
     with pytest.raises(ConfigError, match=r"differs from the cluster file in") as err:
-        backup.unpack_cluster(path)
+        restoring.unpack_cluster(path)
     assert err.value.hint and f"--cluster {written}" in err.value.hint
     assert written.read_text().endswith("# mine\n")
 
@@ -132,7 +131,7 @@ def test_an_archive_that_would_write_outside_the_state_directory_writes_nothing(
     monkeypatch.setenv("SLURMFORGE_STATE_DIR", str(tmp_path / "state"))
     path = _crafted(tmp_path, cluster, files, "cluster/t.yaml")
     with pytest.raises(ConfigError, match=expected):
-        backup.unpack_cluster(path)
+        restoring.unpack_cluster(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar"]
 
 
@@ -142,6 +141,6 @@ def test_an_older_archive_without_one_is_refused_with_how_to_restore_it(
     monkeypatch.setenv("SLURMFORGE_STATE_DIR", str(tmp_path / "state"))
     path = _crafted(tmp_path, "train", {"cluster/cluster.yaml": "name: train\n"}, None)
     with pytest.raises(ConfigError, match="holds no cluster file a restore can use alone") as err:
-        backup.unpack_cluster(path)
+        restoring.unpack_cluster(path)
     want = f"extract cluster/ from it (tar -xf {path} cluster/) and give --cluster"
     assert err.value.hint == want

@@ -14,8 +14,7 @@ import pytest
 import yaml
 
 from slurmforge.deploy import roles
-from slurmforge.deploy.backup import archive, pod, snapshot
-from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.backup import archive, pod, snapshot, take
 from slurmforge.deploy.spec.model import as_dict
 from tests.unit.helpers import assert_clean_failure, run_invoke
 from tests.unit.kube import cluster_data, pod_of, rendered_kube
@@ -75,7 +74,7 @@ def test_a_schedule_renders_a_cronjob_beside_slurmctld_that_reads_and_writes_wha
     # the plan it follows is the one `invoke backup` follows, and each secret it names is where
     # the pod mounts it
     plan = json.loads(kube.manifests.objects["configmap-backup-config.yaml"]["data"]["plan.json"])
-    want = backup.plan(kube.cluster, kube.cluster.cell.slurm)
+    want = take.plan(kube.cluster, kube.cluster.cell.slurm)
     assert plan == json.loads(want.dump())
     assert set(plan["secrets"]) == {"munge.key", "jwt_hs256.key", "db-password", "metrics-token"}
     for file, at in plan["secrets"].items():

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from slurmforge.deploy import loader
-from slurmforge.deploy.slurm import conf as slurmconf
+from slurmforge.deploy.slurm import conf
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT
+from tests.common import ROOT
 from tests.unit.helpers import shipped_with
 
 TREES = ("images", "jail", "rootfs", "scripts", ".ci")
@@ -44,11 +44,11 @@ def _generated_scripts(write_cluster, directory: Path) -> list[Path]:
     data["nodesets"].append(elastic)
     data["partitions"].append({"name": "burst", "nodesets": ["burst"]})
     cluster = loader.load(write_cluster(data), load_versions(ROOT / "versions.yaml"))
-    files = slurmconf.render(cluster)
+    files = conf.render(cluster)
     directory.mkdir()
     out = []
     for name, text in files.items():
-        if slurmconf.SCRIPT.match(name):
+        if conf.SCRIPT.match(name):
             out.append(directory / name)
             out[-1].write_text(text)
     assert {"primary-on", "power-resume", "power-suspend"} <= {p.name for p in out}

@@ -21,7 +21,7 @@ from slurmforge.deploy.slurm import siteconf
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.conftest import ROOT, need_sources
+from tests.common import ROOT, need_sources
 from tests.unit.helpers import assert_clean_failure, run_invoke, shipped_with
 
 SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())

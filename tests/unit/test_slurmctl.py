@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.slurm import ctl
 from slurmforge.errors import DeployError
 
 REASON = "slurmforge: upgrading to Slurm 25.11.7"
@@ -16,7 +16,7 @@ REASON = "slurmforge: upgrading to Slurm 25.11.7"
 
 @pytest.fixture(autouse=True)
 def _no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(slurmctl, "POLL", 0.0)
+    monkeypatch.setattr(ctl, "POLL", 0.0)
 
 
 class Slurm:
@@ -29,7 +29,7 @@ class Slurm:
 
     def __call__(self, command: str) -> tuple[int, str]:
         self.commands.append(command)
-        if command == slurmctl.NODES:  # "drain+down": DOWN under a drain, as sinfo shows it
+        if command == ctl.NODES:  # "drain+down": DOWN under a drain, as sinfo shows it
             shown = self.nodes.items()
             rows = [f"{n}|{s.removesuffix('+down')}|{r or 'none'}" for n, (s, r) in shown]
             down = [f"down|{n}" for n, (s, _) in shown if s.endswith("down")]
@@ -51,10 +51,10 @@ class Slurm:
 
 def test_hold_drains_the_nodes_in_service_and_waits_for_the_running_jobs() -> None:
     slurm = Slurm({"a": ("idle", ""), "b": ("alloc", ""), "c": ("drain", "disk")}, ["7"], ends=2)
-    slurmctl.hold(slurm, REASON, timeout=30)
+    ctl.hold(slurm, REASON, timeout=30)
     assert slurm.nodes == {"a": ("drain", REASON), "b": ("drain", REASON), "c": ("drain", "disk")}
     assert sum(c.startswith("squeue") for c in slurm.commands) == 3
-    slurmctl.release(slurm, "slurmforge: upgrading", timeout=5)
+    ctl.release(slurm, "slurmforge: upgrading", timeout=5)
     # the admin's drain (and its reason) is left alone
     assert slurm.nodes == {"a": ("idle", ""), "b": ("idle", ""), "c": ("drain", "disk")}
 
@@ -62,7 +62,7 @@ def test_hold_drains_the_nodes_in_service_and_waits_for_the_running_jobs() -> No
 def test_jobs_still_running_at_the_timeout_undo_the_hold() -> None:
     slurm = Slurm({"a": ("alloc", ""), "b": ("idle", "")}, ["7", "9"], ends=10**6)
     with pytest.raises(DeployError, match=r"jobs 7, 9 still run after 0 s; .* Nothing was"):
-        slurmctl.hold(slurm, REASON, timeout=0)
+        ctl.hold(slurm, REASON, timeout=0)
     assert slurm.nodes == {"a": ("idle", ""), "b": ("idle", "")}
 
 
@@ -77,13 +77,13 @@ def test_a_drain_from_before_the_deploy_counts_as_ready_while_it_keeps_its_reaso
         [],
         0,
     )
-    kept = slurmctl.drains(slurmctl.nodes(before))
+    kept = ctl.drains(ctl.nodes(before))
     assert kept == {"b": "disk swap", "d": "fan"}  # down is not a drain: it has to come back
     names = ["a", "b"]
     after = Slurm({"a": ("idle", ""), "b": ("drain", "disk swap")}, [], 0)
-    seen = slurmctl.wait_ready(after, names, kept, timeout=0)
-    assert slurmctl.ready(seen, names, kept)
-    assert slurmctl.kept_drained(seen, names, kept) == [
+    seen = ctl.wait_ready(after, names, kept, timeout=0)
+    assert ctl.ready(seen, names, kept)
+    assert ctl.kept_drained(seen, names, kept) == [
         "b stays drained (disk swap); return it with: scontrol update NodeName=b State=RESUME"
     ]
     # no drain is ready unless it was there before, with that reason, and the node answers
@@ -92,14 +92,14 @@ def test_a_drain_from_before_the_deploy_counts_as_ready_while_it_keeps_its_reaso
         (("drain*", "disk swap"), "b (drain*: disk swap)"),
         (("drain+down", "disk swap"), "b (drain+down: disk swap)"),  # not registered since
     ]:
-        seen = slurmctl.nodes(Slurm({"a": ("idle", ""), "b": b}, [], 0))
-        assert not slurmctl.ready(seen, names, kept)
-        assert slurmctl.unready(seen, names, kept) == [why]
-        assert slurmctl.unready(seen, names, {}) == [why]
-    seen = slurmctl.nodes(Slurm({"a": ("drain", "disk swap")}, [], 0))
+        seen = ctl.nodes(Slurm({"a": ("idle", ""), "b": b}, [], 0))
+        assert not ctl.ready(seen, names, kept)
+        assert ctl.unready(seen, names, kept) == [why]
+        assert ctl.unready(seen, names, {}) == [why]
+    seen = ctl.nodes(Slurm({"a": ("drain", "disk swap")}, [], 0))
     missing = ["a (drain: disk swap)", "b (unknown to slurmctld)"]  # a's drain is new
-    assert slurmctl.unready(seen, names, kept) == missing
-    assert slurmctl.unready(None, names, kept) == ["a (no answer)", "b (no answer)"]
+    assert ctl.unready(seen, names, kept) == missing
+    assert ctl.unready(None, names, kept) == ["a (no answer)", "b (no answer)"]
 
 
 def test_the_elastic_nodes_slurm_counts_as_powered_up_are_those_it_would_give_jobs() -> None:
@@ -121,11 +121,11 @@ def test_the_elastic_nodes_slurm_counts_as_powered_up_are_those_it_would_give_jo
         "failed-silent": ("down~", "Not responding"),
         "drained-down": ("drain+down", "fan"),
     }
-    seen = slurmctl.nodes(Slurm(nodes, [], 0))
-    assert slurmctl.powered_up(seen, [*nodes, "unknown"]) == [
+    seen = ctl.nodes(Slurm(nodes, [], 0))
+    assert ctl.powered_up(seen, [*nodes, "unknown"]) == [
         "up", "lost", "busy", "starting", "drained", "gone"
     ]  # fmt: skip
-    assert slurmctl.powered_up(None, list(nodes)) == []
+    assert ctl.powered_up(None, list(nodes)) == []
 
 
 def test_a_started_node_counts_once_a_slurmd_started_since_has_registered() -> None:
@@ -141,11 +141,11 @@ def test_a_started_node_counts_once_a_slurmd_started_since_has_registered() -> N
             "NodeName=cpu-2 Arch=x86_64 SlurmdStartTime=2026-11-28T00:10:00 State=IDLE\n"
         )
 
-    before = slurmctl.slurmd_starts(sh, ["cpu-1", "cpu-2"])
+    before = ctl.slurmd_starts(sh, ["cpu-1", "cpu-2"])
     assert before == dict.fromkeys(["cpu-1", "cpu-2"], "2026-11-28T00:10:00")
-    slurmctl.wait_registered(sh, {"cpu-1": before["cpu-1"]}, timeout=30)
+    ctl.wait_registered(sh, {"cpu-1": before["cpu-1"]}, timeout=30)
     assert len(looks) == 3
     with pytest.raises(DeployError, match=r"^cpu-2: started, but no slurmd registered"):
-        slurmctl.wait_registered(sh, before, timeout=0)
+        ctl.wait_registered(sh, before, timeout=0)
     # a controller that does not answer registers nothing
-    assert slurmctl.slurmd_starts(lambda c: (1, "error"), ["cpu-1"]) == {"cpu-1": ""}
+    assert ctl.slurmd_starts(lambda c: (1, "error"), ["cpu-1"]) == {"cpu-1": ""}

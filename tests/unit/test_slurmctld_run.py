@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 SCRIPT = ROOT / "images" / "slurmctld" / "slurmctld-run"
 STAND_IN = """#!/bin/bash

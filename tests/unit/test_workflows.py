@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.common import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 BIN = str(Path(sys.executable).parent)

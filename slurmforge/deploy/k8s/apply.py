@@ -16,16 +16,14 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.backup import take
 from slurmforge.deploy.backup.access import BackupAccess
 from slurmforge.deploy.k8s import config_sync, controllers, power, stuck
 from slurmforge.deploy.k8s.kubectl import Kubectl
 from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.secrets import Secrets
 from slurmforge.deploy.roles import CONTROLLER, DBD, NODE, POPULATE
-from slurmforge.deploy.slurm import ctl as slurmctl
-from slurmforge.deploy.slurm import database as accounting_db
-from slurmforge.deploy.slurm import upgrade
+from slurmforge.deploy.slurm import ctl, database, upgrade
 from slurmforge.errors import DeployError
 
 
@@ -124,11 +122,11 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     kube.secrets.check_database()  # before anything changes (a drain included)
     before = config_sync.live_config(kube)  # the config the running daemons were given
     removed = removed_nodes(kube) if removed is None else removed
-    seen = slurmctl.nodes(kube.controller_sh)  # None before the first deploy
-    kept = slurmctl.drains(seen)  # an operator's drains outlive the apply
+    seen = ctl.nodes(kube.controller_sh)  # None before the first deploy
+    kept = ctl.drains(seen)  # an operator's drains outlive the apply
     known = [n for n in removed if seen and n in seen]
     if known:
-        slurmctl.drain(kube.controller_sh, known, timeout)
+        ctl.drain(kube.controller_sh, known, timeout)
     gone = power.keep_running(kube)
     first = [n for n in names if kube.manifests.objects[n]["kind"] == "Namespace"]
     apply_files(kube, first)
@@ -169,14 +167,14 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     synced = config_sync.sync_config(kube, timeout)
     changed = before is not None and before != config_sync.expected_config(kube.manifests.objects)
     if synced or changed:  # slurmctld and every slurmd re-read theirs
-        slurmctl.reconfigure(kube.controller_sh)
+        ctl.reconfigure(kube.controller_sh)
     nodes = [node for _, node in kube.cluster.fixed_nodes]  # an elastic set's: Slurm's to start
-    seen = slurmctl.require_ready(kube.controller_sh, nodes, kept, timeout)
-    for line in slurmctl.kept_drained(seen, nodes, kept):
+    seen = ctl.require_ready(kube.controller_sh, nodes, kept, timeout)
+    for line in ctl.kept_drained(seen, nodes, kept):
         print(f"note: {line}", file=kube.log)
     power.start_powered_up(kube, kept, timeout)
     if kube.cluster.spec.accounting.enabled:
-        for line in accounting_db.setup(kube.cluster, kube.controller_sh, timeout):
+        for line in database.setup(kube.cluster, kube.controller_sh, timeout):
             print(f"note: {line}", file=kube.log)
     return kube.k.check(
         kube.k.argv("exec", kube.pod(CONTROLLER), "-c", CONTROLLER, "--", "sinfo", "-N", "-l"),
@@ -201,7 +199,7 @@ def check_upgrade(kube: Host) -> None:
     code, out = kube.controller_sh("scontrol version")
     running = out.split()[-1] if code == 0 and out.startswith("slurm ") else None
     if running and upgrade.check_cluster(kube.cluster, running) and kube.backup_first:
-        backup.before_upgrade(kube)
+        take.before_upgrade(kube)
 
 
 def removed_nodes(kube: Host) -> list[str]:

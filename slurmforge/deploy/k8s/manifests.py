@@ -12,10 +12,9 @@ from typing import Any
 import yaml
 
 from slurmforge import state
-from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.identity import sssd
 from slurmforge.deploy.k8s import images as k8s_images
-from slurmforge.deploy.k8s import kustomize
-from slurmforge.deploy.k8s import render as k8s_render
+from slurmforge.deploy.k8s import kustomize, render
 from slurmforge.deploy.k8s.kubectl import Kubectl, kubectl_path
 from slurmforge.deploy.roles import JAIL
 from slurmforge.deploy.slurm import siteconf
@@ -63,7 +62,7 @@ class Manifests:
     def write(self) -> Path:
         """Render the cluster's objects and write them, with their kustomization, to
         ``self.dir``; returns it."""
-        if identity.embedded(self.cluster.spec):
+        if sssd.embedded(self.cluster.spec):
             raise ConfigError(
                 f"{self.cluster.path}: identity.ldap.embedded: the k8s target runs no directory "
                 "of its own; name the site's directory in identity.ldap.uri (with bind_dn, "
@@ -80,7 +79,7 @@ class Manifests:
                     pyxis = pyxis or (component == JAIL and info.carries("pyxis"))
 
         images = k8s_images.resolve(self.cluster, state.read_images_lock(self.root), local_ids)
-        renderer = k8s_render.ManifestRenderer(self.cluster, images, self.namespace)
+        renderer = render.ManifestRenderer(self.cluster, images, self.namespace)
         self.objects = renderer.render(pyxis)
         self.populate_job = next(
             o["metadata"]["name"] for o in self.objects.values() if o["kind"] == "Job"

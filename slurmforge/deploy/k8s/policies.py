@@ -1,4 +1,4 @@
-"""Who may open a connection to the cluster's pods on Kubernetes: the zones of roles.py's networks
+"""Who may open a connection to the cluster's pods on Kubernetes: the zones of roles/'s networks
 as NetworkPolicies, where the cluster's network plugin enforces them (the lab's does not; the API
 server validates them).
 

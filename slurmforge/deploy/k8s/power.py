@@ -16,7 +16,7 @@ from typing import Any
 from slurmforge.deploy import roles
 from slurmforge.deploy.k8s import kustomize
 from slurmforge.deploy.k8s.pods import PodRenderer
-from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.slurm import ctl
 from slurmforge.deploy.spec.model import ClusterSpec
 
 ACCOUNT = roles.NODE_POWER  # the ServiceAccount, its Role and the RoleBinding
@@ -127,7 +127,7 @@ def start_powered_up(kube: Any, kept: dict[str, str], timeout: float) -> None:
     elastic node), and wait until each has registered and is in service: what Slurm thinks
     runs, runs."""
     elastic = nodes(kube.cluster.spec)
-    up = slurmctl.powered_up(slurmctl.nodes(kube.controller_sh), elastic) if elastic else []
+    up = ctl.powered_up(ctl.nodes(kube.controller_sh), elastic) if elastic else []
     if not up:
         return
     scaled = scales(kube)
@@ -140,4 +140,4 @@ def start_powered_up(kube: Any, kept: dict[str, str], timeout: float) -> None:
         argv = kube.k.argv("scale", *(f"deployment/{n}" for n in names), "--replicas=1")
         kube.k.check(argv, f"starting {', '.join(names)}")
 
-    slurmctl.bring_up(kube.controller_sh, stopped, scale_up, kept, timeout)
+    ctl.bring_up(kube.controller_sh, stopped, scale_up, kept, timeout)

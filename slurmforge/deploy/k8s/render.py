@@ -1,4 +1,4 @@
-"""The `k8s` target's renderer (k8s/run.py runs it): the roles a cluster runs (roles.py), as a
+"""The `k8s` target's renderer (k8s/run.py runs it): the roles a cluster runs (roles/), as a
 kustomize directory.
 
 One file per object plus ``kustomization.yaml``, under ``deploy/out/k8s/<cluster>/``:
@@ -29,8 +29,8 @@ import dataclasses
 from typing import Any
 
 from slurmforge.deploy import monitoring, portal, roles
-from slurmforge.deploy.backup import take as backup
-from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.backup import take
+from slurmforge.deploy.identity import sssd
 from slurmforge.deploy.k8s import controllers
 from slurmforge.deploy.k8s.jobs import JobRenderer
 from slurmforge.deploy.k8s.nodesets import NODES_SERVICE, NodeSetRenderer
@@ -55,7 +55,7 @@ from slurmforge.deploy.roles import (
     SLURM_CONF,
     Role,
 )
-from slurmforge.deploy.slurm import conf as slurmconf
+from slurmforge.deploy.slurm import conf
 from slurmforge.deploy.spec.model import Cluster
 
 
@@ -65,9 +65,7 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer, PolicyRender
 
     def render(self, pyxis: bool) -> dict[str, dict[str, Any]]:
         """File name → object, in apply order (kustomize sorts by kind anyway)."""
-        network = slurmconf.Network(
-            controllers=controllers.hosts(self.spec), node_domain=NODES_SERVICE
-        )
+        network = conf.Network(controllers=controllers.hosts(self.spec), node_domain=NODES_SERVICE)
         running = roles.running(self.spec, "k8s")
         # The pods' config-hash annotation rolls every pod (and kills its jobs) when the config
         # it mounts changes, except for the node counts: `invoke scale` (and a redeploy with
@@ -103,17 +101,17 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer, PolicyRender
         self, cluster: Cluster, running: list[Role], pyxis: bool, network, site: bool = True
     ) -> dict:
         """ConfigDir name → its files, for the directories the roles mount."""
-        files = slurmconf.render(cluster, None, pyxis, network, site)
+        files = conf.render(cluster, None, pyxis, network, site)
         content = {
             SLURM_CONF.name: files,
-            JAIL_CONF.name: {k: files[k] for k in slurmconf.JAIL_FILES},
-            DBD_CONF.name: {"slurmdbd.conf": slurmconf.slurmdbd_conf(cluster)},
-            IDENTITY_CONF.name: identity.files(cluster.spec, cluster.path),
+            JAIL_CONF.name: {k: files[k] for k in conf.JAIL_FILES},
+            DBD_CONF.name: {"slurmdbd.conf": conf.slurmdbd_conf(cluster)},
+            IDENTITY_CONF.name: sssd.files(cluster.spec, cluster.path),
             PORTAL_CONF.name: portal.files(cluster, node_domain=NODES_SERVICE),
         }
         used = {c for r in running for c in r.mounted_configs(cluster.spec)}
         if BACKUP_CONF in used:
-            plan = backup.plan(cluster, cluster.cell.slurm, scheduled=True)
+            plan = take.plan(cluster, cluster.cell.slurm, scheduled=True)
             content[BACKUP_CONF.name] = {"plan.json": plan.dump()}
         return {c.name: content[c.name] for c in roles.CONFIGS if c in used}
 

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmforge.deploy import roles
-from slurmforge.deploy.backup import archive
-from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.backup import archive, restoring
 from slurmforge.deploy.k8s import apply, controllers
 from slurmforge.deploy.k8s.apply import Host
 from slurmforge.deploy.k8s.objects import JAIL_CLAIM
@@ -43,7 +42,7 @@ class Restore:
         portal-0's) when the archive's database goes there."""
         state = controllers.state_claim(self.kube.cluster.spec)
         templates = {(CONTROLLER, CONTROLLER_STATE.claim): state}
-        if backup.restores_portal(self.kube.cluster, self.manifest):
+        if restoring.restores_portal(self.kube.cluster, self.manifest):
             templates[(PORTAL, PORTAL_DATA.claim)] = self.portal_claim()
         out = {}
         for obj in self.kube.manifests.objects.values():
@@ -129,12 +128,12 @@ class Restore:
                 argv = self.k.argv("exec", "-i", HELPER, "--", "tar", "--numeric-owner",
                                    "-xpf", "-", "-C", where)  # fmt: skip
                 what = f"{member} into {where}"
-                backup.feed_member(self.path, self.manifest, member, argv, what, self.log)
+                restoring.feed_member(self.path, self.manifest, member, argv, what, self.log)
             if portal is not None:  # the hub's, before it first starts
                 write = f"umask 077 && cat > /restore/portal/{roles.PORTAL_DB}"
                 argv = self.k.argv("exec", "-i", HELPER, "--", "sh", "-c", write)
-                what = f"{backup.PORTAL_MEMBER} into {portal}"
-                backup.feed_member(self.path, self.manifest, backup.PORTAL_MEMBER, argv, what,
+                what = f"{restoring.PORTAL_MEMBER} into {portal}"
+                restoring.feed_member(self.path, self.manifest, restoring.PORTAL_MEMBER, argv, what,
                                    self.log)  # fmt: skip
         finally:
             self.k.run(self.k.argv("delete", "pod", HELPER, "--wait=true", "--ignore-not-found"))
@@ -151,16 +150,16 @@ class Restore:
         self.k.apply_objects(objects, "starting the accounting database")
         self.k.check(self.k.argv("rollout", "status", f"statefulset/{DATABASE}", "--timeout=600s"),
                      "waiting for the accounting database")  # fmt: skip
-        backup.load_dump(self.kube, self.path, self.manifest)
+        restoring.load_dump(self.kube, self.path, self.manifest)
 
 
 def restore(kube: Host, path: Path, force: bool, timeout: float) -> list[str]:
     start = time.monotonic()
     manifest = archive.verify(path)
-    backup.admit(kube.cluster, path, manifest)
+    restoring.admit(kube.cluster, path, manifest)
     kube.manifests.write()  # images not found are refused here, before anything changes
     kube.manifests.validate()
-    backup.restores_directory(kube.cluster, manifest)  # none here: a note says so
+    restoring.restores_directory(kube.cluster, manifest)  # none here: a note says so
     controllers.check_storage(kube.cluster, kube.k)
     job = Restore(kube, path, manifest)
     found = job.existing()

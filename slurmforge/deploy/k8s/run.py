@@ -15,7 +15,7 @@ from typing import IO, Any, ClassVar
 
 from slurmforge import jail_contract
 from slurmforge.deploy import check_namespace, load_cluster, roles
-from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.backup import take
 from slurmforge.deploy.identity import probe
 from slurmforge.deploy.k8s import apply, controllers, kubectl
 from slurmforge.deploy.k8s.kubectl import Runner, checked
@@ -131,8 +131,8 @@ class Kube(Target):
         from slurmforge.deploy.k8s import scheduled as k8s_scheduled
 
         if not scheduled:
-            return backup.backup(self, out)[1]
-        directory = out or backup.default_dir(self.cluster.name)
+            return take.backup(self, out)[1]
+        directory = out or take.default_dir(self.cluster.name)
         return k8s_scheduled.fetch(self.cluster, self.k, self.manifests, directory)
 
     def restore(self, archive: Path, force: bool, timeout: float) -> list[str]:

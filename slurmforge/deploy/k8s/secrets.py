@@ -14,7 +14,7 @@ from typing import IO
 from slurmforge.deploy import portal_tls, roles
 from slurmforge.deploy.k8s.kubectl import Kubectl, checked
 from slurmforge.deploy.roles import DATABASE, Secret
-from slurmforge.deploy.slurm import database as accounting_db
+from slurmforge.deploy.slurm import database
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 
@@ -89,7 +89,7 @@ class Secrets:
         one whose host does not resolve, refuses connections or refuses its login (checked from
         this machine), or the cluster's own whose claim outlived its password Secret or was
         made with another."""
-        if not accounting_db.runs_own_database(self.cluster):
+        if not database.runs_own_database(self.cluster):
             return
         secret = roles.DB_PASSWORD
         password = self.data(secret)
@@ -106,7 +106,7 @@ class Secrets:
             return
         if f"{DATABASE}-0" not in self.kubectl.running_pods(DATABASE):
             return  # the image refuses another password at start (images/mariadb/mariadb-init)
-        marker = f"{roles.DATABASE_DATA.path}/{accounting_db.MARKER}"
+        marker = f"{roles.DATABASE_DATA.path}/{database.MARKER}"
         proc = self.kubectl.exec(f"{DATABASE}-0", DATABASE, "cat", marker)
         recorded = proc.stdout.strip() if proc.returncode == 0 else None
         if recorded and recorded != hashlib.sha256(password).hexdigest():

@@ -12,13 +12,12 @@ import yaml
 
 from slurmforge import jail
 from slurmforge.deploy import roles
-from slurmforge.deploy.local import gpu_assign
-from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.local import gpu_assign, render
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.local.files import Files
 from slurmforge.deploy.local.restore import Restore
 from slurmforge.deploy.roles import DBD, JAIL
-from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.slurm import ctl
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.engine import Engine
 from slurmforge.errors import DeployError
@@ -64,15 +63,15 @@ def apply(
         # Slurm's order: slurmdbd converts the database before slurmctld talks to it
         local.project.compose("up", "-d", DBD)  # and its own database, if it has one
         dbd_port = roles.role(DBD).ports[0]
-        slurmctl.wait_port(functools.partial(local.sh, DBD), dbd_port.number, DBD, 600.0)
+        ctl.wait_port(functools.partial(local.sh, DBD), dbd_port.number, DBD, 600.0)
     start_containers(local)
     if upgrading or running:
         # also after an upgrade that stopped half-way: its nodes were left drained
-        slurmctl.release(local.controller_sh, UPGRADE_REASON, 600.0)
+        ctl.release(local.controller_sh, UPGRADE_REASON, 600.0)
     if local.files.dbd_changed and local.project.running(DBD) is not None:
         local.project.compose("restart", DBD)  # slurmdbd reads its config once, at start
     if changed and running:
-        slurmctl.reconfigure(local.controller_sh)
+        ctl.reconfigure(local.controller_sh)
 
 
 def start_containers(local: Host) -> None:
@@ -98,8 +97,8 @@ def start_powered_up(local: Host, kept: dict[str, str], timeout: float) -> None:
     them), and wait until each has registered and is in service: what Slurm thinks runs,
     runs."""
     elastic = [node for ns in local.cluster.spec.nodesets for node in ns.elastic_nodes]
-    seen = slurmctl.nodes(local.controller_sh) if elastic else None
-    stopped = [n for n in slurmctl.powered_up(seen, elastic) if local.project.running(n) is None]
+    seen = ctl.nodes(local.controller_sh) if elastic else None
+    stopped = [n for n in ctl.powered_up(seen, elastic) if local.project.running(n) is None]
     if not stopped:
         return
     print(f"note: starting {', '.join(stopped)}: Slurm has them powered up", file=local.log)
@@ -107,7 +106,7 @@ def start_powered_up(local: Host, kept: dict[str, str], timeout: float) -> None:
     def start(names: list[str]) -> None:
         local.project.compose("start", *names)
 
-    slurmctl.bring_up(local.controller_sh, stopped, start, kept, timeout)
+    ctl.bring_up(local.controller_sh, stopped, start, kept, timeout)
 
 
 def populate_jail(local: Host, running: bool) -> None:
@@ -118,7 +117,7 @@ def populate_jail(local: Host, running: bool) -> None:
         local.engine, images[JAIL], f"{name}_jail", local.cluster.spec.kept, out=local.log
     )
     for arch in local.cluster.other_arches:  # the /usr its nodes see the jail with
-        volume = f"{name}_{local_render.usr_volume(arch)}"
+        volume = f"{name}_{render.usr_volume(arch)}"
         image = local.cluster.image(JAIL, arch)
         jail.populate(local.engine, image, volume, out=local.log, usr_only=True)
     # A populate replaced the jail's ld cache with the image's: running GPU workers put

@@ -10,9 +10,8 @@ from typing import IO
 
 from slurmforge import state
 from slurmforge.deploy import generated, monitoring, portal, portal_tls, roles
-from slurmforge.deploy.identity import sssd as identity
-from slurmforge.deploy.local import gpu_assign
-from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.identity import sssd
+from slurmforge.deploy.local import gpu_assign, render
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.roles import (
     DBD_CONF,
@@ -101,8 +100,8 @@ class Files:
             self.dbd_changed = bool(was) and was != _texts(dbd)
         self.prometheus(assignment)
         self.identity()
-        data = local_render.render(self.cluster, secrets, jail_id, assignment, self.dir)
-        self.project.file.write_text(local_render.dump(data, str(self.cluster.path)))
+        data = render.render(self.cluster, secrets, jail_id, assignment, self.dir)
+        self.project.file.write_text(render.dump(data, str(self.cluster.path)))
         (self.dir / "model.json").write_text(json.dumps(as_dict(self.cluster), indent=2) + "\n")
         return bool(before) and before != _texts(conf)
 
@@ -114,7 +113,7 @@ class Files:
             return
         directory.mkdir(parents=True, exist_ok=True)
         was = _texts(directory)
-        gpu_nodes = local_render.gpu_metrics_nodes(self.cluster, assignment)
+        gpu_nodes = render.gpu_metrics_nodes(self.cluster, assignment)
         source = str(self.cluster.path)
         config = monitoring.prometheus_config(self.cluster, gpu_nodes)
         (directory / monitoring.CONFIG_FILE).write_text(generated.dump_yaml(config, source))
@@ -130,8 +129,8 @@ class Files:
         restarts them: the Compose file names their digests)."""
         spec = self.cluster.spec
         for config, files in (
-            (IDENTITY_CONF, identity.files(spec, self.cluster.path)),
-            (DIRECTORY_CONF, identity.directory_files(spec, self.cluster.path)),
+            (IDENTITY_CONF, sssd.files(spec, self.cluster.path)),
+            (DIRECTORY_CONF, sssd.directory_files(spec, self.cluster.path)),
             (PORTAL_CONF, portal.files(self.cluster)),
         ):
             directory = self.dir / config.local

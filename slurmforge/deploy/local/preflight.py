@@ -11,8 +11,7 @@ from pathlib import Path
 
 from slurmforge import state
 from slurmforge.deploy import roles
-from slurmforge.deploy.local import gpu_assign
-from slurmforge.deploy.local import render as local_render
+from slurmforge.deploy.local import gpu_assign, render
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.roles import CONTROLLER
 from slurmforge.deploy.slurm import database as accounting_db
@@ -37,7 +36,7 @@ class Preflight:
         self.database()
         self.ports()
         if roles.elastic(self.cluster.spec):  # the node-power agent mounts the engine's socket
-            local_render.docker_socket()
+            render.docker_socket()
         ids = self.image_ids()
         self.site()
         return upgrading, ids

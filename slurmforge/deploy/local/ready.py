@@ -10,7 +10,7 @@ from typing import IO
 from slurmforge.deploy import roles
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.roles import CONTROLLER, LOGIN
-from slurmforge.deploy.slurm import ctl as slurmctl
+from slurmforge.deploy.slurm import ctl
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.engine import Container
 from slurmforge.errors import DeployError
@@ -26,7 +26,7 @@ def wait_ready(
     controllers = roles.controllers(cluster.spec)
     watched = {*controllers, LOGIN, *nodes}
     deadline = time.monotonic() + timeout
-    seen: dict[str, slurmctl.Node] | None = None
+    seen: dict[str, ctl.Node] | None = None
 
     answering = CONTROLLER  # a controller whose container runs, from each round's listing
 
@@ -38,16 +38,16 @@ def wait_ready(
         _none_stopped(project, found, watched)
         running = [c for c in controllers if c in found and found[c].status == "running"]
         answering = running[0] if running else CONTROLLER
-        seen = slurmctl.nodes(controller_sh)
-        if slurmctl.ready(seen, nodes, kept):
-            for line in slurmctl.kept_drained(seen or {}, nodes, kept):
+        seen = ctl.nodes(controller_sh)
+        if ctl.ready(seen, nodes, kept):
+            for line in ctl.kept_drained(seen or {}, nodes, kept):
                 print(f"note: {line}", file=log)
             _wait_probed(project, cluster, deadline)
             return
         time.sleep(1)
     failing = [f"{CONTROLLER} (no answer)"]
     if seen is not None:
-        failing = slurmctl.unready(seen, nodes, kept)
+        failing = ctl.unready(seen, nodes, kept)
     tails = "\n".join(project.tail(shown.split()[0]) for shown in failing[:3])
     raise DeployError(f"not ready after {timeout:.0f} s: {', '.join(failing)}\n{tails}")
 

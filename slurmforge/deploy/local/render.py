@@ -1,7 +1,7 @@
 """The `local` target's renderer (local/run.py runs it): the cluster as a Docker Compose file, valid
 for `docker compose` v2 and `docker-compose` v1 (file format 3.8, no features either lacks).
 
-A service per role the cluster runs (roles.py): its record's image, command, published ports,
+A service per role the cluster runs (roles/): its record's image, command, published ports,
 configuration directories (written beside the Compose file), secrets (bound read-only at
 /run/secrets), its own data (a named volume) and the jail (a named volume), in the order its
 ``after`` says. A compute node is one service per Slurm node, named after it so that Compose's
@@ -33,7 +33,7 @@ from typing import Any
 
 from slurmforge import gpu_driver, jail_contract
 from slurmforge.deploy import generated, portal, roles
-from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.identity import sssd
 from slurmforge.deploy.local.gpu_assign import Assignment
 from slurmforge.deploy.roles import GPU_METRICS_PORT as GPU_PORT
 from slurmforge.deploy.roles import POPULATE, Role
@@ -122,7 +122,7 @@ class ComposeRenderer:
         self.running = roles.running(cluster.spec, "local")
         # what SSSD is given, once for every service that reads it
         self.identity_digest = (
-            identity.digest(cluster.spec, cluster.path) if identity.ldap_of(cluster.spec) else ""
+            sssd.digest(cluster.spec, cluster.path) if sssd.ldap_of(cluster.spec) else ""
         )
 
     def render(self) -> dict[str, Any]:

@@ -13,8 +13,7 @@ from typing import Protocol
 
 from slurmforge import state
 from slurmforge.deploy import roles
-from slurmforge.deploy.backup import archive
-from slurmforge.deploy.backup import take as backup
+from slurmforge.deploy.backup import archive, restoring
 from slurmforge.deploy.backup.access import BackupAccess
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.local.preflight import Preflight
@@ -54,7 +53,7 @@ class Restore:
         """Refuse an archive of another cluster, a Slurm move Slurm cannot make, and a cluster
         that has state here (unless ``force``, which removes it). True: a series change."""
         cluster = self.local.cluster
-        upgrading = backup.admit(cluster, self.path, self.manifest)
+        upgrading = restoring.admit(cluster, self.path, self.manifest)
         self.local.check.image_ids()  # unbuilt images: refused before anything is deleted
         found = self.existing()
         if found and not force:
@@ -111,7 +110,7 @@ class Restore:
             "--entrypoint", command[0], self.local.cluster.images[CONTROLLER], *command[1:],
         ]  # fmt: skip
         what = f"{member} into volume {volume}"
-        backup.feed_member(self.path, self.manifest, member, argv, what, self.local.log)
+        restoring.feed_member(self.path, self.manifest, member, argv, what, self.local.log)
 
     def volumes(self) -> None:
         """Into the volumes Compose has just made, before anything runs on them."""
@@ -119,21 +118,23 @@ class Restore:
         untar = ("tar", "--numeric-owner", "-xpf", "-", "-C", "/dst")
         self._feed(f"{name}_{CONTROLLER_STATE.local}", "state.tar", *untar)
         self._feed(f"{name}_{JAIL}", "jail.tar", *untar)
-        if backup.restores_directory(self.local.cluster, self.manifest):
+        if restoring.restores_directory(self.local.cluster, self.manifest):
             # slapd-init loads it in place of the seed at slapd's first start, before any
             # node's SSSD asks
-            write = f"umask 077 && cat > /dst/{backup.DIRECTORY_RESTORE}"
-            self._feed(f"{name}_{DIRECTORY_DATA.local}", backup.DIRECTORY_MEMBER, "sh", "-c", write)
-        if backup.restores_portal(self.local.cluster, self.manifest):
+            write = f"umask 077 && cat > /dst/{restoring.DIRECTORY_RESTORE}"
+            self._feed(
+                f"{name}_{DIRECTORY_DATA.local}", restoring.DIRECTORY_MEMBER, "sh", "-c", write
+            )
+        if restoring.restores_portal(self.local.cluster, self.manifest):
             # the hub's, before it first starts: its users' sessions and servers as they were
             write = f"umask 077 && cat > /dst/{roles.PORTAL_DB}"
-            self._feed(f"{name}_{PORTAL_DATA.local}", backup.PORTAL_MEMBER, "sh", "-c", write)
+            self._feed(f"{name}_{PORTAL_DATA.local}", restoring.PORTAL_MEMBER, "sh", "-c", write)
 
     def database(self) -> None:
         """Start the cluster's own database alone and load the dump into it."""
         if "database.sql" in self.manifest.members:
             self.local.project.compose("up", "-d", DATABASE)
-            backup.load_dump(self.local, self.path, self.manifest,
+            restoring.load_dump(self.local, self.path, self.manifest,
                              lambda: self.local.project.tail(DATABASE))  # fmt: skip
 
     def summary(self) -> list[str]:

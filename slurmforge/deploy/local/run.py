@@ -12,17 +12,15 @@ from typing import IO, ClassVar
 
 from slurmforge import jail_contract, state
 from slurmforge.deploy import healthcheck, load_cluster, roles
-from slurmforge.deploy.backup import take as backup
-from slurmforge.deploy.identity import probe
-from slurmforge.deploy.identity import sssd as identity
+from slurmforge.deploy.backup import take
+from slurmforge.deploy.identity import probe, sssd
 from slurmforge.deploy.local import apply, gpu_assign, ready
 from slurmforge.deploy.local import restore as local_restore
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.local.files import Files
 from slurmforge.deploy.local.preflight import Preflight
 from slurmforge.deploy.roles import CONTROLLER, JAIL, LOGIN
-from slurmforge.deploy.slurm import ctl as slurmctl
-from slurmforge.deploy.slurm import database as accounting_db
+from slurmforge.deploy.slurm import ctl, database
 from slurmforge.deploy.spec.model import Cluster, check_user
 from slurmforge.deploy.target import Target, Where
 from slurmforge.engine import Engine
@@ -104,7 +102,7 @@ class Local(Target):
             "log in:  invoke login            (root shell in the jail on the login node)",
             "         invoke login --user NAME",
             f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from "
-            f"{'the directory' if identity.ldap_of(spec) else 'createuser'})",
+            f"{'the directory' if sssd.ldap_of(spec) else 'createuser'})",
         ]
 
     def preview(self) -> list[str]:
@@ -138,17 +136,17 @@ class Local(Target):
         secrets = self.files.secrets()
         kept = self.drains()  # before the upgrade's hold: an operator's drains outlive both
         if upgrading and back_up and self.running_controller() is not None:
-            backup.before_upgrade(self)
+            take.before_upgrade(self)
         if upgrading and self.running_controller() is not None:
             # no job starts, and the running ones end (pending ones stay queued in StateSave)
             reason = f"{apply.UPGRADE_REASON} {self.cluster.cell.slurm}"
-            slurmctl.hold(self.controller_sh, reason, timeout)
+            ctl.hold(self.controller_sh, reason, timeout)
         apply.apply(self, ids[JAIL], secrets, populate=True, upgrading=upgrading)
         ready.wait_ready(self.project, self.cluster, timeout, kept, self.log)
         apply.start_powered_up(self, kept, timeout)
         if self.cluster.spec.accounting.enabled:  # until slurmdbd knows the cluster
             left = max(timeout - (time.monotonic() - start), 30.0)
-            for line in accounting_db.setup(self.cluster, self.controller_sh, left):
+            for line in database.setup(self.cluster, self.controller_sh, left):
                 print(f"note: {line}", file=self.log)
         return time.monotonic() - start
 
@@ -158,7 +156,7 @@ class Local(Target):
 
     def drains(self) -> dict[str, str]:
         """The drained nodes → their reasons, before a deploy or scale changes anything."""
-        return slurmctl.drains(slurmctl.nodes(self.controller_sh))  # none before slurmctld runs
+        return ctl.drains(ctl.nodes(self.controller_sh))  # none before slurmctld runs
 
     # --- the other commands ---------------------------------------------------------------------
 
@@ -185,7 +183,7 @@ class Local(Target):
     def backup(self, out: Path | None, scheduled: bool = False) -> list[str]:
         if scheduled:
             return super().backup(out, scheduled)  # refused
-        return backup.backup(self, out)[1]
+        return take.backup(self, out)[1]
 
     def restore(self, archive: Path, force: bool, timeout: float) -> list[str]:
         job = local_restore.Restore(self, archive)
@@ -216,7 +214,7 @@ class Local(Target):
         removed = sorted({n for _, n in self.cluster.nodes} - {n for _, n in new.nodes})
         kept = self.drains()
         if removed and self.running_controller() is not None:
-            slurmctl.drain(self.controller_sh, removed, timeout)
+            ctl.drain(self.controller_sh, removed, timeout)
         self.bind(new)
         apply.apply(self, ids[JAIL], self.files.secrets(), populate=False)
         ready.wait_ready(self.project, self.cluster, timeout, kept, self.log)
