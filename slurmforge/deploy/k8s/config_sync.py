@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Protocol
@@ -83,6 +84,20 @@ def sync_config(kube: Host, timeout: float) -> bool:
         }
         return seen != expect
 
+    def until_synced(pod: str, deadline: float) -> bool:
+        """Whether the pod sees the applied files by ``deadline``: one exec that checks them
+        inside the pod each second (a kubectl per pod, where polling from here cost one per
+        pod every second)."""
+        container, expect = pods[pod]
+        left = max(1, int(deadline - time.monotonic()))
+        sums = "\n".join(f"{digest}  {path}" for path, digest in sorted(expect.items()))
+        check = f"printf '%s\\n' {shlex.quote(sums)} | sha256sum --check --status"
+        script = (
+            f"end=$((SECONDS + {left})); until {check} 2> /dev/null; do "
+            "[ $SECONDS -ge $end ] && exit 1; sleep 1; done"
+        )
+        return kube.k.exec(pod, container, "bash", "-c", script).returncode == 0
+
     with ThreadPoolExecutor(max_workers=8) as pool:
         older = [p for p, old in zip(pods, pool.map(stale, pods), strict=True) if old]
         if not older:
@@ -93,10 +108,8 @@ def sync_config(kube: Host, timeout: float) -> bool:
             "asking the kubelets to re-sync the Slurm config",
         )
         deadline = time.monotonic() + timeout
-        waiting = older
-        while waiting and time.monotonic() < deadline:
-            time.sleep(1)
-            waiting = [p for p, old in zip(waiting, pool.map(stale, waiting), strict=True) if old]
+        synced = pool.map(lambda pod: until_synced(pod, deadline), older)
+        waiting = [p for p, done in zip(older, synced, strict=True) if not done]
     if waiting:
         raise DeployError(
             f"after {timeout:.0f} s, these pods still see an older Slurm config: "
