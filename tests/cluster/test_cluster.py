@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -244,6 +245,27 @@ def test_scale_of_a_cluster_never_deployed_stores_nothing(deployed: Deployed, tm
     proc = invoke(env, "scale", "cpu=3", "--cluster", str(tmp_path / "cluster.yaml"))
     clean_failure(proc, "cluster sfnever is not deployed here")
     assert not (tmp_path / "state").exists()
+
+
+def test_more_nodes_than_one_network_holds_are_refused_before_anything(
+    deployed: Deployed, tmp_path
+) -> None:
+    """A local cluster is one Docker network, which Linux's bridge caps at 1,024 ports: a file of
+    1,100 nodes is refused by deploy (a dry run too) and by a scale of a running cluster, in one
+    line, writing and storing nothing."""
+    nodesets = [{"name": "cpu", "definitions": ["cpu-small"], "replicas": 1100}]
+    write_cluster(tmp_path, "sfhuge", free_port(), nodesets=nodesets)
+    env = {**deployed.env, "SLURMFORGE_STATE_DIR": str(tmp_path / "state")}
+    where = ["--cluster", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "out")]
+    for args in (["deploy"], ["deploy", "--dry-run"]):
+        proc = invoke(env, *args, *where)
+        clean_failure(proc, "nodesets: 1100 nodes and")
+        assert "at most 1023 containers" in proc.stderr, proc.stderr
+    proc = deployed.invoke("scale", "cpu=1100")
+    clean_failure(proc, "nodesets: 1100 nodes and")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "state").exists()
+    kept = Path(deployed.env["SLURMFORGE_STATE_DIR"]) / deployed.name / "replicas.json"
+    assert not kept.exists() or "1100" not in kept.read_text()
 
 
 def test_deploy_timeout_names_the_failing_node(deployed: Deployed, tmp_path, client) -> None:

@@ -373,7 +373,7 @@ def test_out_must_be_a_directory(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ("cpu=99999", "replicas: Input should be less than or equal to 256"),
+        ("cpu=99999", "replicas: Input should be less than or equal to 65536"),
         ("gpu=1", "unknown node set 'gpu'"),
         ("cpu=3", ""),  # good, but the cluster was never deployed (here: no Docker either)
     ],

@@ -19,6 +19,29 @@ from slurmforge.deploy.slurm import siteconf, upgrade
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 
+# Linux's bridge takes at most 1024 ports (BR_MAX_PORTS), one per container on a Docker network
+# and one for the bridge's own side: the containers the cluster's network can hold
+BRIDGE_CONTAINERS = 1023
+
+
+def fits_one_network(cluster: Cluster) -> None:
+    """Refuse a cluster whose containers on its own network (every node, elastic ones at their
+    most, and the services there) are more than a Docker bridge network holds."""
+    spec = cluster.spec
+    nodes = len(cluster.nodes)
+    services = sum(
+        len(roles.controllers(spec)) if role.name == CONTROLLER else 1
+        for role in roles.running(spec, "local")
+        if role.workload == "daemon" and roles.CLUSTER_NET in role.networks
+    )
+    if nodes + services > BRIDGE_CONTAINERS:
+        raise ConfigError(
+            f"{cluster.path}: nodesets: {nodes} nodes and {services} "
+            "services on the cluster's network; a Docker bridge network holds at most "
+            f"{BRIDGE_CONTAINERS} containers (Linux's bridge port limit)",
+            hint="deploy it with --target k8s, or give the local target fewer nodes",
+        )
+
 
 class Preflight:
     def __init__(self, cluster: Cluster, project: Project) -> None:
@@ -28,10 +51,11 @@ class Preflight:
 
     def everything(self) -> tuple[bool, dict[str, str]]:
         """Every check, in this order: whether the deploy changes the Slurm series (before
-        anything, even before the images are looked up), the GPUs, the database, the ports,
-        the Docker socket of elastic node sets' agent, the images (their IDs), the site's
-        settings."""
+        anything, even before the images are looked up), the network's size, the GPUs, the
+        database, the ports, the Docker socket of elastic node sets' agent, the images (their
+        IDs), the site's settings."""
         upgrading = self.upgrade()
+        fits_one_network(self.cluster)
         _ = self.gpus  # GPU node sets without GPUs are refused before anything happens
         self.database()
         self.ports()

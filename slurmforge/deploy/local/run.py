@@ -14,11 +14,10 @@ from slurmforge import jail_contract, state
 from slurmforge.deploy import healthcheck, load_cluster, roles
 from slurmforge.deploy.backup import take
 from slurmforge.deploy.identity import probe, sssd
-from slurmforge.deploy.local import apply, gpu_assign, ready
+from slurmforge.deploy.local import apply, gpu_assign, preflight, ready
 from slurmforge.deploy.local import restore as local_restore
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.local.files import Files
-from slurmforge.deploy.local.preflight import Preflight
 from slurmforge.deploy.roles import CONTROLLER, JAIL, LOGIN
 from slurmforge.deploy.slurm import ctl, database
 from slurmforge.deploy.spec.model import Cluster, check_user
@@ -58,7 +57,7 @@ class Local(Target):
     def bind(self, cluster: Cluster) -> None:
         """Operate ``cluster`` (this one, or it with other node counts after a scale)."""
         self.cluster = cluster
-        self.check = Preflight(cluster, self.project)
+        self.check = preflight.Preflight(cluster, self.project)
         self.files = Files(cluster, self.dir, self.project, self.log, self.dry_run)
 
     @property
@@ -205,7 +204,9 @@ class Local(Target):
             )
 
     def admit(self, new: Cluster) -> None:
-        """Refuse ``new`` when this host cannot run it (more GPUs than it has)."""
+        """Refuse ``new`` when this host cannot run it (more nodes than one network holds, more
+        GPUs than it has)."""
+        preflight.fits_one_network(new)
         gpu_assign.assign(new)
 
     def scale(self, new: Cluster, timeout: float) -> list[str]:

@@ -68,14 +68,19 @@ Duration = Annotated[
     ),
 ]
 
+# the most nodes of a set: Slurm writes them as one host range, NAME-[0-N], and its hostlist
+# takes at most 65,536 hosts in a range (src/common/hostlist.c, MAX_RANGE). Where they run bounds
+# them further: a local cluster's network (local/preflight.py), a Kubernetes cluster's capacity.
+MAX_NODES = 65536
+
 
 class ElasticSpec(Model):
     """A node set whose nodes Slurm starts when jobs need them and stops when idle (its power
     saving: ResumeProgram and SuspendProgram); its first ``min`` nodes always run."""
 
-    min: Annotated[StrictInt, Field(ge=0, le=256)] = 0
+    min: Annotated[StrictInt, Field(ge=0, le=MAX_NODES)] = 0
     """Nodes that always run."""
-    max: Annotated[StrictInt, Field(ge=1, le=256)]
+    max: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)]
     """The most nodes the set has (its replicas)."""
     idle: Annotated[Duration, Field(ge=30, le=7 * 86400)] = 300
     """A node without a job this long is stopped (the partition's SuspendTime)"""
@@ -87,7 +92,7 @@ class ElasticSpec(Model):
 class NodeSet(Model):
     name: DNSName
     """The node set's name; its nodes are NAME-0, NAME-1, ..."""
-    replicas: Annotated[StrictInt, Field(ge=0, le=256)]
+    replicas: Annotated[StrictInt, Field(ge=0, le=MAX_NODES)]
     """An elastic set has elastic.max nodes, which are its replicas"""
     elastic: ElasticSpec | None = None
     """Nodes that Slurm starts when jobs need them and stops when idle."""
