@@ -8,51 +8,18 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from invoke import Exit
 
 from slurmforge import cli
 from slurmforge.cli import FETCH, REQUIRED, SELECT, TARGET, Option, Select, task
 from slurmforge.options import number, out_dir, parse_errors_exit_2
+from slurmforge.summary import SKIPPED_HINT, print_summary, table
 
 parse_errors_exit_2()
 # The checkout is where this file is (a copy's, for the build tier and the benchmarks), not where
 # the package was installed from.
 cli.ROOT = ROOT = Path(__file__).resolve().parent
-
-SKIPPED_HINT = (
-    "hint: optional features were skipped (see 'without …' above; the images carry the label "
-    "io.slurmforge.skipped). Supply their sources with --mirror DIR (laid out as "
-    "DIR/<host>/<path>), or where GitHub is reachable run `invoke lock --trust "
-    "https://github.com/NVIDIA/` and build again."
-)
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-    lines = [header, ["-" * w for w in widths], *rows]
-    return "\n".join(
-        "  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)).rstrip() for r in lines
-    )
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e6:.0f} MB" if n else "-"
-
-
-def _note(row: dict[str, Any]) -> str:
-    lack = f"without {', '.join(row['lacking'])}" if row.get("lacking") else ""
-    return "; ".join(part for part in (row["note"], lack) if part)
-
-
-def _print_summary(rows: list[dict[str, Any]]) -> None:
-    table = [
-        [r["target"], r["status"], f"{r['seconds']:.1f}s", _size(r["size"]), _note(r)] for r in rows
-    ]
-    print(_table(table, ["target", "status", "time", "size", "note"]))
-    if any(r.get("lacking") for r in rows):
-        print(SKIPPED_HINT, file=sys.stderr)
 
 
 def _print_skipped(skipped: dict[str, str], hint: bool = True) -> None:
@@ -65,7 +32,7 @@ def _print_skipped(skipped: dict[str, str], hint: bool = True) -> None:
 
 def _print_plan(project) -> None:
     rows = [[d.target.id, str(d.action), d.reason, d.target.ref] for d in project.plan()]
-    print(_table(rows, ["target", "action", "why", "image"]))
+    print(table(rows, ["target", "action", "why", "image"]))
 
 
 # -- build side ----------------------------------------------------------------------------------
@@ -87,7 +54,7 @@ def build(c, select: Select, fetch, jobs, dry_run, fail_fast):
     from slurmforge import buildcmd
 
     outcome = buildcmd.build(select, fetch, jobs, fail_fast)
-    _print_summary(outcome.rows)
+    print_summary(outcome.rows)
     _print_skipped(outcome.skipped, hint=False)
     outcome.check()
 
@@ -133,7 +100,7 @@ def matrix(c, select: Select, format):
         print(json.dumps({"include": rows}, separators=(",", ":")))
     elif format == "table":
         keys = list(rows[0]) if rows else ["cell"]
-        print(_table([[r[k] for k in keys] for r in rows], keys))
+        print(table([[r[k] for k in keys] for r in rows], keys))
     else:
         from slurmforge.errors import ConfigError
 
@@ -180,7 +147,7 @@ def push(c, select: Select, registry, force, retries, lists):
         pushed, lock = push_mod.push_lists(select.project(), registry)
     else:
         pushed, lock = push_mod.push(select.project(), registry, force, retries)
-    print(_table(push_mod.summary(pushed), ["image", "digest", "sent", "existed", "tries", "time"]))
+    print(table(push_mod.summary(pushed), ["image", "digest", "sent", "existed", "tries", "time"]))
     print(f"digests recorded in {lock}", file=sys.stderr)
 
 
@@ -329,7 +296,7 @@ def gpu_check(c, where, min_busbw, command):
     """Run the GPU health check once on every GPU node: drain slow ones, resume recovered ones."""
     threshold = number("--min-busbw", min_busbw, inclusive=True)
     results = _open(where).gpu_check(threshold, command)
-    print(_table([[r.node, r.verdict, r.detail] for r in results], ["node", "verdict", "detail"]))
+    print(table([[r.node, r.verdict, r.detail] for r in results], ["node", "verdict", "detail"]))
     if any(r.verdict == "error" for r in results):
         from slurmforge.errors import DeployError
 

@@ -173,6 +173,28 @@ print(sorted(m for m in ("docker", "pydantic", "jinja2", "slurmforge.app") if m 
     assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
 
 
+def test_the_environments_invoke_answers_a_no_op_build_without_loading_invoke() -> None:
+    """The `invoke` script (slurmforge/launch.py) answers `invoke build` [--set S] from the
+    stamp, as the task prints it, before invoke itself is imported; any other command line,
+    or a build with anything to do, is handed to invoke."""
+    row = {"target": "base/debian12", "status": "cached", "seconds": 0.0, "size": 0, "note": "x"}
+    code = f"""
+import sys
+from slurmforge import fastpath, launch
+fastpath.check = lambda config, name, cells, components: [{row!r}] if name == "ci" else None
+print(launch.answered(["build", "--set", "ci"]), launch.answered(["build", "--set=ci"]))
+print(launch.answered(["build"]), launch.answered(["build", "--set", "ci", "--cell", "c"]))
+print(launch.answered(["deploy"]), "invoke" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["target", "status", "time", "size", "note"], proc.stdout
+    assert lines[-3:] == ["True True", "False False", "False False"], proc.stdout
+    script = Path(sys.executable).parent / "invoke"
+    assert "slurmforge.launch" in script.read_text()  # what pyproject.toml installs
+
+
 def _arm64_cell(shipped: dict, tmp_path: Path, cuda: str) -> Path:
     shipped["sets"]["default"]["include"] = [
         {"distro": "debian12", "slurm": "24.05.8", "cuda": cuda, "arch": "arm64"}
