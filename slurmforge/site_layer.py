@@ -176,6 +176,7 @@ class SiteLayer:
             partial.mkdir(parents=True)
             for python in PYTHONS:
                 argv = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(partial)]
+                argv += ["--disable-pip-version-check"]  # no call to PyPI of its own
                 argv += ["--only-binary=:all:", "--implementation", "cp", "--python-version"]
                 argv += [python, "--platform", PLATFORMS[arch], "-r", str(path)]
                 proc = subprocess.run(argv, capture_output=True, text=True, check=False)
