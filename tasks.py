@@ -198,7 +198,7 @@ def jail_populate(c, select: Select, into, keep):
 
 
 def _open(where):
-    from slurmforge.deploy import open_target
+    from slurmforge.deploy.commands import open_target
 
     return open_target(where)
 
@@ -210,7 +210,7 @@ def _open(where):
 )
 def deploy(c, where, timeout, no_backup):
     """Generate the manifests, populate the jail, start the cluster and wait for its nodes."""
-    from slurmforge.deploy import deploy as deploy_cluster
+    from slurmforge.deploy.commands import deploy as deploy_cluster
 
     for line in deploy_cluster(where, timeout, back_up=not no_backup):
         print(line)
@@ -239,7 +239,7 @@ def backup(c, where, out, from_schedule):
 )
 def restore(c, where, archive, force, timeout):
     """Bring a cluster back from its archive, on this host: every record, job, user and file."""
-    from slurmforge.deploy import restore as restore_cluster
+    from slurmforge.deploy.commands import restore as restore_cluster
 
     for line in restore_cluster(where, Path(archive).resolve(), force, timeout):
         print(line)
@@ -270,7 +270,7 @@ def down(c, where, volumes):
 )
 def scale(c, where, spec, timeout):
     """Change a node set's node count: removed nodes are drained first, new ones join idle."""
-    from slurmforge.deploy import scale as scale_nodes
+    from slurmforge.deploy.commands import scale as scale_nodes
 
     removed = scale_nodes(where, spec, timeout)
     print(f"scaled: {spec}" + (f" (removed {', '.join(removed)})" if removed else ""))

@@ -3,29 +3,25 @@
 
 Where to add a deploy target: a package beside local/ and k8s/ whose ``run`` module holds a
 class that implements `Target` (its ``render`` module turns the model and the roles into
-manifests), and a line in TARGETS. A command the target cannot carry out is left to `Target`'s
-own method, which refuses it with one line and a hint; the CLI never tests the target's name.
+manifests), its name in TARGETS and its class in commands.py. A command the target cannot
+carry out is left to `Target`'s own method, which refuses it with one line and a hint; the CLI
+never tests the target's name.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, ClassVar
 
-from slurmforge import options
 from slurmforge.errors import ConfigError
 
 if TYPE_CHECKING:
     from slurmforge.deploy.spec.model import Cluster
 
 
-# name → "module:class" of its Target (imported when chosen: each brings its own dependencies)
-TARGETS = {
-    "local": "slurmforge.deploy.local.run:Local",
-    "k8s": "slurmforge.deploy.k8s.run:Kube",
-}
+# the targets' names; commands.py maps each to its Target class
+TARGETS = ("local", "k8s")
 
 
 @dataclass(frozen=True)
@@ -40,25 +36,6 @@ class Where:
     namespace: str | None = None
     dry_run: bool = False
     cluster_given: bool = True  # False: --cluster was left to its default
-
-    def target_class(self) -> type[Target]:
-        """The chosen target's class; a bad --target, or an option the target does not take,
-        refused before anything is read."""
-        if self.target not in TARGETS:
-            raise ConfigError(f"--target {self.target!r}: expected one of {', '.join(TARGETS)}")
-        module, name = TARGETS[self.target].split(":")
-        cls: type[Target] = getattr(importlib.import_module(module), name)
-        given = {"context": self.context, "namespace": self.namespace, "dry_run": self.dry_run}
-        refused = [k for k, v in given.items() if v and k not in cls.OPTIONS]
-        if refused:
-            takers = [t for t in TARGETS if t != self.target]
-            names = ", ".join(f"--{k.replace('_', '-')}" for k in refused)
-            raise ConfigError(f"{names}: for --target {' or '.join(takers)} only")
-        return cls
-
-    def parse_timeout(self, timeout: str | None) -> float:
-        """``--timeout`` parsed into seconds, or the target's default when not given."""
-        return options.number("--timeout", timeout, self.target_class().DEFAULT_WAIT)
 
 
 class Target:

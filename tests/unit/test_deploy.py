@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from slurmforge import config, state
-from slurmforge.deploy import loader, parse_scale
+from slurmforge.deploy import loader
+from slurmforge.deploy.commands import parse_scale
 from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.errors import ConfigError
@@ -56,7 +57,7 @@ def test_scale_state_overrides_replicas(write_cluster, versions) -> None:
 
 def test_a_deploy_says_when_the_scale_kept_is_not_the_files_replicas(write_cluster) -> None:
     """A user who edits replicas after `invoke scale` is told which count a deploy takes."""
-    from slurmforge.deploy import scale_notes
+    from slurmforge.deploy.commands import scale_notes
     from slurmforge.deploy.target import Where
 
     path = write_cluster(shipped_with(name="scaled"))

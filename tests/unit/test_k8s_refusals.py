@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge.deploy import loader, open_target
+from slurmforge.deploy import loader
+from slurmforge.deploy.commands import open_target
 from slurmforge.deploy.k8s.run import Kube
 from slurmforge.deploy.target import Where
 from slurmforge.errors import ConfigError

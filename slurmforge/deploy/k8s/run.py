@@ -9,12 +9,13 @@ restore.py and scheduled.py.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from slurmforge import jail_contract
-from slurmforge.deploy import check_namespace, load_cluster, roles
+from slurmforge.deploy import load_cluster, roles
 from slurmforge.deploy.backup import take
 from slurmforge.deploy.identity import probe
 from slurmforge.deploy.k8s import apply, controllers, kubectl
@@ -25,6 +26,11 @@ from slurmforge.deploy.roles import CONTROLLER, LOGIN
 from slurmforge.deploy.spec.model import Cluster, check_user
 from slurmforge.deploy.target import Target, Where
 from slurmforge.errors import ConfigError
+
+
+def _check_namespace(namespace: str | None) -> None:
+    if namespace is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
+        raise ConfigError(f"--namespace {namespace!r}: expected a DNS label (a-z, 0-9, -)")
 
 
 class Kube(Target):
@@ -40,7 +46,7 @@ class Kube(Target):
         from slurmforge.engine import Engine
         from slurmforge.errors import EngineUnavailable
 
-        check_namespace(where.namespace)
+        _check_namespace(where.namespace)
         cluster, root = load_cluster(where)
         kube = cls(cluster, where.out_root, root, None, where.namespace, where.context)
         kube.dry_run = where.dry_run
