@@ -224,12 +224,24 @@ def _until_lab(driver: WebDriver, lab: tuple[str, str], deadline: float) -> None
                 driver.refresh()
 
 
+def _launcher_cards(driver: WebDriver) -> list:
+    return [c for c in driver.find_elements(By.CSS_SELECTOR, ".jp-LauncherCard") if c.text]
+
+
 def launcher_card(driver: WebDriver, url: str, user: str, title: str):
-    """A card of JupyterLab's launcher, in a layout reset to the launcher alone."""
-    driver.get(f"{url}/user/{user}/lab?reset")
-    cards = wait_for(driver, 60).until(
-        lambda d: [c for c in d.find_elements(By.CSS_SELECTOR, ".jp-LauncherCard") if c.text]
-    )
+    """A card of JupyterLab's launcher, in a layout reset to the launcher alone. A page that
+    stays blank for a minute lost one of its scripts (Chromium abandons a request on a host
+    network change, as the k8s lane makes pods beside this lane; CI saw it): it is loaded again,
+    up to 3 times, as a user would."""
+    for _ in range(3):
+        driver.get(f"{url}/user/{user}/lab?reset")
+        try:
+            cards = wait_for(driver, 60).until(_launcher_cards)
+            break
+        except TimeoutException:
+            continue
+    else:
+        raise AssertionError(f"no JupyterLab launcher in 3 loads: {said(driver)}")
     found = [c for c in cards if title.lower() in c.text.lower()]
     assert found, f"no launcher card {title!r} in {[c.text for c in cards]}"
     return found[0]
