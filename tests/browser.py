@@ -255,6 +255,11 @@ def stop_server(driver: WebDriver, url: str, timeout: float = 90) -> None:
     driver.get(f"{url}/hub/home")
     deadline = time.monotonic() + timeout
     while True:
+        wait_for(driver).until(lambda d: d.find_elements(By.ID, "stop") or network_changed(d))
+        if network_changed(driver):  # the page abandoned: opened again, as a user would
+            assert time.monotonic() < deadline, f"the hub did not stop the server: {said(driver)}"
+            driver.get(f"{url}/hub/home")
+            continue
         button = wait_for(driver).until(ready.element_to_be_clickable((By.ID, "stop")))
         button.click()
         try:
@@ -303,9 +308,16 @@ def run_python(driver: WebDriver, url: str, user: str, code: str) -> str:
 
 
 def queue_view_lists(driver: WebDriver, url: str, user: str, job: str) -> None:
-    """jupyterlab-slurm's queue view, opened from the launcher, lists ``job``."""
-    launcher_card(driver, url, user, "Slurm Dashboard").click()
-    wait_for(driver, 60).until(lambda d: job in d.find_element(By.TAG_NAME, "body").text)
+    """jupyterlab-slurm's queue view, opened from the launcher, lists ``job``. A view whose
+    request Chromium abandoned (a host network change) is opened again, up to 3 times."""
+    for _ in range(3):
+        launcher_card(driver, url, user, "Slurm Dashboard").click()
+        try:
+            wait_for(driver, 60).until(lambda d: job in d.find_element(By.TAG_NAME, "body").text)
+            return
+        except TimeoutException:
+            continue
+    raise AssertionError(f"the queue view did not list job {job} in 3 openings: {said(driver)}")
 
 
 def forbidden(driver: WebDriver, url: str, owner: str) -> bool:
