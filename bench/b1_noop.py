@@ -3,6 +3,10 @@
 Both run here, now, against the same daemon and the same (already built) images. The baseline
 sends each rendered Dockerfile with its real build context to the classic builder, which then
 finds every step in its layer cache; slurmforge instead decides from image labels alone.
+
+Then README's own no-op, `.venv/bin/invoke build` (the launcher, slurmforge/launch.py), against
+`python -c pass` (the interpreter's start alone) and against the same build through invoke
+(`python -m invoke build`, which the launcher hands every other command line to), all in turn.
 """
 
 from __future__ import annotations
@@ -10,14 +14,17 @@ from __future__ import annotations
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from bench.common import ROOT, built, invoke
 from slurmforge.app import Project, Selection
 from slurmforge.render import Rendered
 
 RUNS = 5
+LAUNCH_RUNS = 11
 
 
 def docker_build_all(project: Project) -> float:
@@ -46,6 +53,26 @@ def docker_build_all(project: Project) -> float:
         stderr=subprocess.DEVNULL,
     )
     return total
+
+
+def _seconds(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def launcher() -> None:
+    """README's no-op `invoke build` against python's start and against invoke's own path."""
+    script = str(Path(sys.executable).parent / "invoke")
+    runs: dict[str, list[float]] = {"launcher": [], "python": [], "invoke": []}
+    for _ in range(LAUNCH_RUNS):  # in turn, so that a drift of the machine hits all three
+        runs["launcher"].append(_seconds([script, "build"]))
+        runs["python"].append(_seconds([sys.executable, "-c", "pass"]))
+        runs["invoke"].append(_seconds([sys.executable, "-m", "invoke", "build"]))
+    ours, python, through = (statistics.median(runs[k]) for k in ("launcher", "python", "invoke"))
+    print(f"B1 README's no-op `invoke build`: {ours:.3f} s (median of {LAUNCH_RUNS}; target < 0.2)")
+    print(f"B1 baseline `python -c pass`: {python:.3f} s; ratio {ours / python:.2f}")
+    print(f"B1 the same build through invoke: {through:.3f} s; ratio {ours / through:.2f}")
 
 
 def main() -> None:
@@ -78,4 +105,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--launcher"]:  # this part alone: `python -m bench.b1_noop --launcher`
+        launcher()
+    else:
+        main()
+        launcher()
