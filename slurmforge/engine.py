@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from slurmforge.docker_host import DEFAULT_HOST
 from slurmforge.errors import EngineUnavailable
 from slurmforge.exec_kept import exec_kept
 
 if TYPE_CHECKING:
     import docker
-
-DEFAULT_HOST = "unix:///var/run/docker.sock"
 
 
 class EngineError(Exception):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmforge import buildlog, state
-from slurmforge.engine import DEFAULT_HOST
+from slurmforge.docker_host import DEFAULT_HOST
 
 PACKAGE = Path(__file__).resolve().parent
 

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from slurmforge import options
 from slurmforge.errors import ConfigError, quote
 
 SOURCES_LOCK = "versions.lock"
@@ -170,6 +169,8 @@ def cluster_dir(cluster_name: str) -> Path:
     where = "$SLURMFORGE_STATE_DIR" if given else "the state directory"
     if not base.is_absolute():
         raise ConfigError(f"{where} {quote(str(base))}: expected an absolute path")
+    from slurmforge import options  # not on the no-op build's path (fastpath.py)
+
     options.directory(f"{where} {quote(str(base))}", base)
     return (base if given else base / "slurmforge") / cluster_name
 
