@@ -121,7 +121,7 @@ def local(root: Path, nodes: int) -> dict[str, float]:
         figures["MiB all"] = sum(held.values())
         figures |= slurm_figures(sh, nodes)
         figures["status"] = median_seconds(lambda: invoke("status", *where))
-        figures["backup"] = invoke("backup", *where, "--out", str(root / "backups"))
+        figures["backup"] = invoke("backup", "--cluster", str(path), "--out", str(root / "backups"))
         figures["redeploy"] = invoke("deploy", *where)
         return figures
     finally:
@@ -164,7 +164,8 @@ def k8s(root: Path, nodes: int, env: dict[str, str]) -> dict[str, float]:
         figures["MiB all"] = sum(held.values())
         figures |= slurm_figures(sh, nodes)
         figures["status"] = median_seconds(lambda: run("status", *where))
-        figures["backup"] = run("backup", *where, "--out", str(root / "backups"))
+        backup = ["--target", "k8s", "--cluster", str(path), "--out", str(root / "backups")]
+        figures["backup"] = run("backup", *backup)
         figures["redeploy"] = run("deploy", "--timeout", "900", *where)
         return figures
     finally:
