@@ -1,7 +1,7 @@
 """B24: what a cluster costs as it grows. The shipped cluster with its one node set at N nodes,
 N = 2, 16 and 64 on the local target and N = 2, 16 and 48 node pods on Kubernetes (the lab's one
-kubelet takes 110 pods; its 2 CPUs schedule about 10 node pods beside the cluster's other pods at
-kubernetes.overcommit's request of 100m each, so on the lab give --k8s-sizes 2,4,8), each deployed
+kubelet takes 110 pods; its 2 CPUs schedule about 6 node pods beside the cluster's other pods at
+kubernetes.overcommit's request of 100m each, so on the lab give --k8s-sizes 2,4), each deployed
 anew and measured in the same run:
 
 - deploy: `invoke deploy` of the new cluster until every node is idle (the jail populated too);
