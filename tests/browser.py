@@ -5,13 +5,19 @@ JupyterLab's launcher. A test that fails leaves each browser's screenshot and pa
 
 from __future__ import annotations
 
+import atexit
 import base64
 import hashlib
 import os
 import re
+import shlex
 import shutil
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
 
 import pytest
 from selenium import webdriver
@@ -43,9 +49,9 @@ def ssha(password: str) -> str:
 
 
 class Chromium(webdriver.Chrome):
-    """Chromium abandons a page load when the host's network changes under it
-    (ERR_NETWORK_CHANGED), and a cluster's Docker networks come and go on the host (another test's
-    deploy, a restore making its own again): such a load is made again, as a user reloads."""
+    """Chromium abandons a page load when its network changes under it (ERR_NETWORK_CHANGED).
+    It runs in a namespace of its own, which no container changes (own_network.py); should a
+    load still be abandoned, it is made again, as a user reloads."""
 
     def get(self, url: str) -> None:
         for _ in range(3):
@@ -63,11 +69,28 @@ def network_changed(driver: WebDriver) -> bool:
     )
 
 
+@cache
+def _chromium_in_its_own_network() -> str:
+    """An executable ChromeDriver starts as its browser: Debian's Chromium, in a network
+    namespace of its own (tests/own_network.py)."""
+    binary = shutil.which("chromium") or "/usr/bin/chromium"
+    mover = Path(__file__).with_name("own_network.py")
+    home = tempfile.mkdtemp(prefix="slurmforge-chromium-")
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    script = Path(home) / "chromium"
+    words = " ".join(shlex.quote(w) for w in (sys.executable, str(mover), binary))
+    script.write_text(f'#!/bin/sh\nexec {words} "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
 def chromium() -> WebDriver:
     options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    options.binary_location = _chromium_in_its_own_network()
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(arg)
+    # ChromeDriver's way in when Chromium's debugging port is in another namespace
+    options.add_argument("--remote-debugging-pipe")
     options.add_argument("--window-size=1400,1000")
     # the portal's certificate is self-signed unless a site gives its own: a user accepts it
     # once, having checked the fingerprint the deploy printed (the portal tests compare it)

@@ -3,7 +3,6 @@ the PersistentVolumes that a real cluster's provisioner would make for the claim
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -14,6 +13,7 @@ import threading
 from pathlib import Path
 
 from tests.common import ROOT
+from tests.own_network import pump
 
 LAB = Path(os.environ.get("SLURMFORGE_K8S_LAB") or Path.home() / ".cache" / "k8s-lab")
 RECIPE = ROOT.parent / "shared" / "k8s-lab" / "recipe.sh"
@@ -139,16 +139,4 @@ class ApiForPods:
                 client.close()
                 continue
             for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
