@@ -153,15 +153,14 @@ COMPONENTS: dict[str, Component] = {
             builder=True,
             cross_only=True,
         ),
+        # built beside the Slurm compile (it needs only the base), not after it in each jail
         Component(
             "jupyter",
             (Axis.DISTRO,),
             ("base",),
             False,
-            "JupyterLab's venv made natively for a jail of another arch (internal builder)",
-            sources=("jupyterlab",),
+            "JupyterLab's venv for the jail, made on the builder's arch (internal builder)",
             builder=True,
-            cross_only=True,
         ),
         Component(
             "worker",
@@ -175,11 +174,11 @@ COMPONENTS: dict[str, Component] = {
         Component(
             "jail",
             (Axis.DISTRO, Axis.SLURM, Axis.CUDA),
-            ("base", "slurm-debs"),
+            ("base", "slurm-debs", "jupyter"),
             True,
             "the users' shared root filesystem (with CUDA user space); populates a volume",
             context=("rootfs", "jail/populate", "images/gpu"),
-            cross_parents=("nccl-tests", "jupyter"),
+            cross_parents=("nccl-tests",),
         ),
     )
 }

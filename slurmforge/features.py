@@ -72,8 +72,9 @@ FEATURES: dict[str, Feature] = {
         # NVML's Python bindings, for the exporter's GPU collector (a pure-Python wheel)
         Feature("nvidia-ml-py", Origin.USERSPACE, ("exporter",), ("exporter",)),
         # the web portal: JupyterLab and the notebook server's side of JupyterHub and
-        # batchspawner in the jail (servers run as jobs inside it), the hub in its own image
-        Feature("jupyterlab", Origin.USERSPACE, ("jail",), ("jail",)),
+        # batchspawner in the jail (servers run as jobs inside it; its venv is made in an image
+        # of its own), the hub in its own image
+        Feature("jupyterlab", Origin.USERSPACE, ("jupyter",), ("jail",)),
         Feature("jupyterhub", Origin.USERSPACE, ("portal",), ("portal",)),
     )
 }
