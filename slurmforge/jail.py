@@ -77,9 +77,11 @@ def populate(
     out: IO[str] | None = None,
     rsync_opts: str = "",
     usr_only: bool = False,
+    skip: Iterable[str] = (),
 ) -> str:
-    """Copy the jail image into ``into`` (a path or a volume name); returns the image ID.
-    ``usr_only``: its /usr alone, for the nodes of another arch than the jail's."""
+    """Copy the jail image into ``into`` (a path or a volume name) but for ``skip``; returns
+    the image ID. ``usr_only``: its /usr alone, for the nodes of another arch than the jail's."""
+    skip = tuple(skip)
     out = out or sys.stdout
     info = engine.inspect(jail_ref)
     if info is None:
@@ -87,14 +89,15 @@ def populate(
     source = check_into(into)
     if is_path(into):
         Path(source).mkdir(parents=True, exist_ok=True)
-    if _holds(engine, source, info.id):
+    done = jail_contract.record(info.id, skip)
+    if _holds(engine, source, done):
         # the same answer the entrypoint would give, without starting a container for it
-        out.write(f"populate: {into} already holds {info.id}\n")
+        out.write(f"populate: {into} already holds {done}\n")
         return info.id
     code = engine.run(
         info.id,
         [MOUNT],
-        jail_contract.populate_env(info.id, keep, rsync_opts, usr_only),
+        jail_contract.populate_env(info.id, keep, rsync_opts, usr_only, skip),
         {source: MOUNT},
         {LABEL: into},
         out,
@@ -106,9 +109,10 @@ def populate(
     return info.id
 
 
-def _holds(engine: Engine, source: str, digest: str) -> bool:
-    """Whether the jail at ``source`` records ``digest``, when this host can read it directly
-    (a directory, or a local volume of a daemon on this machine); False when it cannot tell."""
+def _holds(engine: Engine, source: str, done: str) -> bool:
+    """Whether the jail at ``source`` records ``done`` (jail_contract.record), when this host
+    can read it directly (a directory, or a local volume of a daemon on this machine); False when
+    it cannot tell."""
     if source.startswith("/"):
         root = Path(source)
     else:
@@ -117,6 +121,6 @@ def _holds(engine: Engine, source: str, digest: str) -> bool:
             return False
         root = Path(where)
     try:
-        return (root / SENTINEL).read_text().strip() == digest
+        return (root / SENTINEL).read_text().strip() == done
     except OSError:  # not there, or not readable from here (a remote daemon)
         return False

@@ -33,6 +33,10 @@ RSYNC_OPTS_ENV = "SLURMFORGE_JAIL_RSYNC_OPTS"  # more rsync options (e.g. --bwli
 # mount over the jail's /usr (a jail's arch lives under /usr: Debian's /bin, /lib and /sbin are
 # links into it, and the jail's ld cache is kept there, at LD_CACHE)
 PART_ENV = "SLURMFORGE_JAIL_PART"
+# absolute paths of the image that populate leaves out, space-separated (and removes from a jail
+# that holds them): what only a feature the cluster does not enable uses. SENTINEL then records
+# them after the image ID, so that enabling the feature populates again.
+SKIP_ENV = "SLURMFORGE_JAIL_SKIP"
 USR = "/usr"
 LD_CACHE = "/usr/lib/slurmforge/ld.so.cache"  # /etc/ld.so.cache links to it
 
@@ -50,16 +54,28 @@ MODES = ("off", "task-tmp", "shared-pid")  # steps on the node's own root; the j
 
 
 def populate_env(
-    digest: str, keep: Iterable[str], rsync_opts: str = "", usr_only: bool = False
+    digest: str,
+    keep: Iterable[str],
+    rsync_opts: str = "",
+    usr_only: bool = False,
+    skip: Iterable[str] = (),
 ) -> dict[str, str]:
-    """populate's environment: copy the image ``digest``, keeping ``keep`` (``usr_only``: its
-    /usr alone, for nodes of another arch; it keeps nothing, holding no user state)."""
+    """populate's environment: copy the image ``digest`` but for ``skip``, keeping ``keep``
+    (``usr_only``: its /usr alone, for nodes of another arch; it keeps nothing, holding no user
+    state)."""
     env = {DIGEST_ENV: digest, KEEP_ENV: "" if usr_only else " ".join(keep)}
     if rsync_opts:
         env[RSYNC_OPTS_ENV] = rsync_opts
     if usr_only:
         env[PART_ENV] = "usr"
+    if skip := " ".join(skip):
+        env[SKIP_ENV] = skip
     return env
+
+
+def record(digest: str, skip: Iterable[str] = ()) -> str:
+    """What SENTINEL holds once the image ``digest`` is copied but for ``skip``."""
+    return " without ".join(filter(None, (digest, " ".join(skip))))
 
 
 def sentinel(root: str = ROOT) -> str:

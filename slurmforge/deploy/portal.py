@@ -8,10 +8,11 @@ from typing import Any
 from slurmforge.deploy import generated, roles
 from slurmforge.deploy.spec.checks import portal_limits, portal_partition
 from slurmforge.deploy.spec.model import Cluster
+from slurmforge.deploy.spec.portal import NOTEBOOK_VENV
 
 SETTINGS_FILE = "portal.yaml"
 # the jail's JupyterLab, batchspawner-singleuser and jupyterhub-singleuser (images/jail)
-JUPYTER = "/usr/lib/slurmforge/jupyter/bin"
+JUPYTER = f"{NOTEBOOK_VENV}/bin"
 
 
 def settings(cluster: Cluster, node_domain: str = "") -> dict[str, Any]:

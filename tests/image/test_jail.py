@@ -5,6 +5,7 @@ resumable, upgrade-safe), run for real into Docker volumes on the tier's first c
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 import time
 import uuid
@@ -14,6 +15,7 @@ import docker
 import pytest
 
 from slurmforge import jail
+from slurmforge.deploy.spec.portal import PortalSpec
 
 # A directory's size is how much its file system allotted to it (a directory that held more
 # entries once, as one a killed run left, stays larger); its entries are compared instead.
@@ -143,6 +145,34 @@ def test_the_ld_cache_lives_under_usr_and_a_usr_populate_copies_usr_alone(
     assert {"bin", "lib", "sbin", "share", "local", ".slurmforge"} <= set(names)
     assert not {"etc", "home", "opt", "usr"} & set(names), names
     assert "already holds" in _populate(client, jail_ref, usr, usr_only=True)
+
+
+@pytest.mark.once_per_distro
+def test_a_cluster_without_the_portal_gets_no_jupyterlab_until_it_enables_the_portal(
+    client, images, volumes
+) -> None:
+    """A populate for a cluster whose portal is off leaves the notebook servers' environment
+    out of the jail and of another arch's /usr; enabling the portal populates again and brings
+    JupyterLab, which runs in the jail; turning it off removes it again."""
+    jail_ref, skip = images["jail"], PortalSpec().jail_skip
+    volume, usr = volumes(), volumes()
+    look = "ls -A /jail/usr/lib/slurmforge /jail/usr/local/bin; cat /jail/.slurmforge/populated"
+
+    def jupyter_in_jail() -> bool:
+        return "jupyter" in _in_volume(client, jail_ref, volume, look)
+
+    assert "copying the jail image" in _populate(client, jail_ref, volume, skip=skip)
+    assert not jupyter_in_jail()
+    assert "already holds" in _populate(client, jail_ref, volume, skip=skip)
+    _populate(client, jail_ref, volume)  # the portal enabled
+    ran = _in_volume(client, jail_ref, volume, "chroot /jail jupyter-lab --version")
+    assert re.fullmatch(r"\d+\.\d+\.\d+\n", ran), ran
+    assert "already holds" in _populate(client, jail_ref, volume)
+    _populate(client, jail_ref, volume, skip=skip)  # and off again
+    assert not jupyter_in_jail()
+    _populate(client, jail_ref, usr, usr_only=True, skip=skip)
+    listing = _in_volume(client, jail_ref, usr, "ls -A /jail/lib/slurmforge /jail/local/bin")
+    assert "ld.so.cache" in listing and "jupyter" not in listing, listing
 
 
 @pytest.mark.once_per_distro

@@ -4,6 +4,7 @@ rename on one side only fails here, not in a cluster."""
 from __future__ import annotations
 
 import re
+import subprocess
 
 from slurmforge import jail_contract as jc
 from tests.common import ROOT
@@ -17,7 +18,7 @@ PLUGIN_MAKE = (ROOT / "jail/spank/Makefile").read_text()
 
 
 def test_populate_reads_its_inputs_and_leaves_the_marker_and_sentinel() -> None:
-    for env in (jc.DIGEST_ENV, jc.KEEP_ENV, jc.RSYNC_OPTS_ENV):
+    for env in (jc.DIGEST_ENV, jc.KEEP_ENV, jc.RSYNC_OPTS_ENV, jc.SKIP_ENV, jc.PART_ENV):
         assert f"${{{env}:-" in POPULATE, env
     assert f"target=${{1:-{jc.ROOT}}}" in POPULATE
     state, marker = jc.MARKER.split("/")
@@ -26,6 +27,17 @@ def test_populate_reads_its_inputs_and_leaves_the_marker_and_sentinel() -> None:
     assert f'"$state/{marker}"' in POPULATE
     assert f'sentinel="$state/{jc.SENTINEL.split("/")[1]}"' in POPULATE
     assert jc.sentinel("/x") == f"/x/{jc.SENTINEL}"
+
+
+def test_populate_records_what_it_left_out_as_the_pods_that_wait_for_it_expect() -> None:
+    """The sentinel's line, as populate's own shell makes it from its environment, is what
+    jail_contract.record gives the waits (the k8s init containers, a local redeploy)."""
+    (line,) = [x for x in POPULATE.splitlines() if x.startswith("record=")]
+    for skip in ((), ("/usr/lib/a", "/usr/local/bin/b")):
+        env = {jc.DIGEST_ENV: "sha256:1", **jc.populate_env("sha256:1", (), skip=skip)}
+        script = f'digest=${jc.DIGEST_ENV} skip=${{{jc.SKIP_ENV}:-}}\n{line}\necho "$record"'
+        made = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+        assert made.stdout == jc.record("sha256:1", skip) + "\n", made.stderr
 
 
 def test_the_login_hooks_find_the_jail_and_its_config_where_the_nodes_do() -> None:

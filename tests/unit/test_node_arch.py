@@ -12,6 +12,7 @@ import yaml
 from slurmforge import config, jail_contract, state
 from slurmforge.deploy import loader
 from slurmforge.deploy.local import render
+from slurmforge.deploy.spec.portal import NOTEBOOK_PATHS
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.common import ROOT
@@ -140,14 +141,19 @@ def test_kubernetes_places_each_arch_on_its_nodes_with_its_jail_usr(
     (wait,) = grace["initContainers"]
     jail_id, usr_id = lock[cluster.images["jail"]], lock[cluster.image("jail", "arm64")]
     script = wait["command"][-1]
-    assert f"{jail_id} /jail/.slurmforge/populated" in script
-    assert f"{usr_id} /jail/usr/.slurmforge/populated" in script
+    # each as its populate records it: this cluster has no portal, so its notebook servers'
+    # environment is left out of both (what the populate Jobs are told, below)
+    without = f"without {' '.join(NOTEBOOK_PATHS)}"
+    assert f"{jail_id} {without}' /jail/.slurmforge/populated" in script
+    assert f"{usr_id} {without}' /jail/usr/.slurmforge/populated" in script
     assert wait["image"].endswith(usr_id)
     claim = objects["pvc-jail-usr-arm64.yaml"]["spec"]
     assert claim["accessModes"] == ["ReadWriteMany"] and claim["storageClassName"] == "nfs-client"
     (job,) = [o for n, o in objects.items() if n.startswith("job-jail-populate-usr-arm64-")]
     spec = job["spec"]["template"]["spec"]
     assert arches(spec)[0]["values"] == ["arm64"]
+    env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+    assert env["SLURMFORGE_JAIL_SKIP"] == " ".join(NOTEBOOK_PATHS)
     (populate,) = spec["containers"]
     env = {e["name"]: e["value"] for e in populate["env"]}
     assert env["SLURMFORGE_JAIL_PART"] == "usr" and env["SLURMFORGE_JAIL_DIGEST"] == usr_id

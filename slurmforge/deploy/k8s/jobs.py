@@ -39,12 +39,14 @@ class JobRenderer(PodRenderer):
         on a node of that arch into its own claim."""
         extra: dict[str, Any] = {}
         if arch is None:
-            populate = jail_contract.populate_env(self.images.jail_digest, self.spec.kept)
+            populate = jail_contract.populate_env(
+                self.images.jail_digest, self.spec.kept, skip=self.spec.skipped
+            )
             image = self.images.refs[role.image]
             volumes, mounts = self.volumes(role)
         else:
             digest = self.images.usr_digests[arch]
-            populate = jail_contract.populate_env(digest, (), usr_only=True)
+            populate = jail_contract.populate_env(digest, (), usr_only=True, skip=self.spec.skipped)
             image = self.images.refs[self.cluster.image_key(role.image, arch)]
             volumes = [self.jail_volume(arch)]
             mounts = [{"name": usr_claim(arch), "mountPath": jail_contract.ROOT}]

@@ -45,12 +45,15 @@ class WorkloadBuilder(ObjectBuilder):
     def wait_for_jail(self, arch: str | None = None) -> dict[str, Any]:
         """An init container that holds the pod until the jail holds this digest's populate
         (and, on a node of another ``arch``, the jail's /usr for it holds that arch's)."""
-        waits = [(jail_contract.sentinel(jail_contract.ROOT), self.images.jail_digest)]
+        skip = self.spec.skipped
+        done = jail_contract.record(self.images.jail_digest, skip)
+        waits = [(jail_contract.sentinel(jail_contract.ROOT), done)]
         mounts = [{"name": "jail", "mountPath": jail_contract.ROOT, "readOnly": True}]
         image = self.images.refs[JAIL]
         if arch is not None:
             usr = jail_contract.ROOT + jail_contract.USR
-            waits.append((jail_contract.sentinel(usr), self.images.usr_digests[arch]))
+            done = jail_contract.record(self.images.usr_digests[arch], skip)
+            waits.append((jail_contract.sentinel(usr), done))
             mounts.append(self.usr_mount(arch, read_only=True))
             image = self.images.refs[self.cluster.image_key(JAIL, arch)]
         script = "; ".join(

@@ -111,15 +111,15 @@ def start_powered_up(local: Host, kept: dict[str, str], timeout: float) -> None:
 
 def populate_jail(local: Host, running: bool) -> None:
     """The jail (and each other arch's /usr of it) from the images."""
-    name = local.cluster.name
+    name, spec = local.cluster.name, local.cluster.spec
     images = local.cluster.images
     jail.populate(
-        local.engine, images[JAIL], f"{name}_jail", local.cluster.spec.kept, out=local.log
+        local.engine, images[JAIL], f"{name}_jail", spec.kept, out=local.log, skip=spec.skipped
     )
     for arch in local.cluster.other_arches:  # the /usr its nodes see the jail with
         volume = f"{name}_{render.usr_volume(arch)}"
         image = local.cluster.image(JAIL, arch)
-        jail.populate(local.engine, image, volume, out=local.log, usr_only=True)
+        jail.populate(local.engine, image, volume, out=local.log, usr_only=True, skip=spec.skipped)
     # A populate replaced the jail's ld cache with the image's: running GPU workers put
     # their driver's entries back (a no-op when nothing changed).
     for node in local.gpus.nodes:

@@ -223,6 +223,12 @@ class ClusterSpec(Model):
         storage (a populate must not remove a directory that a running node mounts over)."""
         return (*self.jail.kept, *(m.path for m in self.mounts))
 
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        """What every populate leaves out of the jail: what only a feature this cluster does not
+        enable uses."""
+        return self.portal.jail_skip
+
 
 @dataclass(frozen=True)
 class Cluster:

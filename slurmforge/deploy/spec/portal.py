@@ -11,6 +11,10 @@ from slurmforge.deploy.spec.fields import AbsPath, DNSName
 from slurmforge.deploy.spec.nodeset import Duration
 from slurmforge.inputs import Model
 
+# the notebook servers' environment in the jail image (images/jail, images/jupyter)
+NOTEBOOK_VENV = "/usr/lib/slurmforge/jupyter"
+NOTEBOOK_PATHS = (NOTEBOOK_VENV, "/usr/local/bin/jupyter", "/usr/local/bin/jupyter-lab")
+
 
 class PortalForm(Model):
     """What the start form offers first; a user may ask for less or more, up to what the chosen
@@ -45,3 +49,9 @@ class PortalSpec(Model):
     """A PEM file (mode 0600) with the certificate the portal serves over TLS, its chain, and its
     private key (`cat cert.pem chain.pem key.pem`); none: the first deploy makes a self-signed
     one, kept with the cluster's secrets, and each deploy prints its fingerprint"""
+
+    @property
+    def jail_skip(self) -> tuple[str, ...]:
+        """What a populate leaves out of the jail: the notebook servers' environment (360 MB,
+        about a third of the jail's files), where no portal starts them."""
+        return () if self.enabled else NOTEBOOK_PATHS
