@@ -238,7 +238,12 @@ class PortalSpawner(SlurmSpawner):
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
             said = [ln.removeprefix("sbatch: error: ") for ln in lines if "error:" in ln]
             why = f"Slurm refused the job: {'; '.join(said or lines[-1:]) or 'sbatch failed'}"
-            raise web.HTTPError(500, why) from None
+            refused = web.HTTPError(500, why)
+            # what the hub shows on the "Spawn failed" page too, when the refusal came before
+            # the start page's progress stream could show it (the hub shows an exception's
+            # message there only when it carries this attribute)
+            refused.jupyterhub_message = why
+            raise refused from None
 
     async def progress(self) -> Any:
         while True:

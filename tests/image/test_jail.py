@@ -156,13 +156,15 @@ def test_a_cluster_without_the_portal_gets_no_jupyterlab_until_it_enables_the_po
     JupyterLab, which runs in the jail; turning it off removes it again."""
     jail_ref, skip = images["jail"], PortalSpec().jail_skip
     volume, usr = volumes(), volumes()
-    look = "ls -A /jail/usr/lib/slurmforge /jail/usr/local/bin; cat /jail/.slurmforge/populated"
+    look = "ls -A /jail/usr/lib/slurmforge /jail/usr/local/bin"
 
     def jupyter_in_jail() -> bool:
         return "jupyter" in _in_volume(client, jail_ref, volume, look)
 
     assert "copying the jail image" in _populate(client, jail_ref, volume, skip=skip)
     assert not jupyter_in_jail()
+    record = _in_volume(client, jail_ref, volume, "cat /jail/.slurmforge/populated")
+    assert record.endswith(f" without {' '.join(skip)}\n"), record
     assert "already holds" in _populate(client, jail_ref, volume, skip=skip)
     _populate(client, jail_ref, volume)  # the portal enabled
     ran = _in_volume(client, jail_ref, volume, "chroot /jail jupyter-lab --version")
