@@ -101,8 +101,15 @@ def mixed(arm64_base: str, clusters: Clusters) -> Deployed:
     return cluster
 
 
+# what a step of the emulated node may take on loaded cores: a fresh CI run on a slow day took
+# over 5 minutes to compile and run the MPI job on both arches
+EMULATED = 600  # within the 900 s pytest-timeout gives a test
+
+
 def _srun(cluster: Deployed, args: str) -> str:
-    return cluster.ok("login", f"cd ~ && srun {args}", user=USER)
+    code, out = cluster.sh("login", f"cd ~ && srun {args}", user=USER, timeout=EMULATED)
+    assert code == 0, f"srun {args} exited {code}:\n{out}"
+    return out
 
 
 def test_one_step_runs_on_both_arches_inside_the_jail(mixed: Deployed) -> None:
@@ -148,13 +155,15 @@ def test_each_arch_loads_its_own_cuda_and_nccl_through_the_jails_ld_cache(
 def test_an_mpi_job_spans_both_arches_and_is_accounted(mixed: Deployed) -> None:
     _script(mixed, "hello.c", HELLO)
     _script(mixed, "mixed.sh", JOB)
-    code, out = mixed.sh("login", "cd ~ && sbatch --parsable --wait mixed.sh", user=USER)
+    code, out = mixed.sh(
+        "login", "cd ~ && sbatch --parsable --wait mixed.sh", user=USER, timeout=EMULATED
+    )
     job = out.split()[-1].split(";")[0] if out.split() else "?"
     if code != 0:  # once in a fresh run it ended 140: what the job and the nodes said
         said = mixed.sh(
             "login",
             f"cat ~/mixed-{job}.out; sacct -j {job} -P -o JobID,NodeList,State,ExitCode,Reason;"
-            " sinfo -R; sinfo -N",
+            f" sinfo -R; sinfo -N; scancel {job}",  # not left holding the next test's nodes
             user=USER,
         )[1]
         raise AssertionError(f"sbatch --wait mixed.sh exited {code}: {out}\n{said}")
