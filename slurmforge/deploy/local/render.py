@@ -269,9 +269,8 @@ class ComposeRenderer:
         configs = role.mounted_configs(self.spec)
         env = {var: f"{c.path}/{file}" for c in configs if c.env for var, file in [c.env]}
         if role.name == POPULATE:
-            env.update(
-                jail_contract.populate_env(self.jail_id, self.spec.kept, skip=self.spec.skipped)
-            )
+            spec = self.spec
+            env.update(jail_contract.populate_env(self.jail_id, spec.kept, skip=spec.skipped))
         return env
 
     def volumes(self, role: Role) -> list[str]:
