@@ -33,11 +33,6 @@ class Component:
     # runs on the native arch whatever its cell's: it makes packages for the cell's arch there
     # (a cross-compile), from the native parents
     builder: bool = False
-    # builders it takes its compiled parts from in a cell of another arch than the native one
-    # (where native cells compile them in a stage of their own build)
-    cross_parents: tuple[str, ...] = ()
-    # a builder only cells of another arch have (through cross_parents)
-    cross_only: bool = False
 
 
 COMPONENTS: dict[str, Component] = {
@@ -147,11 +142,12 @@ COMPONENTS: dict[str, Component] = {
             (Axis.DISTRO, Axis.CUDA),
             ("base",),
             False,
-            "nccl-tests cross-compiled for a cell of another arch (internal builder)",
-            sources=("cuda", "cuda-build", "nccl", "nccl-tests"),
+            "nccl-tests, compiled (for another arch: cross-compiled) on the builder's arch "
+            "(internal builder)",
+            # the cell's runtime and NCCL to link against (a cross-compile's target prefix)
+            sources=("cuda", "nccl"),
             context=("images/gpu",),
             builder=True,
-            cross_only=True,
         ),
         # built beside the Slurm compile (it needs only the base), not after it in each jail
         Component(
@@ -165,20 +161,18 @@ COMPONENTS: dict[str, Component] = {
         Component(
             "worker",
             (Axis.DISTRO, Axis.SLURM, Axis.CUDA),
-            ("slurmd", "slurm-debs", "base"),
+            ("slurmd", "slurm-debs", "base", "nccl-tests"),
             True,
             "GPU compute node: slurmd (with enroot, pyxis) + CUDA user space, NCCL, nccl-tests",
             context=("images/gpu", "jail/gpu"),
-            cross_parents=("nccl-tests",),
         ),
         Component(
             "jail",
             (Axis.DISTRO, Axis.SLURM, Axis.CUDA),
-            ("base", "slurm-debs", "jupyter"),
+            ("base", "slurm-debs", "jupyter", "nccl-tests"),
             True,
             "the users' shared root filesystem (with CUDA user space); populates a volume",
             context=("rootfs", "jail/populate", "images/gpu"),
-            cross_parents=("nccl-tests",),
         ),
     )
 }

@@ -55,8 +55,15 @@ FEATURES: dict[str, Feature] = {
     for f in (
         Feature("cuda", Origin.CUDA, built_in=_GPU, carried_by=_GPU),
         Feature("nccl", Origin.USERSPACE, built_in=_GPU, carried_by=_GPU, axis="cuda"),
-        # compiled with the cell's CUDA compiler, which no image ships
-        Feature("nccl-tests", Origin.SOURCES, _GPU, _GPU, needs=("cuda-build",), axis="cuda"),
+        # compiled with the cell's CUDA compiler, which no image ships, in a builder of its own
+        Feature(
+            "nccl-tests",
+            Origin.SOURCES,
+            ("nccl-tests",),
+            _GPU,
+            needs=("cuda-build",),
+            axis="cuda",
+        ),
         # compiled against each Slurm's own spank.h, in the same builder as Slurm; the portal's
         # sbatch loads the cluster's SPANK plugins as every client does
         Feature(

@@ -196,8 +196,6 @@ def expand(
         draft = drafts.setdefault(target_id, _Draft(component, coords))
         native = dataclasses.replace(cell, arch=NATIVE_ARCH)
         draft.parents = tuple(visit(p, native if comp.builder else cell) for p in comp.parents)
-        if cell.arch != NATIVE_ARCH:
-            draft.parents += tuple(visit(p, cell) for p in comp.cross_parents)
         draft.cells[cell] = None
         if comp.public:
             tags = tags_for(mset, component, cell)
@@ -209,8 +207,7 @@ def expand(
 
     for cell in cells:
         for component in wanted:
-            if not COMPONENTS[component].cross_only:
-                visit(component, cell)
+            visit(component, cell)
     targets = {
         i: BuildTarget(d.component, d.coords, d.parents, tuple(d.tags), tuple(d.cells))
         for i, d in drafts.items()

@@ -275,17 +275,21 @@ def test_every_image_carries_the_tools_built_from_their_pinned_commits(cfg, tmp_
     worker = _render(cfg, cache, "worker")
     assert "io.slurmforge.skipped" not in worker
     assert 'io.slurmforge.features="cuda,enroot,nccl,nccl-tests,pyxis"' in worker
-    assert " AS nccl-tests\n" in worker and "COPY --from=nccl-tests" in worker
+    # compiled in a builder of its own, beside the Slurm compile the worker waits for
+    assert " AS nccl-tests\n" not in worker and "sources/nccl-tests" not in worker
+    assert "COPY --from=parent:nccl-tests/debian12-12.2.2 /opt/nccl-tests/bin/ " in worker
+    tests = _render(cfg, cache, "nccl-tests")
     # nccl-tests: SASS for the configured generations only, plus PTX of the newest
     assert (
         'NVCC_GENCODE="-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 '
-        '-gencode=arch=compute_90,code=compute_90"' in worker
+        '-gencode=arch=compute_90,code=compute_90"' in tests
     )
-    assert "COPY sources/nccl-tests/nccl-tests-v2.13.8.tar" in worker
+    assert "COPY sources/nccl-tests/nccl-tests-v2.13.8.tar" in tests
     # compiled in a prefix of its own, from wheels and Debian's toolkit, against the shared runtime
-    assert "sources/cuda-build/nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb" in worker
-    assert "install-userspace /opt/cuda-build /tmp/userspace/cuda-build/*" in worker
-    assert 'NVCC="/opt/cuda-build/bin/nvcc -cudart shared -cudadevrt none"' in worker
+    assert "sources/cuda-build/nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb" in tests
+    assert "install-userspace /opt/cuda-build /tmp/userspace/cuda-build/*" in tests
+    assert 'NVCC="/opt/cuda-build/bin/nvcc -cudart shared -cudadevrt none"' in tests
+    assert "crossbuild-essential" not in tests and "/opt/cuda-target" not in tests
     slurmd = _render(cfg, cache, "slurmd")  # CPU nodes run containers too
     for text in (slurmd, _render(cfg, cache, "jail")):
         # installed from the builder's packages, like Slurm's own: no compile in a role image
@@ -345,8 +349,10 @@ def test_an_optional_feature_that_cannot_be_had_is_left_out_and_said(
         (project.cache.root / cfg.sha256_of(source) / source.filename).unlink()
     targets = {t.component: t for t in project.targets}
     sources = project.context
-    rendered = {c: project.rendered(targets[c]) for c in ("slurm-debs", "slurmd", "worker", "jail")}
-    assert sources(targets["worker"]).skipped == ("nccl-tests",)
+    built = ("slurm-debs", "slurmd", "nccl-tests", "worker", "jail")
+    rendered = {c: project.rendered(targets[c]) for c in built}
+    assert sources(targets["nccl-tests"]).skipped == ("nccl-tests",)
+    assert "make" not in rendered["nccl-tests"].dockerfile
     assert sources(targets["slurm-debs"]).skipped == ("pyxis",)
     assert all(isinstance(r, Rendered) for r in rendered.values())
     debs = rendered["slurm-debs"].dockerfile
@@ -361,7 +367,7 @@ def test_an_optional_feature_that_cannot_be_had_is_left_out_and_said(
         image = rendered[component]
         assert image.lacking == ("nccl-tests", "pyxis")
         assert " AS nccl-tests" not in image.dockerfile
-        assert "COPY --from=nccl-tests" not in image.dockerfile
+        assert "/opt/nccl-tests" not in image.dockerfile
         assert "sources/cuda-build" not in image.dockerfile  # needed by nccl-tests alone
         carried = "cuda,enroot,jupyterlab,nccl" if component == "jail" else "cuda,enroot,nccl"
         assert f'io.slurmforge.features="{carried}"' in image.dockerfile

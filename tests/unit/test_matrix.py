@@ -28,12 +28,13 @@ def test_ci_set_compiles_slurm_once_per_distro_and_version(cfg: config.Config) -
         "slurm-debs/debian12-23.11.11",
         "slurm-debs/debian12-24.05.8",
     ]
-    # base, mariadb, prometheus, slapd and JupyterLab's venv once per distro; slurm-debs,
-    # runtime, slurmctld, slurmd, login, slurmdbd, slurmrestd, exporter, portal and (one CUDA)
-    # worker and jail once per Slurm version
+    # base, mariadb, prometheus, slapd and JupyterLab's venv once per distro, nccl-tests once
+    # per CUDA version; slurm-debs, runtime, slurmctld, slurmd, login, slurmdbd, slurmrestd,
+    # exporter, portal and (one CUDA) worker and jail once per Slurm version
     assert ids.count("mariadb/debian12") == ids.count("prometheus/debian12") == 1
     assert ids.count("slapd/debian12") == ids.count("jupyter/debian12") == 1
-    assert len(ids) == len(set(ids)) == 5 + 2 * 11
+    assert [i for i in ids if i.startswith("nccl-tests/")] == ["nccl-tests/debian12-12.2.2"]
+    assert len(ids) == len(set(ids)) == 6 + 2 * 11
 
 
 def test_parents_come_before_children(cfg: config.Config) -> None:
@@ -75,6 +76,8 @@ def test_cuda_independent_targets_are_shared_across_cuda_versions(shipped, write
         "slurmd/debian12-24.05.8",
         "slurm-debs/debian12-24.05.8",
         "base/debian12",
+        "nccl-tests/debian12-12.2.2",
+        "nccl-tests/debian12-12.4.1",
     }
 
 
@@ -145,16 +148,17 @@ def test_an_arm64_cell_is_a_second_graph_whose_published_tags_are_the_amd64_ones
     assert {t.id: t.tags for t in default}.items() <= {i: t.tags for i, t in by_id.items()}.items()
     # the arm64 half: every target once more, built from arm64 targets, except the builders:
     # they make arm64 parts on the amd64 base, as amd64 images: Slurm's packages, JupyterLab's
-    # venv and nccl-tests (which an amd64 cell compiles in its worker's and jail's own builds)
+    # venv and nccl-tests (cross-compiled)
     arm = [t for t in targets if t.arch == "arm64"]
-    assert len(arm) == len(default) + 1 and all(t.id.endswith("-arm64") for t in arm)
+    assert len(arm) == len(default) and all(t.id.endswith("-arm64") for t in arm)
     debs = by_id["slurm-debs/debian12-24.05.8-arm64"]
     nccl = by_id["nccl-tests/debian12-12.2.2-arm64"]
     jupyter = by_id["jupyter/debian12-arm64"]
     for builder in (debs, nccl, jupyter):
         assert builder.parents == ("base/debian12",) and builder.platform == "linux/amd64"
-    assert not any(t.component == "nccl-tests" for t in default)
-    assert "jupyter/debian12" in by_id["jail/debian12-24.05.8-12.2.2"].parents
+    native = {"jupyter/debian12", "nccl-tests/debian12-12.2.2"}
+    assert native <= set(by_id["jail/debian12-24.05.8-12.2.2"].parents)
+    assert by_id["nccl-tests/debian12-12.2.2"].parents == ("base/debian12",)
     assert nccl.id in by_id["worker/debian12-24.05.8-12.2.2-arm64"].parents
     assert {nccl.id, jupyter.id} <= set(by_id["jail/debian12-24.05.8-12.2.2-arm64"].parents)
     rest = [t for t in arm if t not in (debs, nccl, jupyter)]
