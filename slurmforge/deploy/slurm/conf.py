@@ -16,9 +16,9 @@ import jinja2
 from slurmforge import jail_contract, matrix
 from slurmforge.deploy import roles
 from slurmforge.deploy.roles import DATABASE, DBD
-from slurmforge.deploy.slurm import siteconf
-from slurmforge.deploy.spec import tres
-from slurmforge.deploy.spec.model import Cluster, ClusterSpec, NodeSet, Partition, SlurmSpec
+from slurmforge.deploy.slurm import fragments, siteconf
+from slurmforge.deploy.slurm.hostlist import hostlist
+from slurmforge.deploy.spec.model import Cluster, NodeSet, Partition, SlurmSpec
 
 STATE_DIR = roles.CONTROLLER_STATE.path
 SLURM_CONF_DIR = roles.SLURM_CONF.path
@@ -45,39 +45,6 @@ _env = jinja2.Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
-
-
-def hostlist(nodes: list[str]) -> str:
-    """Slurm's compact form of ``<prefix>-<i>`` names: cpu-[0-3,5]; one name stays as is."""
-    if not nodes:
-        return ""
-    if len(nodes) == 1:
-        return ",".join(nodes)
-    prefix = nodes[0].rsplit("-", 1)[0]
-    numbers = sorted(int(n.rsplit("-", 1)[1]) for n in nodes)
-    ranges: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        ranges.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return f"{prefix}-[{','.join(ranges)}]"
-
-
-def metrics_endpoint(cluster: Cluster) -> bool:
-    """slurmctld serves OpenMetrics itself from Slurm 25.11 on; turned on where metrics are and
-    no PrivateData is set. The endpoint asks no one who they are, so slurmctld answers 401 to
-    every request where any PrivateData is set (src/slurmctld/http.c): the exporter takes the
-    same counters from sdiag there."""
-    spec = cluster.spec
-    return (
-        spec.metrics.enabled
-        and not spec.slurm.private_data
-        and matrix.slurm_at_least(cluster.cell.slurm, (25, 11))
-    )
 
 
 def cgroup_disabled(slurm: str) -> bool:
@@ -154,7 +121,6 @@ def render(
         for p in spec.partitions
     ]
     scripts = scripts_of(cluster) if site else {}
-    gres_types = sorted({g.split(":")[0] for ns in spec.nodesets for g in ns.gres})
     values = {
         "name": cluster.name,
         "source": cluster.path.name,
@@ -163,8 +129,6 @@ def render(
         "controllers": network.controllers
         if network
         else [(host, None) for host in roles.controllers(spec)],
-        "failover_after": spec.controller.failover_after,
-        "primary_on": PRIMARY_ON,
         "state_dir": STATE_DIR,
         "spool_dir": SPOOL_DIR,
         "spank_plugin": jail_contract.PLUGIN,
@@ -173,22 +137,18 @@ def render(
         "pyxis": pyxis,
         "nodesets": nodesets,
         "partitions": partitions,
-        "gres_types": gres_types,
-        "tracked_tres": tres.tracked(spec),
-        "metrics_endpoint": metrics_endpoint(cluster),
         "cgroup_disabled": cgroup_disabled(cluster.cell.slurm),
+        # each feature's fragment of slurm.conf (templates/slurm.conf.d/), by its name
+        "failover": fragments.failover(cluster, PRIMARY_ON),
         "cgroups": spec.slurm.cgroups,
         "node_ssh": spec.slurm.node_ssh,
-        "accounting": spec.accounting if spec.accounting.enabled else None,
-        "dbd_addr": network.dbd_addr if network else DBD,
-        "jwt_key": JWT_KEY,
-        "max_token_lifespan": spec.accounting.max_token_lifespan,
         "private_data": spec.slurm.private_data,
-        "jail_root": jail_contract.ROOT,
-        "prolog": _pattern(scripts, "prolog"),
-        "epilog": _pattern(scripts, "epilog"),
-        "topology": _topology_kind(spec) if site else None,
-        "power": power_saving(cluster, network is None),
+        "accounting": fragments.accounting(cluster, network.dbd_addr if network else DBD, JWT_KEY),
+        "monitoring": fragments.monitoring(cluster),
+        "power": fragments.power(cluster, network is None, POWER_PROGRAM),
+        "gres_types": fragments.gres_types(cluster),
+        "scripts": fragments.scripts(scripts, SLURM_CONF_DIR),
+        "topology": fragments.topology(cluster) if site else None,
     }
     files = {name: _env.get_template(f"{name}.j2").render(**values) for name in NODE_FILES}
     own = spec.slurm if site else SlurmSpec()
@@ -213,27 +173,9 @@ def render(
     if cluster.elastic:
         program = _env.get_template("power.j2").render(name=cluster.name, spool=roles.POWER_SPOOL)
         files.update({"power-resume": program, "power-suspend": program})
-    if gres_types:
+    if values["gres_types"]:
         files["gres.conf"] = _gres_conf(cluster, gres_files or {})
     return files
-
-
-def power_saving(cluster: Cluster, names_resolve: bool) -> dict[str, str] | None:
-    """What slurm.conf says for elastic node sets (None: there are none): the program Slurm
-    runs to start and stop their nodes, the nodes it never stops, and how a started node is
-    found: by its name (``names_resolve``: the local target's network resolves each node's
-    container name), else at the address it registers from (Kubernetes: `cpu-2` alone is no
-    name there, and Slurm resets a powered-down node's NodeAddr to its name)."""
-    if not cluster.elastic:
-        return None
-    keep = [hostlist(ns.fixed_nodes) for ns in cluster.spec.nodesets if ns.fixed_nodes]
-    found = "cloud_dns" if names_resolve else "cloud_reg_addrs"
-    return {"program": POWER_PROGRAM, "keep": ",".join(keep), "found": found}
-
-
-def _pattern(scripts: dict[str, str], kind: str) -> str | None:
-    """What Prolog= (Epilog=) names: the pattern of the scripts written for it, if any."""
-    return f"{SLURM_CONF_DIR}/{kind}-*" if any(n.startswith(f"{kind}-") for n in scripts) else None
 
 
 def _node_attrs(ns: NodeSet, state: str = "UNKNOWN") -> dict[str, str]:
@@ -270,12 +212,6 @@ def scripts_of(cluster: Cluster) -> dict[str, str]:
             path = cluster.path.parent / rel
             out[f"{kind}-{len(listed) - 1 - i:02d}-{path.name}"] = path.read_text()
     return out
-
-
-def _topology_kind(spec: ClusterSpec) -> str | None:
-    if spec.topology is None:
-        return None
-    return "tree" if spec.topology.tree else "block"
 
 
 def _topology_conf(cluster: Cluster) -> str:
