@@ -112,6 +112,12 @@ class ImageInfo:
             return {}
 
 
+def _listed(record: dict[str, Any]) -> Container:
+    """A container from the engine's listing (GET /containers/json): its names, a state word."""
+    labels = dict(record.get("Labels") or {})
+    return Container(record["Id"], record["Names"][0].lstrip("/"), record["State"], labels, record)
+
+
 class _Containers:
     """The engine's containers and volumes (the deploy side's: one-off runs, a cluster's
     containers found by label)."""
@@ -168,16 +174,25 @@ class _Containers:
         with _translated():
             self.client.containers.get(container.id).remove(force=True)
 
-    def containers(self, labels: list[str]) -> list[Container]:
-        """Containers (running or not) carrying every one of ``labels`` (``key=value``)."""
+    def containers(self, labels: list[str], full: bool = True) -> list[Container]:
+        """Containers (running or not) carrying every one of ``labels`` (``key=value``). Not
+        ``full``: their records as the engine lists them (name, state, status, labels, ports,
+        mounts), without a request more for each container's whole record, which the polls of
+        a deploy's waits do not read."""
         with _translated():
-            found = self.client.containers.list(all=True, filters={"label": labels})
-        return [Container(c.id, c.name, c.status, dict(c.labels), c.attrs) for c in found]
+            found = self.client.containers.list(
+                all=True, filters={"label": labels}, sparse=not full
+            )
+        if full:
+            return [Container(c.id, c.name, c.status, dict(c.labels), c.attrs) for c in found]
+        return [_listed(c.attrs) for c in found]
 
     def exec(self, container: Container, argv: list[str]) -> tuple[int, str]:
-        """Run ``argv`` in the container: its exit status and output (``exec_kept``)."""
+        """Run ``argv`` in the container: its exit status and output (``exec_kept``). The
+        container is named by its ID alone (no request for its record first); one that has
+        stopped since it was listed is the engine's refusal of the exec."""
         with _translated():
-            return exec_kept(self.client.containers.get(container.id), argv)
+            return exec_kept(self.client.containers.prepare_model({"Id": container.id}), argv)
 
     def logs(self, container: Container, tail: int) -> str:
         """The container's last ``tail`` lines of output."""

@@ -57,16 +57,17 @@ class Project:
                 + (f": {detail[0]}" if detail else "")
             ) from None
 
-    def containers(self, service: str | None = None) -> dict[str, Container]:
-        """Service name → container of this cluster (one service, or all in one call)."""
+    def containers(self, service: str | None = None, full: bool = False) -> dict[str, Container]:
+        """Service name → container of this cluster (one service, or all in one call), as the
+        engine lists them; ``full``: with each one's whole record (its State, HostConfig)."""
         labels = [f"{PROJECT_LABEL}={self.name}"]
         if service is not None:
             labels.append(f"{SERVICE_LABEL}={service}")
-        found = self.engine.containers(labels)
+        found = self.engine.containers(labels, full)
         return {c.labels.get(SERVICE_LABEL, ""): c for c in found}
 
-    def container(self, service: str) -> Container | None:
-        return self.containers(service).get(service)
+    def container(self, service: str, full: bool = False) -> Container | None:
+        return self.containers(service, full).get(service)
 
     def running(self, service: str) -> Container | None:
         """The service's container if it is running."""

@@ -94,11 +94,11 @@ class Preflight:
             if port.publish
         ]
         for key, service, port in wanted:
-            mine = self.project.running(service)
-            if mine is not None:
-                bound = mine.attrs["HostConfig"].get("PortBindings") or {}
-                if any(b.get("HostPort") == str(port) for v in bound.values() for b in v or []):
-                    continue
+            mine = self.project.running(service)  # as the engine lists it: with its ports
+            if mine is not None and any(
+                p.get("PublicPort") == port for p in mine.attrs.get("Ports") or []
+            ):
+                continue
             family = socket.AF_INET6 if ":" in spec.login.address else socket.AF_INET
             with socket.socket(family, socket.SOCK_STREAM) as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
