@@ -68,7 +68,8 @@ def _translated() -> Iterator[None]:
 @dataclass(frozen=True)
 class Container:
     """A container as listed: its name, status (running, exited, …), labels and the daemon's
-    whole record of it (``attrs``: State, HostConfig, …)."""
+    record of it (``attrs``): its whole record (State, HostConfig, …), or for a listing that
+    was not ``full``, the listing's (State as a word, Status, Ports, Mounts)."""
 
     id: str
     name: str
