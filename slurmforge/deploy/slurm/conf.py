@@ -146,7 +146,7 @@ def render(
         "accounting": fragments.accounting(cluster, network.dbd_addr if network else DBD, JWT_KEY),
         "monitoring": fragments.monitoring(cluster),
         "power": fragments.power(cluster, network is None, POWER_PROGRAM),
-        "gres_types": fragments.gres_types(cluster),
+        "gres": fragments.gres(cluster),
         "scripts": fragments.scripts(scripts, SLURM_CONF_DIR),
         "topology": fragments.topology(cluster) if site else None,
     }
@@ -173,7 +173,7 @@ def render(
     if cluster.elastic:
         program = _env.get_template("power.j2").render(name=cluster.name, spool=roles.POWER_SPOOL)
         files.update({"power-resume": program, "power-suspend": program})
-    if values["gres_types"]:
+    if values["gres"]:
         files["gres.conf"] = _gres_conf(cluster, gres_files or {})
     return files
 

@@ -63,7 +63,7 @@ def power(cluster: Cluster, names_resolve: bool, program: str) -> dict[str, str]
     return {"program": program, "keep": ",".join(keep), "found": found}
 
 
-def gres_types(cluster: Cluster) -> list[str]:
+def gres(cluster: Cluster) -> list[str]:
     """The GRES names the node sets declare (gpu, ...): gres.conf says which node has what."""
     return sorted({g.split(":")[0] for ns in cluster.spec.nodesets for g in ns.gres})
 
