@@ -36,12 +36,9 @@ def arch_affinity(arch: str, terms: list[dict[str, Any]] | None = None) -> dict[
 
 
 PSA_MODES = ("enforce", "audit", "warn")
-# seconds between a starting pod's probes: a daemon that starts after a wait (slurmctld for
-# slurmdbd) is seen ready within this, and deploy's rollout waits end as soon
-PROBE_PERIOD = 2
-# how long a daemon may take to start (a slurmdbd waiting for its database, a node for the
-# jail) before the kubelet restarts its container: an hour of probes
-PROBE_FAILURES = 3600 // PROBE_PERIOD
+# seconds between readiness probes (cheap execs): a daemon that starts after a wait (slurmctld
+# for slurmdbd) is seen ready within this, and deploy's rollout waits end as soon
+PROBE_PERIOD = 3
 
 
 def files_digest(files: dict[str, str]) -> str:
@@ -51,18 +48,9 @@ def files_digest(files: dict[str, str]) -> str:
 
 
 def probe(spec: Probe) -> dict[str, Any]:
-    """A startup probe that makes no connection: an exec of the daemon's pid file check, of the
-    kernel's socket table, or of the role's own command. The pod is ready once it passes, and
-    nothing probes it after that: each probe is an exec through the engine (a process in the
-    container, runc, the engine's own work), and a daemon that dies ends its container, which
-    the kubelet then restarts and probes again. A readiness probe would run the same exec every
-    period for the pod's whole life."""
-    return {
-        "exec": {"command": spec.argv()},
-        "periodSeconds": PROBE_PERIOD,
-        "timeoutSeconds": 5,  # an exec on a loaded host; a slow one only delays readiness
-        "failureThreshold": PROBE_FAILURES,
-    }
+    """A readiness probe that makes no connection: an exec of the daemon's pid file check, of
+    the kernel's socket table, or of the role's own command."""
+    return {"exec": {"command": spec.argv()}, "periodSeconds": PROBE_PERIOD}
 
 
 def small_resources() -> dict[str, Any]:

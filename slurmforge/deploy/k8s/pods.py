@@ -126,7 +126,7 @@ class PodRenderer(WorkloadBuilder):
             ]
         container["volumeMounts"] = mounts
         if role.probe:
-            container["startupProbe"] = probe(role.probe)
+            container["readinessProbe"] = probe(role.probe)
         container["securityContext"] = security(
             (*role.capabilities, *capabilities), role.runs_users, role.runs_containers
         )

@@ -108,11 +108,10 @@ class Port:
 
 @dataclass(frozen=True)
 class Probe:
-    """Ready once: the daemon of ``pid_file`` runs, something listens on ``listening`` (read
+    """Ready while: the daemon of ``pid_file`` runs, something listens on ``listening`` (read
     from the kernel's socket table: no connection, which daemons would log), or ``command``
-    succeeds. Kubernetes runs it as the startup probe (the pod is ready once it passes); a local
-    deploy runs it in the containers of the roles that Slurm's own view of its nodes does not
-    cover (the portal, REST, ...)."""
+    succeeds. Kubernetes runs it as the readiness probe; a local deploy runs it in the containers
+    of the roles that Slurm's own view of its nodes does not cover (the portal, REST, ...)."""
 
     pid_file: str | None = None
     listening: int | None = None
