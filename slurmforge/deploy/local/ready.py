@@ -76,8 +76,8 @@ def _none_stopped(project: Project, found: dict[str, Container], services: set[s
     """Refuse at once, with its last logs, a container of ``services`` that has stopped."""
     for service, container in found.items():
         if service in services and container.status in ("exited", "dead"):
-            record = project.container(service, full=True) or container
-            code = record.attrs["State"].get("ExitCode") if record is not container else "?"
+            inspected = project.container(service, full=True)  # the listing has no exit code
+            code = inspected.attrs["State"].get("ExitCode") if inspected else "?"
             raise DeployError(
                 f"container {container.name} stopped (exit code {code})\n{project.tail(service)}"
             )
