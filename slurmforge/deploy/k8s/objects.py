@@ -49,7 +49,12 @@ def files_digest(files: dict[str, str]) -> str:
 
 def probe(spec: Probe) -> dict[str, Any]:
     """A readiness probe that makes no connection: an exec of the daemon's pid file check, of
-    the kernel's socket table, or of the role's own command."""
+    the kernel's socket table, or of the role's own command.
+
+    Not a startup probe, though it would exec only until the daemon is up: a kubelet marks a
+    container with a startup probe and no readiness probe ready only at the pod's next sync, up
+    to a minute after the probe passed (kubernetes/kubernetes#95140, #109802). Tried here, every
+    rollout wait grew by that, and a restore's chain of them outlasted SlurmdTimeout."""
     return {"exec": {"command": spec.argv()}, "periodSeconds": PROBE_PERIOD}
 
 
