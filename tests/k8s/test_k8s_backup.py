@@ -252,8 +252,11 @@ def test_the_primarys_pod_lost_hands_control_to_the_backup_and_no_job_is_lost(
     jobs = [long, *accepted]
     sacct = f"sacct -X -n -P -o JobID,State -j {','.join(jobs)}"
     ended = lambda: dict(ln.split("|") for ln in _user(ha, sacct).splitlines())  # noqa: E731
+    # a failure says which jobs had not ended, and what the queue and the nodes were doing
+    shown = f"{sacct}; squeue -o '%i %T %r %N'; sinfo -N -o '%N %T %E'"
     until("every job ended", lambda: set(ended()) >= set(jobs) and all(
-        s not in ("PENDING", "RUNNING", "COMPLETING") for s in ended().values()), 180)  # fmt: skip
+        s not in ("PENDING", "RUNNING", "COMPLETING") for s in ended().values()), 180,
+        detail=lambda: _user(ha, shown))  # fmt: skip
     assert ended() == dict.fromkeys(jobs, "COMPLETED")
 
 
