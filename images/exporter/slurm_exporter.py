@@ -50,6 +50,7 @@ from prometheus_client.registry import Collector
 COMMAND_TIMEOUT = float(os.environ.get("SLURM_EXPORTER_TIMEOUT", "8"))
 SLURM_CONF = "/etc/slurm/slurm.conf"
 HEALTH_CHECK_REASON = "slurmforge-gpu-check"  # the GPU health check's drain reasons start so
+NODE_HEALTH_REASON = "health:"  # the node health check's (images/slurmd/node-health)
 SLURMFORGE_REASON = "slurmforge"  # scale and upgrade drains
 MIB = 2**20
 
@@ -93,9 +94,12 @@ def node_state(states: list[str]) -> str:
 
 
 def drain_cause(reason: str) -> str:
-    """Who drained a node: the GPU health check, slurmforge itself (scale, upgrade) or an admin."""
+    """Who drained a node: the GPU health check, the node health check, slurmforge itself (scale,
+    upgrade) or an admin."""
     if reason.startswith(HEALTH_CHECK_REASON):
         return "gpu-health-check"
+    if reason.startswith(NODE_HEALTH_REASON):
+        return "health-check"
     if reason.startswith(SLURMFORGE_REASON):
         return "slurmforge"
     return "admin"
@@ -161,7 +165,8 @@ NODE_FAMILIES = {
         ("node", "state"),
     ),
     "slurm_node_drain_info": (
-        "1 for a drained or draining node; cause: gpu-health-check, slurmforge or admin",
+        "1 for a drained or draining node; cause: gpu-health-check, health-check, slurmforge or "
+        "admin",
         ("node", "cause", "reason"),
     ),
     "slurm_partition_nodes": ("nodes of a partition in a state", ("partition", "state")),

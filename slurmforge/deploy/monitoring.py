@@ -65,7 +65,7 @@ def rules(cluster: Cluster) -> dict[str, Any]:
         ),
         _alert(
             "SlurmNodeDrained",
-            'slurm_node_drain_info{cause!="gpu-health-check"} == 1',
+            'slurm_node_drain_info{cause!~"gpu-health-check|health-check"} == 1',
             "15m",
             "warning",
             "node {{ $labels.node }} is drained ({{ $labels.cause }}): {{ $labels.reason }}",
@@ -76,6 +76,13 @@ def rules(cluster: Cluster) -> dict[str, Any]:
             "0m",
             "critical",
             "the GPU health check drained {{ $labels.node }}: {{ $labels.reason }}",
+        ),
+        _alert(
+            "SlurmNodeHealthCheckFailed",
+            'slurm_node_drain_info{cause="health-check"} == 1',
+            "2m",
+            "warning",
+            "node {{ $labels.node }} failed its health check: {{ $labels.reason }}",
         ),
         _alert(
             "SlurmJobPendingTooLong",

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests import driver_root
 from tests.cluster.deployed import Clusters, Deployed, write_cluster
@@ -19,6 +20,7 @@ from tests.common import ROOT
 from tests.ports import free_port
 
 V = driver_root.VERSION
+HEALTH_INTERVAL = 5  # seconds between each node's health checks: the last test waits on them
 LIB = "/usr/local/nvidia/lib64"
 GPU_NODES = ("trainer-0", "trainer-1", "trainer-2")
 DUAL = "dual-0"  # a node with two GPUs (the host's nvidia3 and nvidia4)
@@ -34,6 +36,7 @@ def gpu(images: dict[str, str], clusters: Clusters) -> Deployed:
         "sfgpu",
         root,
         gpu={"driver_root": str(host), "min_busbw": 100.0},
+        health={"interval": HEALTH_INTERVAL},
         nodesets=[
             {"name": "cpu", "definitions": ["cpu-small"], "replicas": 1},
             # three workers start at once against one jail; small enough for this machine
@@ -273,3 +276,39 @@ def test_scaling_past_the_hosts_gpus_is_refused_and_changes_nothing(gpu: Deploye
     # the stored count and the running cluster are as before: a redeploy changes nothing
     assert gpu.invoke("deploy").returncode == 0
     assert sorted(n for n in gpu.states() if n.startswith("trainer")) == list(GPU_NODES)
+
+
+def test_gpu_nodes_whose_driver_is_older_than_the_cluster_takes_drain_and_come_back(
+    gpu: Deployed,
+) -> None:
+    """The node health check's GPU part, on the stand-in driver: a cluster file that asks for a
+    newer driver than the host's drains every GPU node (each still has its GPUs), leaves the CPU
+    node alone, and the GPU nodes are back in service once the file asks for less again."""
+    data = yaml.safe_load(gpu.cluster_file.read_text())
+    gpu_nodes = [*GPU_NODES, DUAL]
+
+    def nodes() -> dict[str, tuple[str, str]]:
+        out = gpu.ok("slurmctld", "sinfo -h -N -o '%N|%t|%E'")
+        return {n: (t, r) for n, t, r in (line.split("|", 2) for line in out.splitlines())}
+
+    def wait(want, what: str) -> dict[str, tuple[str, str]]:
+        deadline = time.monotonic() + 12 * HEALTH_INTERVAL
+        while not want(seen := nodes()):
+            assert time.monotonic() < deadline, f"{what}: {seen}"
+            time.sleep(1)
+        return seen
+
+    try:
+        data["health"] = {"interval": HEALTH_INTERVAL, "min_driver": "550.54.15"}
+        gpu.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+        assert gpu.invoke("deploy").returncode == 0
+        reason = f"health: driver {V} older than 550.54.15"
+        seen = wait(
+            lambda s: all(s[n] == ("drain", reason) for n in gpu_nodes), "GPU nodes drained"
+        )
+        assert seen["cpu-0"] == ("idle", "none"), seen
+    finally:
+        data["health"] = {"interval": HEALTH_INTERVAL}
+        gpu.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+        assert gpu.invoke("deploy").returncode == 0
+    wait(lambda s: all(s[n][0] == "idle" for n in gpu_nodes), "GPU nodes back in service")

@@ -12,10 +12,14 @@ import pytest
 import yaml
 
 from tests.cluster.deployed import Clusters, Deployed
+from tests.cluster.helpers import scrape
 from tests.common import ROOT
-from tests.site_settings import README, site
+from tests.site_settings import HEALTH_INTERVAL, README, site
 
-KEYS = ("slurm", "accounting", "mounts", "topology", "nodesets", "partitions")
+KEYS = ("slurm", "accounting", "mounts", "topology", "health", "nodesets", "partitions")
+# within a few of the health check's intervals (tests/site_settings.py), and a reconfigure
+HEALTH_WITHIN = 10 * HEALTH_INTERVAL
+JOBS_TMP = "/var/lib/slurmforge/jobs"  # where a node keeps its jobs' /tmp directories
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +117,86 @@ def test_a_failing_prolog_drains_its_node_and_holds_the_job(cluster: Deployed) -
             cluster.sh("slurmctld", f"scancel {job}")
         cluster.sh("slurmctld", "scontrol update NodeName=cpu-1 State=RESUME")
         cluster.wait_states({"cpu-1": "idle"})
+
+
+def _node(cluster: Deployed, node: str) -> tuple[str, str]:
+    """A node's state flags and drain reason (without its [user@time] stamp), as sinfo has them."""
+    out = cluster.ok("slurmctld", f"sinfo -h -N -n {node} -o '%T|%E'")
+    state, reason = out.split("|", 1)
+    return state, "" if reason == "none" else reason
+
+
+def _until_node(cluster: Deployed, node: str, ok, what: str) -> tuple[str, str]:
+    deadline = time.monotonic() + HEALTH_WITHIN
+    while not ok(*(seen := _node(cluster, node))):
+        assert time.monotonic() < deadline, f"{node}: {what}: not within {HEALTH_WITHIN} s: {seen}"
+        time.sleep(1)
+    return seen
+
+
+def test_a_failing_site_health_check_drains_its_node_and_an_admins_drain_is_left_alone(
+    cluster: Deployed,
+) -> None:
+    """The site's check fails on both nodes; cpu-1 was drained by an admin first. cpu-0 drains
+    with the check's name and last line; cpu-1 keeps the admin's reason. Once the check passes,
+    cpu-0 returns to service by itself; cpu-1 stays the admin's."""
+    admin = "maintenance: new disks"
+    cluster.ok("slurmctld", f"scontrol update NodeName=cpu-1 State=DRAIN Reason='{admin}'")
+    flags = "/jail/scratch/fail-health-cpu-0 /jail/scratch/fail-health-cpu-1"
+    try:
+        cluster.ok("login", f"touch {flags}")
+        reason = "health: fabric: link down (asked by a test)"
+        _until_node(cluster, "cpu-0", lambda s, r: "drain" in s and r == reason, "drained")
+        assert _node(cluster, "cpu-1") == ("drained", admin)
+        # the exporter tells the checker's drain from the admin's (which the alerts tell apart)
+        scraped = cluster.container("exporter").exec_run(["bash", "-c", scrape(9341)])
+        samples = re.findall(r"^slurm_node_drain_info\{(.*)\} ", scraped.output.decode(), re.M)
+        labels = [dict(re.findall(r'(\w+)="([^"]*)"', sample)) for sample in samples]
+        drains = {label["node"]: label["cause"] for label in labels}
+        assert drains == {"cpu-0": "health-check", "cpu-1": "admin"}, scraped.output.decode()
+        # new work goes around both
+        code, out = cluster.sh("login", "srun -N1 -t1 --immediate=5 true", user="alice")
+        assert code != 0, out
+        cluster.ok("login", f"rm -f {flags}")
+        _until_node(cluster, "cpu-0", lambda s, r: s == "idle" and not r, "back in service")
+        time.sleep(2 * HEALTH_INTERVAL)  # cpu-1 ran its checks, passing, since
+        assert _node(cluster, "cpu-1") == ("drained", admin)
+    finally:
+        cluster.ok("login", f"rm -f {flags}")
+        cluster.ok("slurmctld", "scontrol update NodeName=cpu-1 State=RESUME")
+        cluster.wait_states({"cpu-0": "idle", "cpu-1": "idle"})
+
+
+def test_a_node_whose_tmp_fills_up_drains_and_returns_once_the_job_that_filled_it_ends(
+    cluster: Deployed,
+) -> None:
+    """cpu-0 gets a small disk for its jobs' /tmp (16 MiB, mounted by the admin); a user's job
+    fills its /tmp there. The node drains (the job runs on), the next job goes to cpu-1, and
+    when the first job ends (its /tmp goes with it) cpu-0 is back in service."""
+    node = cluster.container("cpu-0")
+    assert node.exec_run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs",
+                          JOBS_TMP]).exit_code == 0  # fmt: skip
+    job = ""
+    try:
+        job = _submit(cluster, "-w cpu-0 -o /dev/null --wrap "
+                      "'dd if=/dev/zero of=/tmp/fill bs=1M count=64; sleep 600'")  # fmt: skip
+        state, reason = _until_node(
+            cluster, "cpu-0", lambda s, r: "drain" in s and r.startswith("health: /tmp"), "drained"
+        )
+        assert state == "draining" and reason == "health: /tmp 100% full", (state, reason)
+        other = _submit(cluster, "-o /dev/null --wrap 'sleep 60'")
+        _wait(cluster, other, "RUNNING")
+        assert cluster.ok("slurmctld", f"squeue -h -j {other} -o %N") == "cpu-1"
+        cluster.ok("slurmctld", f"scancel {job} {other}")
+        _until_node(cluster, "cpu-0", lambda s, r: s == "idle" and not r, "back in service")
+    finally:
+        if job:
+            cluster.sh("slurmctld", f"scancel {job}")
+        deadline = time.monotonic() + 60
+        while node.exec_run(["umount", JOBS_TMP]).exit_code != 0:
+            assert time.monotonic() < deadline, "the jobs' /tmp stays busy"
+            time.sleep(1)
+        cluster.wait_states({"cpu-0": "idle"})
 
 
 def test_the_mount_is_readable_and_not_writable_from_a_job_in_the_jail(cluster: Deployed) -> None:

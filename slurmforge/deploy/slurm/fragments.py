@@ -11,6 +11,7 @@ from typing import Any
 
 from slurmforge import jail_contract, matrix
 from slurmforge.deploy.slurm.hostlist import hostlist
+from slurmforge.deploy.spec import health as health_spec
 from slurmforge.deploy.spec import tres
 from slurmforge.deploy.spec.model import Cluster
 
@@ -88,3 +89,16 @@ def topology(cluster: Cluster) -> str | None:
     if declared is None:
         return None
     return "tree" if declared.tree else "block"
+
+
+def health(cluster: Cluster) -> dict[str, Any] | None:
+    """The node health check (images/slurmd/node-health): what slurmd runs, how often, and on
+    which nodes."""
+    spec = cluster.spec.health
+    if not spec.enabled:
+        return None
+    return {
+        "program": health_spec.PROGRAM,
+        "interval": spec.interval,
+        "states": ",".join(s.upper() for s in spec.node_states),
+    }

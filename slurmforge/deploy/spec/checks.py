@@ -8,7 +8,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from slurmforge.deploy import portal_tls
-from slurmforge.deploy.spec import identity, site, tres
+from slurmforge.deploy.spec import health, identity, site, tres
 from slurmforge.deploy.spec.fields import check_private, is_file
 from slurmforge.deploy.spec.model import ClusterSpec, Partition
 from slurmforge.errors import ConfigError
@@ -108,6 +108,7 @@ def _check_site(path: Path, spec: ClusterSpec, names: list[str]) -> None:
     for kind in ("prolog", "epilog"):
         site.check_scripts(path, kind, getattr(spec.slurm, kind))
     site.check_mounts(path, spec.jail.scratch, spec.mounts)
+    health.check(path, spec.health)
     if spec.topology:
         site.check_topology(path, spec.topology, names)
     site.check_qos(path, spec.accounting.qos, spec.accounting.accounts)

@@ -27,6 +27,7 @@ from slurmforge.deploy.spec.fields import (
     AbsPath,
     DNSName,
 )
+from slurmforge.deploy.spec.health import HealthSpec
 from slurmforge.deploy.spec.identity import IdentitySpec
 from slurmforge.deploy.spec.kubernetes import KubernetesSpec
 from slurmforge.deploy.spec.nodeset import NodeSet
@@ -203,6 +204,8 @@ class ClusterSpec(Model):
     """How the `k8s` target renders this cluster (ignored by `local`)."""
     slurm: SlurmSpec = SlurmSpec()
     """How Slurm runs on the nodes, and the site's own Slurm settings."""
+    health: HealthSpec = HealthSpec()
+    """The node health check, which drains a node that fails it and resumes it once it passes."""
     identity: IdentitySpec = IdentitySpec()
     """Where users come from: the jail's own files (createuser) or a directory (spec/identity.py)"""
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
