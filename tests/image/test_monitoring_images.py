@@ -65,7 +65,7 @@ def test_promtool_accepts_the_rules_and_config_and_passes_their_tests(
             },
         },
     )
-    assert "SUCCESS: 7 rules found" in out and "SUCCESS" in out.split("Unit Testing")[1]
+    assert "SUCCESS: 8 rules found" in out and "SUCCESS" in out.split("Unit Testing")[1]
 
 
 def test_the_exporter_runs_unprivileged_with_its_libraries(

@@ -149,3 +149,17 @@ def test_a_started_node_counts_once_a_slurmd_started_since_has_registered() -> N
         ctl.wait_registered(sh, before, timeout=0)
     # a controller that does not answer registers nothing
     assert ctl.slurmd_starts(lambda c: (1, "error"), ["cpu-1"]) == {"cpu-1": ""}
+
+
+def test_a_node_its_health_check_drained_is_deployed_and_said_so() -> None:
+    """A node that answers, drained by its own health check (a new threshold, a full /tmp) is
+    deployed: its check resumes it once it passes. One that does not answer is not."""
+    names = ["a", "b"]
+    reason = "health: driver 535.104.05 older than 550.54.15"
+    seen = ctl.nodes(Slurm({"a": ("idle", ""), "b": ("drain", reason)}, [], 0))
+    assert ctl.ready(seen, names, {})
+    assert ctl.kept_drained(seen, names, {}) == [
+        f"b is drained by its health check ({reason}); it returns to service once its checks pass"
+    ]
+    seen = ctl.nodes(Slurm({"a": ("idle", ""), "b": ("drain+down", reason)}, [], 0))
+    assert ctl.unready(seen, names, {}) == [f"b (drain+down: {reason})"]

@@ -73,9 +73,20 @@ def drains(seen: dict[str, Node] | None) -> dict[str, str]:
     return {name: node.reason for name, node in drained if node.state.rstrip("*") in DRAINED}
 
 
+# the node health check's drain reasons (images/slurmd/node-health): it lifts them itself
+HEALTH_REASON = "health:"
+
+
+def _health_drained(node: Node) -> bool:
+    """The node answers, drained by its own health check (which resumes it once it passes)."""
+    return node.state in DRAINED and not node.down and node.reason.startswith(HEALTH_REASON)
+
+
 def _kept(node: Node, reason: str | None) -> bool:
-    """The node answers in the drain it was in before (``reason``: its reason then)."""
-    return node.state in DRAINED and not node.down and node.reason == reason
+    """The node answers in the drain it was in before (``reason``: its reason then), or in one
+    its health check set: deployed, and out of service for a reason the user is told."""
+    answering = node.state in DRAINED and not node.down
+    return (answering and node.reason == reason) or _health_drained(node)
 
 
 def ready(seen: dict[str, Node] | None, names: list[str], kept: dict[str, str]) -> bool:
@@ -169,13 +180,23 @@ def bring_up(
 
 
 def kept_drained(seen: dict[str, Node], names: list[str], kept: dict[str, str]) -> list[str]:
-    """Lines for the user: the nodes that stayed in the drain they were in before the deploy."""
-    return [
-        f"{name} stays drained ({seen[name].reason}); "
-        f"return it with: scontrol update NodeName={name} State=RESUME"
-        for name in names
-        if name in seen and _kept(seen[name], kept.get(name))
-    ]
+    """Lines for the user: the nodes that stayed in the drain they were in before the deploy,
+    and those their health check drained."""
+    lines = []
+    for name in names:
+        if name not in seen or not _kept(seen[name], kept.get(name)):
+            continue
+        if _health_drained(seen[name]):
+            lines.append(
+                f"{name} is drained by its health check ({seen[name].reason}); it returns to "
+                "service once its checks pass"
+            )
+        else:
+            lines.append(
+                f"{name} stays drained ({seen[name].reason}); "
+                f"return it with: scontrol update NodeName={name} State=RESUME"
+            )
+    return lines
 
 
 def _drain(sh: Shell, names: str, reason: str) -> None:
