@@ -1,7 +1,9 @@
 """A node lost under a running job, on the default cluster, as a real cluster loses one: its
 container killed (the restart policy brings it back) or stopped for good. The job ends NODE_FAIL
 with a reason the user can read, or is requeued and runs again when it allows requeue; the node
-is back in service within 60 s of its restart, and the next job runs."""
+is back in service within 60 s of its restart, and the next job runs. Then the planned kind: a
+deploy that changes the nodes' definition takes them one at a time, after their jobs, and no job
+ends as a lost node's."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import signal
 import time
 
 import pytest
+import yaml
 
 from tests.cluster.deployed import Deployed
 from tests.cluster.helpers import sacct
@@ -140,3 +143,55 @@ def test_a_node_that_does_not_come_back_is_down_after_slurmd_timeout(deployed: D
     finally:
         container.start()
     _wait_until("both nodes idle", lambda: _both_idle(deployed), timeout=60)
+
+
+def _in_queue(cluster: Deployed, job: str) -> bool:
+    return bool(cluster.ok("slurmctld", f"squeue -h -t RUNNING -j {job} -o %i"))
+
+
+def test_a_deploy_that_changes_the_nodes_replaces_them_after_their_jobs(
+    deployed: Deployed,
+) -> None:
+    deployed.user(USER)
+    # on cpu-0 a batch job past max_wait: requeued under its ID, its second run completes; on
+    # cpu-1 an interactive step, which cannot be requeued: cancelled, its srun told why
+    script = "echo run ${SLURM_RESTART_COUNT:-0}; [ ${SLURM_RESTART_COUNT:-0} -ge 1 ] || sleep 600"
+    options = "-w cpu-0 --requeue --open-mode=append -o roll-%j.out"
+    batch = deployed.ok(
+        "login", f"cd ~ && sbatch --parsable {options} --wrap '{script}'", user=USER
+    )
+    deployed.ok(
+        "login", "cd ~ && (setsid srun -w cpu-1 sleep 600 > roll-srun.out 2>&1 < /dev/null &)",
+        user=USER,
+    )  # fmt: skip
+    listed = "squeue -h -t RUNNING -u lossuser -o '%i %j' | awk '$2 == \"sleep\" {print $1}'"
+    _wait_until("the srun runs", lambda: bool(deployed.ok("slurmctld", listed)))
+    interactive = deployed.ok("slurmctld", listed)
+    _wait_until("the batch job runs", lambda: _in_queue(deployed, batch))
+    before = {node: deployed.container(node).id for node in ("cpu-0", "cpu-1")}
+
+    data = yaml.safe_load(deployed.cluster_file.read_text())
+    data["nodesets"][0]["env"] = {"SLURMFORGE_ROLLED": "1"}
+    data["disruption"] = {"max_wait": "15s"}
+    deployed.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    done = deployed.invoke("deploy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"cpu-0: job {batch} requeued" in done.stderr, done.stderr
+    assert f"cpu-1: job {interactive} cancelled" in done.stderr, done.stderr
+
+    for node in ("cpu-0", "cpu-1"):  # made again, with the new definition, and in service
+        assert deployed.container(node).id != before[node]
+        assert deployed.ok(node, "printenv SLURMFORGE_ROLLED") == "1"
+    # the batch job is the same job, run again to its end; nothing ended as on a lost node
+    ended = sacct(deployed, USER, [batch, interactive], timeout=240)
+    assert ended[batch][0] == "COMPLETED", ended
+    assert ended[interactive][0].startswith("CANCELLED"), ended  # "CANCELLED by 0"
+    assert _job_state(deployed, batch)["Restarts"] == "1"
+    runs = deployed.ok("login", f"sacct -n -P -X -D -j {batch} -o State", user=USER)
+    assert runs.split() == ["REQUEUED", "COMPLETED"], runs
+    out = deployed.ok("login", f"cat ~/roll-{batch}.out", user=USER).splitlines()
+    assert [line for line in out if line.startswith("run")] == ["run 0", "run 1"], out
+    assert any(line.endswith("DUE TO JOB REQUEUE ***") for line in out), out  # Slurm's word
+    told = deployed.ok("login", "cat ~/roll-srun.out", user=USER)
+    assert "node cpu-1 is taken (deploy replaces it)" in told, told
+    _wait_until("both nodes idle", lambda: _both_idle(deployed))

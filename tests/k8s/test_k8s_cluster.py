@@ -384,20 +384,40 @@ def test_a_node_pod_deleted_under_a_job_ends_it_and_comes_back(deployed: K8sClus
     assert sorted(out.split()) == ["cpu-0", "cpu-1"]
 
 
-def test_a_node_pod_deleted_gracefully_drains_and_lets_its_job_finish(
-    deployed: K8sCluster,
-) -> None:
-    """A pod deleted with its grace period (a drain, a rollout): its node takes no new job, the
-    running one finishes, and the next pod is in service."""
+def test_a_node_pod_evicted_drains_and_lets_its_job_finish(deployed: K8sCluster) -> None:
+    """A pod evicted through the Eviction API (what `kubectl drain` and a node pool upgrade
+    do): its node is drained, with the Kubernetes node named, and takes no new job, the running
+    one finishes, and the next pod is in service."""
     kube = deployed.kube
     kube.sh("login-0", "login", "rm -f ~/graceful.out", user="alice")
     job = submit(kube, "-w cpu-1 -o graceful.out --wrap 'sleep 15; echo finished'")
     _wait_running(kube, job)
-    kube.run("delete", "pod", "cpu-1", "--wait=false")
+    host = kube.run("get", "pod", "cpu-1", "-o", "jsonpath={.spec.nodeName}")
+
+    def evict(pod: str):
+        eviction = {
+            "apiVersion": "policy/v1beta1",  # the lab's 1.20 server; policy/v1 from 1.22 on
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": kube.namespace},
+        }
+        path = f"/api/v1/namespaces/{kube.namespace}/pods/{pod}/eviction"
+        return kube.proc("create", "--raw", path, "-f", "-", namespaced=False,
+                         stdin=json.dumps(eviction))  # fmt: skip
+
+    allowed = "jsonpath={.status.disruptionsAllowed}"
+    _until("the budget allows one", lambda: kube.run("get", "pdb", "cpu", "-o", allowed) == "1", 60)
+    taken = evict("cpu-1")
+    assert taken.returncode == 0, taken.stderr
+    # the node set's budget (disruption.max_unavailable: 1) holds the other pod while it is away
+    refused = evict("cpu-0")
+    assert refused.returncode != 0 and "disruption budget" in refused.stderr, refused
     reason = "sinfo -h -n cpu-1 -o '%t %E'"
     _until(
         "cpu-1 drained by its preStop",
-        lambda: "slurmforge: pod stopping" in kube.sh("slurmctld-0", "slurmctld", reason),
+        lambda: (
+            f"slurmforge: pod stopping on kubernetes node {host}"
+            in kube.sh("slurmctld-0", "slurmctld", reason)
+        ),
         30,
     )
     later = submit(kube, "-w cpu-1 -o /dev/null --wrap true")

@@ -43,6 +43,17 @@ def assert_clean_failure(proc: subprocess.CompletedProcess[str], expected: str) 
 SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
 
 
+def assert_dry_run_refused(path: Path, out: Path, expected: str) -> str:
+    """`deploy --dry-run` of the cluster file ``path`` fails in one line naming ``expected``,
+    writes nothing to ``out`` and leaves the file as it was; its error output."""
+    before = path.read_bytes()
+    proc = run_invoke("deploy", "--cluster", str(path), "--out", str(out), "--dry-run")
+    assert_clean_failure(proc, expected)
+    assert not out.exists()
+    assert path.read_bytes() == before
+    return proc.stderr
+
+
 def shipped_with(**changes) -> dict:
     data = yaml.safe_load(yaml.safe_dump(SHIPPED))
     data.update(changes)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.deploy import loader
 from slurmforge.deploy.slurm import conf as slurmconf
@@ -15,7 +14,7 @@ from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.common import ROOT
-from tests.unit.helpers import assert_clean_failure, run_invoke, shipped_with
+from tests.unit.helpers import assert_dry_run_refused, shipped_with
 
 
 def load(write_cluster, **changes) -> Cluster:
@@ -121,8 +120,4 @@ def test_a_missing_check_directory_fails_deploy_in_one_line_and_writes_nothing(
     write_cluster, tmp_path: Path
 ) -> None:
     path = write_cluster(shipped_with(health={"checks": "health.d"}))
-    out = tmp_path / "out"
-    proc = run_invoke("deploy", "--cluster", str(path), "--out", str(out), "--dry-run")
-    assert_clean_failure(proc, f"{path}: health.checks: expected a directory")
-    assert not out.exists()
-    assert yaml.safe_load(path.read_text())["health"] == {"checks": "health.d"}
+    assert_dry_run_refused(path, tmp_path / "out", f"{path}: health.checks: expected a directory")

@@ -66,6 +66,14 @@ SERVED_121 = {
     "apps/v1": ["StatefulSet", "Deployment"],
     "batch/v1": ["Job", "CronJob"],
     "networking.k8s.io/v1": ["NetworkPolicy"],
+    "policy/v1": ["PodDisruptionBudget"],
+}
+# a 1.20 server: CronJob and PodDisruptionBudget only in their beta versions
+SERVED_120 = {
+    **SERVED_121,
+    "batch/v1": ["Job"],
+    "policy/v1": [],
+    "policy/v1beta1": ["PodDisruptionBudget"],
 }
 
 
@@ -99,6 +107,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
                     "/apis/networking.k8s.io/v1",  # the policies come before any pod
                     "/apis/batch/v1",
                     "/apis/apps/v1",
+                    "/apis/policy/v1",
                     "/apis/monitoring.coreos.com/v1",
                 )
             ),
@@ -208,11 +217,16 @@ def test_the_daemons_reread_a_changed_config_even_where_every_pod_already_sees_i
 
 def test_a_kind_the_server_lacks_is_named_not_applied(checkout, capsys) -> None:
     cluster_file, root = checkout
-    calls, run = _server({**SERVED_121, "batch/v1": ["Job"]})  # Kubernetes 1.20
+    calls, run = _server(SERVED_120)
     kube = rendered_kube(cluster_file, root, run)
     k8s_apply.apply(kube, 300)
     applied = [a for c in calls if "apply" in c for a in c if a.endswith(".yaml")]
     assert not [a for a in applied if "cronjob" in a]
+    # a budget it takes in the older version: the same object, as policy/v1beta1
+    budgets = [a for a in applied if "poddisruptionbudget" in a]
+    assert budgets and all(
+        yaml.safe_load(Path(a).read_text())["apiVersion"] == "policy/v1beta1" for a in budgets
+    )
     # and the ServiceMonitor and PrometheusRule
     assert len(applied) == len(kube.manifests.objects) - 3
     err = capsys.readouterr().err

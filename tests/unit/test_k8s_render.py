@@ -36,6 +36,7 @@ def test_every_object_is_valid_and_kustomize_renders_the_directory(checkout) -> 
             *("Service",) * 7,  # slurmctld, nodes, login, mariadb, slurmdbd, slurmrestd, exporter
             *("StatefulSet",) * 5,  # slurmctld, cpu, a100, login, mariadb
             *("Deployment",) * 3,  # slurmdbd, slurmrestd, exporter
+            *("PodDisruptionBudget",) * 2,  # cpu, a100
             "CronJob",
             # the cluster's pods from each other; mariadb from slurmdbd's alone; from anywhere,
             # the ports login, slurmrestd and the exporter are reached on
@@ -132,15 +133,20 @@ def test_node_sets_gpus_and_storage_follow_the_model(checkout) -> None:
     cpu = objects["statefulset-cpu.yaml"]
     (c,) = cpu["spec"]["template"]["spec"]["containers"]
     assert "nvidia.com/gpu" not in c["resources"]["limits"]
-    # a pod being deleted drains its node; its jobs get the grace period, less slurmd's stop
+    # a pod being deleted drains its node; its jobs get node_grace_seconds, and the pod's grace
+    # holds the requeue of what still runs then and slurmd's stop
     assert c["lifecycle"]["preStop"]["exec"]["command"] == [
         "/usr/lib/slurmforge/node-state",
         "stopping",
     ]
-    assert cpu["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+    assert cpu["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 90
     # a PID 1 that reaps: slurmd would leave every exited slurmstepd a zombie
     assert cpu["spec"]["template"]["spec"]["shareProcessNamespace"] is True
-    assert {"name": "NODE_STATE_GRACE", "value": "55"} in c["env"]
+    assert {"name": "NODE_STATE_GRACE", "value": "60"} in c["env"]
+    # the drain's reason names the Kubernetes node the pod ran on
+    env = {e["name"]: e for e in c["env"]}
+    assert env["KUBE_NODE"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NODE_STATE_REASON"]["value"] == "pod stopping on kubernetes node $(KUBE_NODE)"
     assert not [v for v in cpu["spec"]["template"]["spec"]["volumes"] if "hostPath" in v]
     jail = objects["pvc-jail.yaml"]["spec"]
     assert jail["accessModes"] == ["ReadWriteMany"]
@@ -299,3 +305,20 @@ def test_validation_catches_a_field_the_schema_lacks(checkout) -> None:
     path.write_text(yaml.safe_dump(obj))
     with pytest.raises(Exception, match=r"statefulset-login.yaml: invalid for Kubernetes 1.29 at "):
         kube.manifests.validate()
+
+
+def test_each_node_set_has_a_budget_that_selects_its_pods_alone(checkout) -> None:
+    cluster_file, root = checkout
+    objects = rendered_kube(cluster_file, root).manifests.objects
+    budgets = {
+        o["metadata"]["name"]: o for o in objects.values() if o["kind"] == "PodDisruptionBudget"
+    }
+    sets = {o["metadata"]["name"]: o for n, o in objects.items() if n.startswith("statefulset-")}
+    assert set(budgets) <= set(sets) and "a100" in budgets
+    for name, budget in budgets.items():
+        assert budget["apiVersion"] == "policy/v1"
+        assert budget["spec"]["maxUnavailable"] == 1  # disruption.max_unavailable's default
+        chosen = budget["spec"]["selector"]["matchLabels"]
+        for other, stateful_set in sets.items():
+            labels = stateful_set["spec"]["template"]["metadata"]["labels"]
+            assert (chosen.items() <= labels.items()) == (other == name), (name, other)

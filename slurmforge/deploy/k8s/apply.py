@@ -41,16 +41,28 @@ class Host(BackupAccess, Protocol):
     def pod(self, role: str) -> str: ...
 
 
+# an object's apiVersion → the older one a server that lacks it takes the same object in
+OLDER = {("policy/v1", "PodDisruptionBudget"): "policy/v1beta1"}
+
+
 def unsupported(kube: Host) -> dict[str, str]:
     """File → why the server cannot take it (a kind its version does not serve, such as
-    batch/v1 CronJob before Kubernetes 1.21)."""
+    batch/v1 CronJob before Kubernetes 1.21). An object whose kind the server serves under the
+    older version of OLDER is rewritten to it (a PodDisruptionBudget before 1.21)."""
     served: dict[str, set[str]] = {}
+
+    def serves(version: str, kind: str) -> bool:
+        if version not in served:
+            served[version] = kube.k.served_kinds(version)
+        return kind in served[version]
+
     out = {}
     for name, obj in kube.manifests.objects.items():
         version, kind = obj["apiVersion"], obj["kind"]
-        if version not in served:
-            served[version] = kube.k.served_kinds(version)
-        if kind not in served[version]:
+        older = OLDER.get((version, kind))
+        if not serves(version, kind) and older and serves(older, kind):
+            kube.manifests.rewrite(name, {**obj, "apiVersion": older})
+        elif not serves(version, kind):
             out[name] = f"this server does not serve {version} {kind}"
     return out
 

@@ -128,6 +128,12 @@ class Manifests:
             raise DeployError(f"kubectl kustomize {self.dir} failed: {proc.stderr.strip()}")
         return list(versions)
 
+    def rewrite(self, name: str, obj: dict[str, Any]) -> None:
+        """Replace the object of file ``name`` with ``obj``, in memory and on disk (what apply
+        sends a server that takes it in another version)."""
+        self.objects[name] = obj
+        (self.dir / name).write_text(kustomize.dump(obj, str(self.cluster.path)))
+
     def of(self, kind: str, name: str) -> dict[str, Any]:
         """The rendered object of that kind and name."""
         return next(

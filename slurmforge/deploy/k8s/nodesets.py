@@ -14,13 +14,15 @@ from slurmforge.deploy.roles import (
     NODE,
     Role,
 )
+from slurmforge.deploy.spec.disruption import NODE_STATE
 from slurmforge.deploy.spec.model import NodeSet
 from slurmforge.pins import GNU_TYPES
 
 NODES_SERVICE = "slurm-nodes"
-# a node pod's preStop (drain, wait for the jobs, then DOWN); the seconds of the grace period it
-# leaves slurmd and the kubelet after it
-NODE_STATE, STOP_MARGIN = "/usr/lib/slurmforge/node-state", 5
+# a node pod's preStop (drain, wait for the jobs, requeue the rest, then DOWN); the seconds its
+# grace period holds past the jobs' (kubernetes.node_grace_seconds): requeueing what still runs,
+# its processes' end (node-state waits 20 s at most), slurmd's own stop
+STOP_MARGIN = 30
 DRIVER_ROOT = "/run/nvidia/driver"  # where GPU pods see the node's driver directories
 
 
@@ -46,6 +48,22 @@ class NodeSetRenderer(PodRenderer):
             service=NODES_SERVICE,
             **{"slurmforge.io/nodeset": ns.name},
         )
+
+    def disruption_budget(self, ns: NodeSet) -> dict[str, Any]:
+        """How many of the set's node pods an eviction (`kubectl drain`, a node pool upgrade)
+        may take at once: disruption.max_unavailable. Each one taken drains its Slurm node and
+        requeues what still runs there (its preStop). policy/v1; apply gives a server older
+        than 1.21 the same object as policy/v1beta1."""
+        nodeset = {"slurmforge.io/nodeset": ns.name}
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": self.meta(ns.name, NODE, **nodeset),
+            "spec": {
+                "maxUnavailable": self.spec.disruption.max_unavailable,
+                "selector": {"matchLabels": self.selector(NODE, **nodeset)},
+            },
+        }
 
     def elastic_node(self, role: Role, ns: NodeSet, node: str, config_hash: str):
         """One node Slurm starts and stops: a Deployment of no pod until node-power scales it
@@ -104,18 +122,30 @@ class NodeSetRenderer(PodRenderer):
                     {"name": f"driver-{i}", "mountPath": f"{DRIVER_ROOT}/{sub}", "readOnly": True}
                 )
             env.append({"name": "SLURMFORGE_DRIVER_ROOT", "value": DRIVER_ROOT})
-        # preStop waits for the jobs up to the grace period, less a margin for slurmd's own stop
+        # preStop waits for the jobs up to node_grace_seconds, names the Kubernetes node in the
+        # drain's reason, and requeues what still runs within the pod's grace period
         grace = self.k8s.node_grace_seconds
-        env.append({"name": "NODE_STATE_GRACE", "value": str(max(grace - STOP_MARGIN, 0))})
+        env.append({"name": "NODE_STATE_GRACE", "value": str(grace)})
+        if not elastic:
+            env.append(
+                {"name": "KUBE_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+            )
+            env.append(
+                {
+                    "name": "NODE_STATE_REASON",
+                    "value": "pod stopping on kubernetes node $(KUBE_NODE)",
+                }
+            )
         args = ["$(POD_NAME)" if a == "{node}" else a for a in role.command]
         if elastic:
             args.append("-b")
         image = self.images.refs[self.cluster.image_key(ns.image, arch)]
         container = self.container(role, image, mounts, args, env, ns.capabilities)
         container["resources"] = {"requests": self.node_requests(limits), "limits": limits}
-        # a pod being deleted drains its node and lets its jobs finish within the grace period;
-        # those still running then end as on a lost node (images/slurmd/node-state). Not an
-        # elastic node's: Slurm stops it when it has no job, and marks it powered down itself.
+        # a pod being deleted drains its node and lets its jobs finish within node_grace_seconds;
+        # the batch jobs still running then are requeued under their IDs, the others cancelled
+        # with a word to their srun (images/slurmd/node-state). Not an elastic node's: Slurm
+        # stops it when it has no job, and marks it powered down itself.
         if not elastic:
             container["lifecycle"] = {"preStop": {"exec": {"command": [NODE_STATE, "stopping"]}}}
         extra: dict[str, Any] = {}
@@ -138,7 +168,7 @@ class NodeSetRenderer(PodRenderer):
         # daemonizes (its parent exits), so its exit would leave a zombie under a slurmd PID 1
         extra["shareProcessNamespace"] = True
         pod = self.pod_spec([container], volumes, usr_arch=usr_arch, **extra)
-        pod["terminationGracePeriodSeconds"] = grace
+        pod["terminationGracePeriodSeconds"] = grace + STOP_MARGIN
         return pod
 
     def node_requests(self, limits: dict[str, str]) -> dict[str, str]:

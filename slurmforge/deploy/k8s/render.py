@@ -122,6 +122,8 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer, PolicyRender
             out = {f"service-{NODES_SERVICE}.yaml": self.headless(NODES_SERVICE, NODE, role.ports)}
             for ns in self.spec.nodesets:
                 out[f"statefulset-{ns.name}.yaml"] = self.node_set(role, ns, config_hash)
+                if ns.replicas:
+                    out[f"poddisruptionbudget-{ns.name}.yaml"] = self.disruption_budget(ns)
                 for node in ns.elastic_nodes:
                     out[f"deployment-{node}.yaml"] = self.elastic_node(role, ns, node, config_hash)
             return out

@@ -1,6 +1,7 @@
 """Bringing the local cluster's containers to its files: the jail populated before anything
-starts, the daemons in Slurm's order on an upgrade, slurmd and slurmctld told of a changed
-config, and the elastic nodes Slurm has powered up running."""
+starts, the daemons in Slurm's order on an upgrade, changed nodes replaced after their jobs,
+slurmd and slurmctld told of a changed config, and the elastic nodes Slurm has powered up
+running."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 
 from slurmforge import jail
 from slurmforge.deploy import roles
-from slurmforge.deploy.local import gpu_assign, render
+from slurmforge.deploy.local import gpu_assign, render, roll
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.local.files import Files
 from slurmforge.deploy.local.restore import Restore
@@ -46,14 +47,26 @@ class Host(Protocol):
 
 
 def apply(
-    local: Host, jail_id: str, secrets: dict[str, Path], populate: bool, upgrading: bool = False
+    local: Host,
+    jail_id: str,
+    secrets: dict[str, Path],
+    populate: bool,
+    kept: dict[str, str],
+    timeout: float,
+    upgrading: bool = False,
 ) -> None:
-    """Write the files and bring the containers to them, in Slurm's order."""
+    """Write the files and bring the containers to them, in Slurm's order. A running cluster's
+    nodes whose definition changed are replaced a few at a time, after their jobs (roll.py);
+    ``kept``: the drains from before, which they keep."""
     running = local.running_controller() is not None
     changed = local.files.write(jail_id, secrets, local.gpus, local.pyxis())
+    rolling = running and not upgrading  # an upgrade has drained every node and replaces all
     if populate:
         # Compose creates (and labels) the volumes; the jail is filled before anything starts.
-        local.project.compose("up", "--no-start", "--remove-orphans")
+        # Running containers whose definition changed are left as they are (a node is replaced
+        # by the roll below, after its jobs); an upgrade's are made again, stopped, here.
+        keep = ["--no-recreate"] if rolling else []
+        local.project.compose("up", "--no-start", "--remove-orphans", *keep)
         if local.restoring is not None:
             local.restoring.volumes()  # user state and StateSave, before populate keeps them
         populate_jail(local, running)
@@ -64,6 +77,8 @@ def apply(
         local.project.compose("up", "-d", DBD)  # and its own database, if it has one
         dbd_port = roles.role(DBD).ports[0]
         ctl.wait_port(functools.partial(local.sh, DBD), dbd_port.number, DBD, 600.0)
+    if rolling:
+        roll.roll(local, kept, timeout, local.log)
     start_containers(local)
     if upgrading or running:
         # also after an upgrade that stopped half-way: its nodes were left drained

@@ -140,7 +140,7 @@ class Local(Target):
             # no job starts, and the running ones end (pending ones stay queued in StateSave)
             reason = f"{apply.UPGRADE_REASON} {self.cluster.cell.slurm}"
             ctl.hold(self.controller_sh, reason, timeout)
-        apply.apply(self, ids[JAIL], secrets, populate=True, upgrading=upgrading)
+        apply.apply(self, ids[JAIL], secrets, True, kept, timeout, upgrading=upgrading)
         ready.wait_ready(self.project, self.cluster, timeout, kept, self.log)
         apply.start_powered_up(self, kept, timeout)
         if self.cluster.spec.accounting.enabled:  # until slurmdbd knows the cluster
@@ -217,7 +217,7 @@ class Local(Target):
         if removed and self.running_controller() is not None:
             ctl.drain(self.controller_sh, removed, timeout)
         self.bind(new)
-        apply.apply(self, ids[JAIL], self.files.secrets(), populate=False)
+        apply.apply(self, ids[JAIL], self.files.secrets(), False, kept, timeout)
         ready.wait_ready(self.project, self.cluster, timeout, kept, self.log)
         return removed
 

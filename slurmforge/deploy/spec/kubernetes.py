@@ -98,8 +98,9 @@ class KubernetesSpec(Model):
     """Scheduled backups."""
     node_grace_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] = 60
     """A node pod being deleted (drain, rollout, eviction) drains its Slurm node and gives its
-    running jobs this long to finish (its terminationGracePeriodSeconds); those still running
-    then end as on a lost node (NODE_FAIL, or requeued where the job allows it)"""
+    running jobs this long to finish; batch jobs still running then are requeued under their
+    IDs, the others cancelled with a word to their srun (the pod's terminationGracePeriodSeconds
+    is 30 s more)"""
     overcommit: StrictBool = False
     """Node pods request what their node set declares (cpus, memory_mb), as their limits, so
     Kubernetes places them where Slurm's view holds; true: they request next to nothing (the

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from slurmforge import matrix, refs
+from slurmforge.deploy.spec.disruption import DisruptionSpec
 from slurmforge.deploy.spec.fields import (
     NODE_DIRS,
     AbsPath,
@@ -206,6 +207,9 @@ class ClusterSpec(Model):
     """How Slurm runs on the nodes, and the site's own Slurm settings."""
     health: HealthSpec = HealthSpec()
     """The node health check, which drains a node that fails it and resumes it once it passes."""
+    disruption: DisruptionSpec = DisruptionSpec()
+    """How a deploy replaces nodes whose definition changed: drained, their jobs waited for, the
+    rest requeued."""
     identity: IdentitySpec = IdentitySpec()
     """Where users come from: the jail's own files (createuser) or a directory (spec/identity.py)"""
     layers: Annotated[str, StringConstraints(strict=True)] = "layers"
