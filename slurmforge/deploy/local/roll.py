@@ -55,8 +55,9 @@ def roll(local: Host, kept: dict[str, str], timeout: float, log) -> None:
     for nodes in changed(local.project, local.cluster).values():
         step = plan.max_unavailable
         for names in (nodes[i : i + step] for i in range(0, len(nodes), step)):
+            its = "its" if len(names) == 1 else "their"
             print(
-                f"note: replacing {', '.join(names)} (its definition changed): drained, its "
+                f"note: replacing {', '.join(names)} ({its} definition changed): drained, {its} "
                 f"jobs get up to {plan.max_wait} s (disruption.max_wait)",
                 file=log,
             )
