@@ -78,8 +78,13 @@ def apply(
         dbd_port = roles.role(DBD).ports[0]
         ctl.wait_port(functools.partial(local.sh, DBD), dbd_port.number, DBD, 600.0)
     if rolling:
-        roll.roll(local, kept, timeout, local.log)
-    start_containers(local)
+        # the changed nodes are replaced after everything else runs its new definition (a
+        # controller whose config directory was replaced answers only once it is made again)
+        nodes = roll.changed(local.project, local.cluster)
+        start_containers(local, leave=[node for names in nodes.values() for node in names])
+        roll.roll(local, nodes, kept, timeout, local.log)
+    else:
+        start_containers(local)
     if upgrading or running:
         # also after an upgrade that stopped half-way: its nodes were left drained
         ctl.release(local.controller_sh, UPGRADE_REASON, 600.0)
@@ -89,18 +94,23 @@ def apply(
         ctl.reconfigure(local.controller_sh)
 
 
-def start_containers(local: Host) -> None:
+def start_containers(local: Host, leave: list[str] | None = None) -> None:
     """`up` every service but an elastic set's nodes, which are made and left to Slurm (those
-    running stay running: a changed one is made again and started again)."""
+    running stay running: a changed one is made again and started again), and but ``leave``
+    (running nodes a roll replaces after)."""
     elastic = [node for ns in local.cluster.spec.nodesets for node in ns.elastic_nodes]
-    if not elastic:
+    if not elastic and not leave:
         local.project.compose("up", "-d", "--remove-orphans")
         return
     services = yaml.safe_load(local.project.file.read_text())["services"]
-    started = [n for n, s in services.items() if n not in elastic and "profiles" not in s]
+    left = {*elastic, *(leave or [])}
+    started = [n for n, s in services.items() if n not in left and "profiles" not in s]
     running = [node for node in elastic if local.project.running(node) is not None]
-    local.project.compose("up", "--no-start", "--remove-orphans", *elastic)
-    local.project.compose("up", "-d", "--remove-orphans", *started)
+    if elastic:
+        local.project.compose("up", "--no-start", "--remove-orphans", *elastic)
+    # --no-deps: a service that depends on a node left out does not make it again either
+    no_deps = ["--no-deps"] if leave else []
+    local.project.compose("up", "-d", "--remove-orphans", *no_deps, *started)
     stopped = [node for node in running if local.project.running(node) is None]
     if stopped:
         local.project.compose("start", *stopped)

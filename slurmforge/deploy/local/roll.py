@@ -7,6 +7,7 @@ for until it is back in service (images/slurmd/node-state does the node's part).
 from __future__ import annotations
 
 import shlex
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -48,11 +49,24 @@ def changed(project: Project, cluster: Cluster) -> dict[str, list[str]]:
     return sets
 
 
-def roll(local: Host, kept: dict[str, str], timeout: float, log) -> None:
-    """Replace the changed nodes, ``max_unavailable`` of a set at a time; each batch is in
-    service again (or in the drain ``kept`` says it was in) before the next is taken."""
+def roll(
+    local: Host, sets: dict[str, list[str]], kept: dict[str, str], timeout: float, log
+) -> None:
+    """Replace the nodes of ``sets`` (node set → its changed nodes, as ``changed`` found them),
+    ``max_unavailable`` of a set at a time; each batch is in service again (or in the drain
+    ``kept`` says it was in) before the next is taken. slurmctld must answer first: a node that
+    cannot ask it about its jobs would be replaced under them."""
+    if not sets:
+        return
     plan = local.cluster.spec.disruption
-    for nodes in changed(local.project, local.cluster).values():
+    deadline = time.monotonic() + timeout
+    while ctl.nodes(local.controller_sh) is None:
+        if time.monotonic() > deadline:
+            raise DeployError(
+                f"slurmctld did not answer within {timeout:.0f} s; no node was replaced"
+            )
+        time.sleep(1)
+    for nodes in sets.values():
         step = plan.max_unavailable
         for names in (nodes[i : i + step] for i in range(0, len(nodes), step)):
             its = "its" if len(names) == 1 else "their"
