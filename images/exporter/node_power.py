@@ -89,29 +89,43 @@ def act(project: str, action: str, node: str) -> str:
     raise OSError(f"HTTP {status} {body[:200]!r}")
 
 
-def kubernetes_act(action: str, node: str) -> str:
-    """Scale the node's Deployment to 1 (resume) or 0 (suspend)."""
+def kube_request(method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+    """One call to the Kubernetes API with the pod's token (renewed by the kubelet: read anew
+    each time); ``path`` may hold ``{namespace}``, the pod's own."""
     with open(f"{TOKEN_DIR}/namespace", encoding="utf-8") as f:
         namespace = f.read().strip()
-    with open(f"{TOKEN_DIR}/token", encoding="utf-8") as f:  # renewed by the kubelet: read anew
+    with open(f"{TOKEN_DIR}/token", encoding="utf-8") as f:
         token = f.read().strip()
     host = os.environ["KUBERNETES_SERVICE_HOST"]
     port = int(os.environ.get("KUBERNETES_SERVICE_PORT", "443"))
     tls = ssl.create_default_context(cafile=f"{TOKEN_DIR}/ca.crt")
     api = http.client.HTTPSConnection(host, port, context=tls, timeout=30)
-    path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{node}/scale"
-    body = json.dumps({"spec": {"replicas": 1 if action == "resume" else 0}})
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"}
+    headers = {"Authorization": f"Bearer {token}"}
+    if body is not None:
+        headers["Content-Type"] = "application/merge-patch+json"
     try:
-        api.request("PATCH", path, body=body, headers=headers)
+        api.request(
+            method,
+            path.format(namespace=namespace),
+            body=None if body is None else json.dumps(body),
+            headers=headers,
+        )
         response = api.getresponse()
-        answer = response.read()
+        return response.status, response.read()
     finally:
         api.close()
-    if response.status == 404:
+
+
+def kubernetes_act(action: str, node: str) -> str:
+    """Scale the node's Deployment to 1 (resume) or 0 (suspend)."""
+    path = f"/apis/apps/v1/namespaces/{{namespace}}/deployments/{node}/scale"
+    status, answer = kube_request(
+        "PATCH", path, {"spec": {"replicas": 1 if action == "resume" else 0}}
+    )
+    if status == 404:
         return "no Deployment (deploy the cluster again)"
-    if response.status != 200:
-        raise OSError(f"HTTP {response.status} {answer[:200]!r}")
+    if status != 200:
+        raise OSError(f"HTTP {status} {answer[:200]!r}")
     return "done"
 
 

@@ -10,6 +10,7 @@ in a cgroup of its own; and, last, the site's own configuration (tests/site_sett
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -18,11 +19,13 @@ import signal
 import subprocess
 import time
 import urllib.error
+from collections.abc import Iterator
 
 import pytest
 
 from tests import rest_client
 from tests.common import ROOT, until
+from tests.k8s import lab
 from tests.k8s.kube import INVOKE, LIVE, K8sCluster, sacct, submit
 from tests.k8s.lab import LAB
 from tests.site_settings import README, site
@@ -31,15 +34,23 @@ pytestmark = pytest.mark.k8s
 # how long a re-addressed node is watched: past slurmctld's pings of it (SlurmdTimeout=60: every
 # 20 s a node not heard from is pinged, and marked not responding after 60 s)
 PING_WATCH_S = 100
+LEVELS = ("topology.kubernetes.io/zone", "slurmforge.test/rack")  # topology.labels.tree
 
 
 @pytest.fixture(scope="module")
-def deployed(k8s_cluster: K8sCluster) -> K8sCluster:
-    """Deployed, with a jail user alice (made as a user would, with createuser)."""
-    proc = k8s_cluster.deploy()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    k8s_cluster.kube.sh("login-0", "login", "chroot /jail createuser --non-interactive alice")
-    return k8s_cluster
+def deployed(k8s_cluster: K8sCluster) -> Iterator[K8sCluster]:
+    """Deployed, with a jail user alice (made as a user would, with createuser), and node-watch
+    looking at the Kubernetes nodes every 2 s (on the lab, through the relay that stands in for
+    kube-proxy), for their notices and for a topology from their zone and rack labels."""
+    data = k8s_cluster.data()
+    data["kubernetes"]["node_watch"] = {"enabled": True, "interval": "2s"}
+    data["topology"] = {"labels": {"tree": list(LEVELS)}}
+    k8s_cluster.write(data)
+    with lab.ApiForPods() if k8s_cluster.kube.lab else contextlib.nullcontext():
+        proc = k8s_cluster.deploy()
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        k8s_cluster.kube.sh("login-0", "login", "chroot /jail createuser --non-interactive alice")
+        yield k8s_cluster
 
 
 def test_every_pod_starts_every_node_is_idle_and_a_user_runs_jobs(deployed: K8sCluster) -> None:
@@ -59,6 +70,7 @@ def test_every_pod_starts_every_node_is_idle_and_a_user_runs_jobs(deployed: K8sC
         *("slurmctld-0", "login-0", "cpu-0", "cpu-1"),
         *("mariadb-0", "slurmdbd", "slurmrestd"),  # accounting and the REST API, as shipped
         "exporter",  # metrics
+        "node-watch",  # kubernetes.node_watch
     }, phases
     # the database made itself on its first start without restarting (its bootstrap server
     # once outlived the bootstrap, holding its locks, in a pod without CAP_KILL)
@@ -426,6 +438,116 @@ def test_a_node_pod_evicted_drains_and_lets_its_job_finish(deployed: K8sCluster)
     kube.wait_states({"cpu-1": "idle"}, timeout=120)
     # what was submitted to the draining node waited and ran on the new pod
     assert sacct(kube, [later])[later] == ("COMPLETED", "0:0")
+
+
+def test_a_preemption_notice_requeues_the_job_at_once_and_its_end_resumes_the_nodes(
+    deployed: K8sCluster,
+) -> None:
+    """GKE's taint on a Spot node about to be reclaimed, put on the lab's node: its Slurm nodes
+    drain, naming it, and the job running there is requeued under its ID within seconds, with
+    no pod deleted; the taint removed, the nodes are back in service."""
+    kube = deployed.kube
+    job = submit(kube, "-w cpu-0 -o /dev/null --wrap 'sleep 600'")
+    _wait_running(kube, job)
+    host = kube.run("get", "pod", "cpu-0", "-o", "jsonpath={.spec.nodeName}")
+    taint = "cloud.google.com/impending-node-termination"
+    pods = kube.run("get", "pods", "-o", "jsonpath={.items[*].metadata.uid}")
+    kube.run("taint", "node", host, f"{taint}=true:NoSchedule", namespaced=False)
+    try:
+        shown = f"scontrol -o show job {job}"
+        try:
+            took = _until(
+                f"job {job} requeued",
+                lambda: " Restarts=1 " in kube.sh("slurmctld-0", "slurmctld", shown),
+                30,
+            )
+        except AssertionError as exc:
+            said = kube.run("logs", "deploy/node-watch", "--tail=20", check=False)
+            raise AssertionError(f"{exc}; node-watch said:\n{said}") from None
+        print(f"requeued {took:.1f} s after the taint")
+        reasons = kube.sh("slurmctld-0", "slurmctld", "sinfo -h -N -o '%N %t %E'")
+        said = f"slurmforge: kubernetes node {host}: preemption notice (taint {taint})"
+        assert reasons.count(said) == 2 and "drain" in reasons, reasons  # both on the lab node
+        state = kube.sh("login-0", "login", f"squeue -h -j {job} -o %T", user="alice")
+        assert state == "PENDING", state  # the same ID, waiting for a node
+    finally:
+        kube.run("taint", "node", host, f"{taint}-", namespaced=False)
+    kube.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=60)
+    kube.sh("login-0", "login", f"scancel {job}", user="alice")
+    assert kube.run("get", "pods", "-o", "jsonpath={.items[*].metadata.uid}") == pods
+
+
+def test_an_unhealthy_node_condition_drains_and_its_clearing_resumes(deployed: K8sCluster) -> None:
+    """node-problem-detector's KernelDeadlock on the lab's node: its Slurm nodes drain (a running
+    job goes on), and resume once the condition is False; an admin's drain is left alone."""
+    kube = deployed.kube
+    host = kube.run("get", "pod", "cpu-0", "-o", "jsonpath={.spec.nodeName}")
+
+    def ctl(command: str) -> str:
+        return kube.sh("slurmctld-0", "slurmctld", command)
+
+    ctl("scontrol update NodeName=cpu-1 State=DRAIN Reason='admin: new cables'")
+    job = submit(kube, "-w cpu-0 -o /dev/null --wrap 'sleep 600'")
+    _wait_running(kube, job)
+
+    def condition(status: str) -> None:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        deadlock = {
+            "type": "KernelDeadlock", "status": status, "reason": "DockerHung",
+            "message": "task docker:7 blocked for more than 120 seconds",
+            "lastHeartbeatTime": now, "lastTransitionTime": now,
+        }  # fmt: skip
+        patch = json.dumps({"status": {"conditions": [deadlock]}})
+        kube.run("patch", "node", host, "--subresource=status", "-p", patch, namespaced=False)
+
+    condition("True")
+    try:
+        said = f"slurmforge: kubernetes node {host}: condition KernelDeadlock"
+        _until("cpu-0 drained", lambda: said in ctl("sinfo -h -n cpu-0 -o %E"), 30)
+        assert ctl("sinfo -h -n cpu-1 -o %E") == "admin: new cables"
+        state = kube.sh("login-0", "login", f"squeue -h -j {job} -o %T", user="alice")
+        assert state == "RUNNING", state  # drained, not taken
+    finally:
+        condition("False")
+    _until("cpu-0 resumed", lambda: ctl("sinfo -h -n cpu-0 -o %t") == "alloc", 30)
+    assert ctl("sinfo -h -n cpu-1 -o %E") == "admin: new cables"
+    kube.sh("login-0", "login", f"scancel {job}", user="alice")
+    ctl("scontrol update NodeName=cpu-1 State=RESUME")
+    kube.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=60)
+
+
+def test_the_topology_follows_the_node_labels_and_reloads_without_a_restart(
+    deployed: K8sCluster,
+) -> None:
+    """Unlabelled, the nodes are in the unplaced switch; the lab's node labelled with a zone and
+    a rack, they are under that rack's switch, which a job asking for one switch gets; the rack
+    relabelled, slurmctld takes the new tree without restarting."""
+    kube = deployed.kube
+    host = kube.run("get", "pod", "cpu-0", "-o", "jsonpath={.spec.nodeName}")
+    started = "jsonpath={.status.containerStatuses[?(@.name=='slurmctld')].state.running.startedAt}"
+    before = kube.run("get", "pod", "slurmctld-0", "-o", started)
+
+    def shows(line: str) -> bool:
+        return line in kube.sh("slurmctld-0", "slurmctld", "scontrol show topology")
+
+    assert shows("SwitchName=unplaced Level=0 LinkSpeed=1 Nodes=cpu-[0-1]")
+    zone, rack = LEVELS
+    try:
+        kube.run("label", "node", host, f"{zone}=z1", f"{rack}=r1", namespaced=False)
+        took = _until("rack r1 in force", lambda: shows("SwitchName=z1.r1 Level=0"), 180)
+        print(f"labels in force after {took:.0f} s")
+        assert shows("SwitchName=z1 Level=1") and not shows("SwitchName=unplaced")
+        job = "sbatch -N2 --switches=1 --wait -o /dev/null --wrap 'srun hostname'"
+        kube.sh("login-0", "login", job, user="alice")
+        kube.run("label", "node", host, f"{rack}=r2", "--overwrite", namespaced=False)
+        took = _until("rack r2 in force", lambda: shows("SwitchName=z1.r2 Level=0"), 180)
+        print(f"relabel in force after {took:.0f} s")
+        assert not shows("SwitchName=z1.r1")
+    finally:
+        kube.run("label", "node", host, f"{zone}-", f"{rack}-", namespaced=False)
+    assert kube.run("get", "pod", "slurmctld-0", "-o", started) == before  # no restart
+    logs = kube.run("logs", "deploy/node-watch")
+    assert "topology.conf written from the labels: SwitchName=z1.r2 Nodes=cpu-0,cpu-1" in logs
 
 
 def test_a_job_is_held_to_its_memory_and_leaves_nothing_behind(deployed: K8sCluster) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from slurmforge.deploy.k8s import power
+from slurmforge.deploy.k8s import access, power
 from slurmforge.deploy.roles import NODE_POWER
 from slurmforge.deploy.slurm import ctl
 from tests.unit.kube import containers_of, pod_of, rendered_kube
@@ -82,15 +82,15 @@ def test_only_node_power_holds_a_token_that_scales_only_those_deployments(checko
     ctld = pod_of(objects[("StatefulSet", "slurmctld")])
     assert ctld["serviceAccountName"] == NODE_POWER and not ctld["automountServiceAccountToken"]
     slurmctld, agent = ctld["containers"]
-    token = next(v for v in ctld["volumes"] if v["name"] == power.TOKEN_VOLUME)
+    token = next(v for v in ctld["volumes"] if v["name"] == access.token_volume(NODE_POWER))
     assert {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}} in token[
         "projected"
     ]["sources"]
     assert [m["mountPath"] for m in agent["volumeMounts"]] == [
         "/run/slurmforge/power",
-        power.TOKEN_DIR,
+        access.TOKEN_DIR,
     ]
-    assert power.TOKEN_VOLUME not in {m["name"] for m in slurmctld["volumeMounts"]}
+    assert access.token_volume(NODE_POWER) not in {m["name"] for m in slurmctld["volumeMounts"]}
     assert {"name": "power", "mountPath": "/run/slurmforge/power"} in slurmctld["volumeMounts"]
     assert {"name": "NODE_POWER_ENGINE", "value": "kubernetes"} in agent["env"]
     assert {"name": "NODE_POWER_NODES", "value": "cpu-1,cpu-2"} in agent["env"]
@@ -105,7 +105,7 @@ def test_only_node_power_holds_a_token_that_scales_only_those_deployments(checko
         assert pod["automountServiceAccountToken"] is False, key
         for container in containers_of(obj):
             paths = [m["mountPath"] for m in container.get("volumeMounts", [])]
-            assert power.TOKEN_DIR not in paths, key
+            assert access.TOKEN_DIR not in paths, key
 
 
 def test_a_fixed_cluster_renders_no_account_and_no_agent(checkout) -> None:

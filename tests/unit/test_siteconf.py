@@ -259,7 +259,7 @@ def test_unknown_and_managed_keys_are_refused_with_the_file_and_key(
             {"topology": {"tree": [{"name": "s", "switches": ["t"]}]}},
             r"topology\.tree\[0\]\.switches\[0\]: 't' is not another switch",
         ),
-        ({"topology": {}}, r"topology: .*exactly one of tree and block"),
+        ({"topology": {}}, r"topology: .*exactly one of tree, block and labels"),
         (
             {"accounting": {"accounts": [{"name": "phys", "QOS": ["gold"]}]}},
             r"accounting\.accounts\[0\]\.QOS\[0\]: unknown QoS 'gold'",

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from slurmforge.deploy.backup import take
 from slurmforge.deploy.backup.access import BackupAccess
-from slurmforge.deploy.k8s import config_sync, controllers, power, stuck
+from slurmforge.deploy.k8s import config_sync, controllers, node_watch, power, stuck
 from slurmforge.deploy.k8s.kubectl import Kubectl
 from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.secrets import Secrets
@@ -140,6 +140,7 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     if known:
         ctl.drain(kube.controller_sh, known, timeout)
     gone = power.keep_running(kube)
+    node_watch.keep_topology(kube)
     first = [n for n in names if kube.manifests.objects[n]["kind"] == "Namespace"]
     apply_files(kube, first)
     rotated = kube.secrets.ensure()

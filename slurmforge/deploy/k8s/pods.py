@@ -69,7 +69,15 @@ class PodRenderer(WorkloadBuilder):
         for config in role.mounted_configs(self.spec):
             # 0755: the site's prolog and epilog scripts among them run as programs
             source = {"name": config.name, "defaultMode": 0o755}
-            volumes.append({"name": config.name, "configMap": source})
+            if config is roles.SLURM_CONF and roles.labelled(self.spec):
+                # topology.conf beside the rest, from the ConfigMap node-watch keeps (a
+                # projected volume follows changes to each, as a configMap volume does)
+                both = [{"configMap": {"name": n}} for n in (config.name, roles.TOPOLOGY_CONFIG)]
+                volumes.append(
+                    {"name": config.name, "projected": {"sources": both, "defaultMode": 0o755}}
+                )
+            else:
+                volumes.append({"name": config.name, "configMap": source})
             mounts.append({"name": config.name, "mountPath": config.path, "readOnly": True})
         if role.data:
             mounts.append({"name": role.data.claim, "mountPath": role.data.path})

@@ -15,14 +15,12 @@ from typing import Any
 
 from slurmforge.deploy import roles
 from slurmforge.deploy.k8s import kustomize
-from slurmforge.deploy.k8s.pods import PodRenderer
+from slurmforge.deploy.k8s.access import AccessRenderer
 from slurmforge.deploy.slurm import ctl
 from slurmforge.deploy.spec.model import ClusterSpec
 
 ACCOUNT = roles.NODE_POWER  # the ServiceAccount, its Role and the RoleBinding
-TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where clients look for it
-TOKEN_SECONDS = 3600  # the kubelet renews it before it expires
-SPOOL_VOLUME, TOKEN_VOLUME = roles.POWER_VOLUME, "node-power-token"
+SPOOL_VOLUME = roles.POWER_VOLUME
 
 
 def nodes(spec: ClusterSpec) -> list[str]:
@@ -30,43 +28,16 @@ def nodes(spec: ClusterSpec) -> list[str]:
     return [node for ns in spec.nodesets for node in ns.elastic_nodes]
 
 
-class PowerRenderer(PodRenderer):
+class PowerRenderer(AccessRenderer):
     def power_access(self) -> dict[str, dict[str, Any]]:
         """The ServiceAccount node-power runs as, its Role and the binding."""
-        meta = self.meta(ACCOUNT, roles.NODE_POWER)
         rule = {
             "apiGroups": ["apps"],
             "resources": ["deployments/scale"],
             "resourceNames": nodes(self.spec),
             "verbs": ["get", "patch"],
         }
-        return {
-            f"serviceaccount-{ACCOUNT}.yaml": {
-                "apiVersion": "v1",
-                "kind": "ServiceAccount",
-                "metadata": meta,
-                "automountServiceAccountToken": False,
-            },
-            f"role-{ACCOUNT}.yaml": {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": meta,
-                "rules": [rule],
-            },
-            f"rolebinding-{ACCOUNT}.yaml": {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": meta,
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": ACCOUNT,
-                },
-                "subjects": [
-                    {"kind": "ServiceAccount", "name": ACCOUNT, "namespace": self.namespace}
-                ],
-            },
-        }
+        return self.account(ACCOUNT, roles.NODE_POWER, [rule])
 
     def with_node_power(self, pod: dict[str, Any], image: str) -> None:
         """slurmctld's pod, given the request directory and the node-power container."""
@@ -74,21 +45,11 @@ class PowerRenderer(PodRenderer):
         pod["containers"][0]["volumeMounts"].append(spool)
         role = roles.role(roles.NODE_POWER)
         env = [{"name": "NODE_POWER_ENGINE", "value": "kubernetes"}]
-        token_mount = {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}
-        pod["containers"].append(self.container(role, image, [spool, token_mount], env=env))
-        pod["serviceAccountName"] = ACCOUNT  # its token is mounted into node-power alone
-        token = {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}}
-        ca_file = [{"key": "ca.crt", "path": "ca.crt"}]
-        ca = {"configMap": {"name": "kube-root-ca.crt", "items": ca_file}}
-        namespace = {
-            "downwardAPI": {
-                "items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]
-            }
-        }
-        pod["volumes"] += [
-            {"name": SPOOL_VOLUME, "emptyDir": {}},
-            {"name": TOKEN_VOLUME, "projected": {"sources": [token, ca, namespace]}},
-        ]
+        pod["containers"].append(
+            self.container(role, image, [spool, self.token_mount(ACCOUNT)], env=env)
+        )
+        self.with_token(pod, ACCOUNT)
+        pod["volumes"].append({"name": SPOOL_VOLUME, "emptyDir": {}})
 
 
 def scales(kube: Any) -> dict[str, int]:

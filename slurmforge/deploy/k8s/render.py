@@ -33,6 +33,7 @@ from slurmforge.deploy.backup import take
 from slurmforge.deploy.identity import sssd
 from slurmforge.deploy.k8s import controllers
 from slurmforge.deploy.k8s.jobs import JobRenderer
+from slurmforge.deploy.k8s.node_watch import WatchRenderer
 from slurmforge.deploy.k8s.nodesets import NODES_SERVICE, NodeSetRenderer
 from slurmforge.deploy.k8s.objects import (
     claim,
@@ -59,7 +60,7 @@ from slurmforge.deploy.slurm import conf
 from slurmforge.deploy.spec.model import Cluster
 
 
-class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer, PolicyRenderer):
+class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer, WatchRenderer, PolicyRenderer):
     """Every object of the cluster: the configs, the jail, and each running role's, through the
     renderer of its family (pods.py, jobs.py, nodesets.py)."""
 
@@ -77,6 +78,11 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer, PolicyRender
         objects: dict[str, dict[str, Any]] = {"namespace.yaml": self.namespace_object()}
         # before any pod: none runs a moment without them
         objects.update(self.network_policies(running))
+        if roles.labelled(self.spec):  # node-watch's to keep from here on (apply.py)
+            topology = {"topology.conf": configs[SLURM_CONF.name].pop("topology.conf")}
+            objects[f"configmap-{roles.TOPOLOGY_CONFIG}.yaml"] = self.config_map(
+                roles.TOPOLOGY_CONFIG, topology
+            )
         for name, files in configs.items():
             objects[f"configmap-{name}.yaml"] = self.config_map(name, files)
         objects["pvc-jail.yaml"] = self.jail_claim()
@@ -159,6 +165,9 @@ class ManifestRenderer(JobRenderer, NodeSetRenderer, PowerRenderer, PolicyRender
         if role.name == CONTROLLER and roles.elastic(self.spec):
             self.with_node_power(pod, self.images.refs[roles.role(roles.NODE_POWER).image])
             out.update(self.power_access())
+        if role.name == roles.NODE_WATCH:
+            self.with_watch_token(pod)
+            out.update(self.watch_access())
         if role.name == CONTROLLER and controllers.shared(self.spec):
             out.update(self.shared_controllers(role, pod, config_hash))
         elif role.data or role.stable_name:

@@ -9,8 +9,8 @@ translate the records into their target's objects; nothing there restates them.
 
 Each feature declares its own roles, secrets, configuration and data in its module here:
 slurm.py (Slurm's own roles; base.py holds what every cluster has and the others name),
-accounting.py, identity.py, monitoring.py, power.py, portal.py, health.py, backup.py. This
-module assembles them (ROLES, SECRETS, CONFIGS) and answers what a cluster runs.
+accounting.py, identity.py, monitoring.py, power.py, node_watch.py, portal.py, health.py,
+backup.py. This module assembles them (ROLES, SECRETS, CONFIGS) and answers what a cluster runs.
 
 - Where to add a role: a `Role` in its feature's module, listed in that module's ROLES and in
   ROLES below (whose order is the order the targets write them in), and its image under
@@ -85,6 +85,12 @@ from slurmforge.deploy.roles.monitoring import (
     PROMETHEUS_DATA,
     PROMETHEUS_ROLE,
 )
+from slurmforge.deploy.roles.node_watch import (
+    NODE_WATCH,
+    NODE_WATCH_ROLE,
+    TOPOLOGY_CONFIG,
+    labelled,
+)
 from slurmforge.deploy.roles.portal import (
     PORTAL,
     PORTAL_API,
@@ -141,6 +147,7 @@ ROLES: tuple[Role, ...] = (
     RESTD_ROLE,
     EXPORTER_ROLE,
     NODE_POWER_ROLE,
+    NODE_WATCH_ROLE,
     PROMETHEUS_ROLE,
     PORTAL_ROLE,
     POPULATE_ROLE,
@@ -268,6 +275,8 @@ __all__ = [
     "NODE_POWER",
     "NODE_POWER_ROLE",
     "NODE_ROLE",
+    "NODE_WATCH",
+    "NODE_WATCH_ROLE",
     "OWN_DB_NAME",
     "OWN_DB_USER",
     "POPULATE",
@@ -293,6 +302,7 @@ __all__ = [
     "SECRETS",
     "SERVICE_IMAGES",
     "SLURM_CONF",
+    "TOPOLOGY_CONFIG",
     "CertificateSecret",
     "ConfigDir",
     "Data",
@@ -306,6 +316,7 @@ __all__ = [
     "controllers",
     "elastic",
     "images",
+    "labelled",
     "networks_of",
     "own_database",
     "published",

@@ -86,9 +86,7 @@ def scripts(written: dict[str, str], conf_dir: str) -> dict[str, Any]:
 def topology(cluster: Cluster) -> str | None:
     """The topology plugin a declared topology takes (conf writes its topology.conf)."""
     declared = cluster.spec.topology
-    if declared is None:
-        return None
-    return "tree" if declared.tree else "block"
+    return None if declared is None else declared.kind
 
 
 def health(cluster: Cluster) -> dict[str, Any] | None:

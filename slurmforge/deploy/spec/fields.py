@@ -1,5 +1,5 @@
 """The value types of a cluster file that more than one of its schemas uses: names, paths, the
-directories a jail keeps for the nodes, account names."""
+directories a jail keeps for the nodes, account names, Kubernetes label keys."""
 
 from __future__ import annotations
 
@@ -68,3 +68,50 @@ def check_private(where: str, file: str) -> None:
 
 
 AccountName = Annotated[str, StringConstraints(strict=True), AfterValidator(account)]
+
+
+# Kubernetes' qualified name (apimachinery's validation): [prefix/]name
+_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_PREFIX = rf"{_LABEL}(\.{_LABEL})*"
+
+
+def _qualified(value: str) -> bool:
+    prefix, _, name = value.rpartition("/")
+    if prefix and (len(prefix) > 253 or not re.fullmatch(_PREFIX, prefix)):
+        return False
+    return bool(re.fullmatch(_NAME, name)) and len(name) <= 63
+
+
+def _key_value(value: str) -> str:
+    """``key`` or ``key=value``: a label's or a taint's."""
+    key, eq, val = value.partition("=")
+    if not _qualified(key) or (eq and val and not re.fullmatch(_NAME, val)):
+        example = "'cloud.google.com/impending-node-termination', 'pool=spot'"
+        raise ValueError(
+            f"expected a Kubernetes label or taint key, optionally =value (e.g. {example}), "
+            f"got {quote(value)}"
+        )
+    return value
+
+
+def _condition(value: str) -> str:
+    if not _qualified(value):
+        raise ValueError(
+            f"expected a Node condition type (e.g. 'KernelDeadlock'), got {quote(value)}"
+        )
+    return value
+
+
+def _label_key(value: str) -> str:
+    if not _qualified(value):
+        raise ValueError(
+            "expected a Kubernetes label key (e.g. 'topology.kubernetes.io/zone'), "
+            f"got {quote(value)}"
+        )
+    return value
+
+
+KeyValue = Annotated[str, StringConstraints(strict=True), AfterValidator(_key_value)]
+LabelKey = Annotated[str, StringConstraints(strict=True), AfterValidator(_label_key)]
+Condition = Annotated[str, StringConstraints(strict=True), AfterValidator(_condition)]

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field, StrictBool, StrictInt, StringConstra
 
 from slurmforge import refs
 from slurmforge.deploy.spec.fields import DNSName
+from slurmforge.deploy.spec.node_watch import NodeWatchSpec
 from slurmforge.errors import quote
 from slurmforge.inputs import Model
 
@@ -101,6 +102,8 @@ class KubernetesSpec(Model):
     running jobs this long to finish; batch jobs still running then are requeued under their
     IDs, the others cancelled with a word to their srun (the pod's terminationGracePeriodSeconds
     is 30 s more)"""
+    node_watch: NodeWatchSpec = NodeWatchSpec()
+    """Preemption notices and unhealthy conditions on the Kubernetes nodes, acted on in Slurm."""
     overcommit: StrictBool = False
     """Node pods request what their node set declares (cpus, memory_mb), as their limits, so
     Kubernetes places them where Slurm's view holds; true: they request next to nothing (the

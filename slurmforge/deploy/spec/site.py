@@ -21,7 +21,14 @@ from pydantic import (
 )
 
 from slurmforge import jail_contract
-from slurmforge.deploy.spec.fields import NODE_DIRS, AbsPath, AccountName, DNSName, is_file
+from slurmforge.deploy.spec.fields import (
+    NODE_DIRS,
+    AbsPath,
+    AccountName,
+    DNSName,
+    LabelKey,
+    is_file,
+)
 from slurmforge.errors import ConfigError, quote
 from slurmforge.inputs import Model
 
@@ -213,23 +220,53 @@ class BlockSpec(Model):
     """The node sets whose nodes make up the block."""
 
 
+class LabelTopologySpec(Model):
+    """The fabric as the Kubernetes nodes' labels say (k8s): node-watch writes topology.conf from
+    the labels of the Kubernetes node each node pod runs on, and slurmctld reloads it whenever
+    a label or a pod's placement changes."""
+
+    tree: tuple[LabelKey, ...] = ()
+    """Label keys of the switch levels, the top first (e.g. topology.kubernetes.io/zone, then a
+    rack's): a node's switches are its Kubernetes node's values of them (topology/tree)"""
+    block: LabelKey | None = None
+    """The label key of a node's block (nvidia.com/gpu.clique: its NVLink domain;
+    topology/block)"""
+    unplaced: SwitchName = "unplaced"
+    """The leaf switch, or block, of the nodes whose Kubernetes node lacks one of the labels, or
+    that have no pod running (never an empty topology)"""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> LabelTopologySpec:
+        if bool(self.tree) == (self.block is not None):
+            raise ValueError("expected exactly one of tree and block")
+        return self
+
+
 class TopologySpec(Model):
-    """The fabric (topology.conf): a tree of switches, or blocks of nodes."""
+    """The fabric (topology.conf): a tree of switches, or blocks of nodes, declared here or read
+    from the Kubernetes nodes' labels."""
 
     tree: tuple[SwitchSpec, ...] = ()
     """A tree of switches (topology/tree)."""
     block: tuple[BlockSpec, ...] = ()
     """Blocks of nodes (topology/block, Slurm >= 24.05)."""
+    labels: LabelTopologySpec | None = None
+    """K8s: from the Kubernetes nodes' labels (a local cluster has every node unplaced)"""
     block_sizes: tuple[Annotated[StrictInt, Field(ge=1)], ...] = ()
     """The block sizes Slurm may place jobs on (BlockSizes; Slurm >= 24.05)."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> TopologySpec:
-        if bool(self.tree) == bool(self.block):
-            raise ValueError("expected exactly one of tree and block")
-        if self.block_sizes and not self.block:
+        if [bool(self.tree), bool(self.block), self.labels is not None].count(True) != 1:
+            raise ValueError("expected exactly one of tree, block and labels")
+        if self.block_sizes and not (self.block or (self.labels and self.labels.block)):
             raise ValueError("block_sizes: expected block")
         return self
+
+    @property
+    def kind(self) -> str:
+        """The plugin: tree or block."""
+        return "tree" if self.tree or (self.labels and self.labels.tree) else "block"
 
 
 SCRIPT_MAX = 1 << 20
