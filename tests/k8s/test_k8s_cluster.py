@@ -527,20 +527,31 @@ def test_the_topology_follows_the_node_labels_and_reloads_without_a_restart(
     started = "jsonpath={.status.containerStatuses[?(@.name=='slurmctld')].state.running.startedAt}"
     before = kube.run("get", "pod", "slurmctld-0", "-o", started)
 
+    watcher = kube.run("get", "pods", "-l", "app.kubernetes.io/component=node-watch", "-o",
+                       "jsonpath={.items[0].metadata.name}")  # fmt: skip
+    pokes = iter(range(1000))
+
     def shows(line: str) -> bool:
         return line in kube.sh("slurmctld-0", "slurmctld", "scontrol show topology")
+
+    def in_force(line: str) -> bool:
+        # the kubelet refreshes a pod's ConfigMap files within a minute or two, and at once
+        # when the pod is updated (as a deploy's config_sync does): poked, not waited for
+        poke = f"slurmforge.test/poke={next(pokes)}"
+        kube.run("annotate", "pod", "slurmctld-0", watcher, poke, "--overwrite")
+        return shows(line)
 
     assert shows("SwitchName=unplaced Level=0 LinkSpeed=1 Nodes=cpu-[0-1]")
     zone, rack = LEVELS
     try:
         kube.run("label", "node", host, f"{zone}=z1", f"{rack}=r1", namespaced=False)
-        took = _until("rack r1 in force", lambda: shows("SwitchName=z1.r1 Level=0"), 180)
+        took = _until("rack r1 in force", lambda: in_force("SwitchName=z1.r1 Level=0"), 180)
         print(f"labels in force after {took:.0f} s")
         assert shows("SwitchName=z1 Level=1") and not shows("SwitchName=unplaced")
         job = "sbatch -N2 --switches=1 --wait -o /dev/null --wrap 'srun hostname'"
         kube.sh("login-0", "login", job, user="alice")
         kube.run("label", "node", host, f"{rack}=r2", "--overwrite", namespaced=False)
-        took = _until("rack r2 in force", lambda: shows("SwitchName=z1.r2 Level=0"), 180)
+        took = _until("rack r2 in force", lambda: in_force("SwitchName=z1.r2 Level=0"), 180)
         print(f"relabel in force after {took:.0f} s")
         assert not shows("SwitchName=z1.r1")
     finally:
@@ -548,6 +559,38 @@ def test_the_topology_follows_the_node_labels_and_reloads_without_a_restart(
     assert kube.run("get", "pod", "slurmctld-0", "-o", started) == before  # no restart
     logs = kube.run("logs", "deploy/node-watch")
     assert "topology.conf written from the labels: SwitchName=z1.r2 Nodes=cpu-0,cpu-1" in logs
+
+
+def test_a_deploy_that_changes_the_node_pods_replaces_them_after_their_jobs(
+    deployed: K8sCluster,
+) -> None:
+    """A changed node pod template (an environment variable) under a job longer than
+    disruption.max_wait: the deploy replaces the pods one at a time, the job is requeued under
+    its ID when the wait is over, never NODE_FAIL, and both new pods are in service."""
+    kube = deployed.kube
+    job = submit(kube, "-w cpu-0 -o /dev/null --wrap 'sleep 600'")
+    _wait_running(kube, job)
+    old = kube.run("get", "pods", "cpu-0", "cpu-1", "-o", "jsonpath={.items[*].metadata.uid}")
+    data = deployed.data()
+    data["nodesets"][0]["env"] = {"SLURMFORGE_TEST_ROLL": "1"}
+    data["disruption"] = {"max_wait": "15s"}
+    deployed.write(data)
+    proc = deployed.deploy()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = proc.stdout + proc.stderr
+    assert "note: replacing cpu-0 (its definition changed)" in said, said
+    assert "note: replacing cpu-1 (its definition changed)" in said, said
+    assert f"note: cpu-0: job {job} requeued (still running after 15 s)" in said, said
+    new = kube.run("get", "pods", "cpu-0", "cpu-1", "-o", "jsonpath={.items[*].metadata.uid}")
+    assert not set(new.split()) & set(old.split())  # both made again
+    for pod in ("cpu-0", "cpu-1"):
+        assert kube.sh(pod, "slurmd", "echo $SLURMFORGE_TEST_ROLL") == "1"
+    shown = kube.sh("slurmctld-0", "slurmctld", f"scontrol -o show job {job}")
+    assert " Restarts=1 " in shown and " JobState=PENDING " in shown, shown
+    states = kube.sh("slurmctld-0", "slurmctld", f"sacct -n -X -D -j {job} -o State")
+    assert "NODE_FAIL" not in states and "REQUEUED" in states, states
+    kube.sh("login-0", "login", f"scancel {job}", user="alice")
+    kube.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=60)
 
 
 def test_a_job_is_held_to_its_memory_and_leaves_nothing_behind(deployed: K8sCluster) -> None:

@@ -13,6 +13,7 @@ from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
 from tests.common import ROOT
 from tests.unit.helpers import assert_dry_run_refused, shipped_with
+from tests.unit.kube import rendered_kube
 
 
 def load(write_cluster, **changes):
@@ -55,3 +56,17 @@ def test_a_wait_that_is_not_a_duration_fails_deploy_in_one_line_and_writes_nothi
     path = write_cluster(shipped_with(disruption={"max_wait": "an hour"}))
     said = assert_dry_run_refused(path, tmp_path / "out", f"{path}: disruption.max_wait:")
     assert "expected a duration such as 90s, 5m or 1h30m" in said
+
+
+def test_on_kubernetes_only_a_deploy_replaces_node_pods(checkout) -> None:
+    """A node set's StatefulSet replaces no pod by itself when its template changes (k8s/roll.py
+    does it after their jobs); every other workload rolls as Kubernetes rolls it."""
+    kube = rendered_kube(*checkout)
+    for obj in kube.manifests.objects.values():
+        if obj["kind"] != "StatefulSet":
+            continue
+        strategy = obj["spec"].get("updateStrategy")
+        if obj["metadata"]["labels"]["app.kubernetes.io/component"] == "node":
+            assert strategy == {"type": "OnDelete"}, obj["metadata"]["name"]
+        else:
+            assert strategy is None, obj["metadata"]["name"]

@@ -18,7 +18,7 @@ DEPLOY = PACKAGE / "deploy"
 ORDER = [
     "portal_tls", "spec", "identity", "target", "roles", "slurm", "generated", "portal",
     "monitoring", "backup", "loader",
-    "__init__", "healthcheck", "local", "k8s", "commands",
+    "__init__", "healthcheck", "replace", "local", "k8s", "commands",
 ]  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from slurmforge.deploy.backup import take
 from slurmforge.deploy.backup.access import BackupAccess
-from slurmforge.deploy.k8s import config_sync, controllers, node_watch, power, stuck
+from slurmforge.deploy.k8s import config_sync, controllers, node_watch, power, roll, stuck
 from slurmforge.deploy.k8s.kubectl import Kubectl
 from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.secrets import Secrets
@@ -130,7 +130,7 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     controllers.check_storage(kube.cluster, kube.k)
     controllers.check_change(kube.cluster, kube.k)
     names = [n for n in kube.manifests.objects if n not in skipped]
-    check_upgrade(kube)
+    upgrading = check_upgrade(kube)
     kube.secrets.check_database()  # before anything changes (a drain included)
     before = config_sync.live_config(kube)  # the config the running daemons were given
     removed = removed_nodes(kube) if removed is None else removed
@@ -169,6 +169,7 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
             kube.k.argv("rollout", "status", f"{kind}/{name}", wait),
             f"rollout of {kind}/{name}",
         )
+    roll.wait_sets(kube, timeout)
     # a removed node's pod is gone before this returns (the StatefulSet only starts deleting
     # it): its preStop has run and nothing of it is left to reach the jobs or the API
     for node in removed:
@@ -181,6 +182,8 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     changed = before is not None and before != config_sync.expected_config(kube.manifests.objects)
     if synced or changed:  # slurmctld and every slurmd re-read theirs
         ctl.reconfigure(kube.controller_sh)
+    # then the node pods a changed template left on an older one, after their jobs (roll.py)
+    roll.roll(kube, roll.changed(kube, timeout), kept, timeout, upgrading)
     nodes = [node for _, node in kube.cluster.fixed_nodes]  # an elastic set's: Slurm's to start
     seen = ctl.require_ready(kube.controller_sh, nodes, kept, timeout)
     for line in ctl.kept_drained(seen, nodes, kept):
@@ -198,21 +201,27 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
 def rollouts(kube: Host) -> list[tuple[str, str]]:
     """(kind, name) of what runs pods, in the order their rollouts are waited for."""
     # a node set scaled to zero, or an elastic node Slurm has not started, has none to wait for
+    # nor the node sets, whose pods a deploy replaces itself (OnDelete: roll.py)
     return [
         (o["kind"].lower(), o["metadata"]["name"])
         for o in kube.manifests.objects.values()
-        if o["kind"] in ("StatefulSet", "Deployment") and o["spec"].get("replicas", 1)
+        if o["kind"] in ("StatefulSet", "Deployment")
+        and o["spec"].get("replicas", 1)
+        and o["spec"].get("updateStrategy", {}).get("type") != "OnDelete"
     ]
 
 
-def check_upgrade(kube: Host) -> None:
-    """Refuse a Slurm release the running slurmctld cannot move to (upgrade.check). The
-    rollouts then replace the daemons together: Slurm's own order (slurmdbd first) is kept
-    by the local target only."""
+def check_upgrade(kube: Host) -> bool:
+    """Refuse a Slurm release the running slurmctld cannot move to (upgrade.check); True for an
+    upgrade to another series. The rollouts then replace the daemons together, and roll.py
+    every node pod of a set at once: Slurm's own order (slurmdbd first) is kept by the local
+    target only."""
     code, out = kube.controller_sh("scontrol version")
     running = out.split()[-1] if code == 0 and out.startswith("slurm ") else None
-    if running and upgrade.check_cluster(kube.cluster, running) and kube.backup_first:
+    upgrading = bool(running) and upgrade.check_cluster(kube.cluster, running or "")
+    if upgrading and kube.backup_first:
         take.before_upgrade(kube)
+    return upgrading
 
 
 def removed_nodes(kube: Host) -> list[str]:

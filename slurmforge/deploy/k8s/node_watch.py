@@ -33,6 +33,8 @@ class WatchRenderer(AccessRenderer):
     def with_watch_token(self, pod: dict[str, Any]) -> None:
         pod["containers"][0]["volumeMounts"].append(self.token_mount(NODE_WATCH))
         self.with_token(pod, NODE_WATCH)
+        if self.k8s.overcommit:  # a lab's or a laptop's few cores: it asks for none of them
+            pod["containers"][0]["resources"]["requests"]["cpu"] = "0"
 
 
 def keep_topology(kube: Any) -> None:

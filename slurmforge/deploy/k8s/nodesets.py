@@ -37,9 +37,11 @@ NODE_LABEL = "slurmforge.io/node"
 
 class NodeSetRenderer(PodRenderer):
     def node_set(self, role: Role, ns: NodeSet, config_hash: str) -> dict[str, Any]:
-        """The set's nodes that always run (all of a fixed set's), pod ``<set>-<i>``."""
+        """The set's nodes that always run (all of a fixed set's), pod ``<set>-<i>``. A changed
+        template replaces no pod by itself (OnDelete): a deploy replaces them after their jobs
+        (roll.py)."""
         pod = self.node_pod(role, ns)
-        return self.stateful_set(
+        set_ = self.stateful_set(
             ns.name,
             NODE,
             len(ns.fixed_nodes),
@@ -48,6 +50,8 @@ class NodeSetRenderer(PodRenderer):
             service=NODES_SERVICE,
             **{"slurmforge.io/nodeset": ns.name},
         )
+        set_["spec"]["updateStrategy"] = {"type": "OnDelete"}
+        return set_
 
     def disruption_budget(self, ns: NodeSet) -> dict[str, Any]:
         """How many of the set's node pods an eviction (`kubectl drain`, a node pool upgrade)

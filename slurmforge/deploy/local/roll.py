@@ -7,20 +7,17 @@ for until it is back in service (images/slurmd/node-state does the node's part).
 from __future__ import annotations
 
 import shlex
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from slurmforge.deploy import replace
 from slurmforge.deploy.local.compose import Project
-from slurmforge.deploy.slurm import ctl
-from slurmforge.deploy.spec.disruption import NODE_STATE
+from slurmforge.deploy.spec.disruption import NODE_STATE, REPLACE_REASON
 from slurmforge.deploy.spec.model import Cluster
-from slurmforge.errors import DeployError
 
 # Compose's hash of a service's definition, on its container (v1 and v2 alike); `config --hash`
 # gives the file's
 CONFIG_HASH = "com.docker.compose.config-hash"
-REASON = "deploy replaces it"
 
 
 class Host(Protocol):
@@ -52,49 +49,21 @@ def changed(project: Project, cluster: Cluster) -> dict[str, list[str]]:
 def roll(
     local: Host, sets: dict[str, list[str]], kept: dict[str, str], timeout: float, log
 ) -> None:
-    """Replace the nodes of ``sets`` (node set → its changed nodes, as ``changed`` found them),
-    ``max_unavailable`` of a set at a time; each batch is in service again (or in the drain
-    ``kept`` says it was in) before the next is taken. slurmctld must answer first: a node that
-    cannot ask it about its jobs would be replaced under them."""
-    if not sets:
-        return
-    plan = local.cluster.spec.disruption
-    deadline = time.monotonic() + timeout
-    while ctl.nodes(local.controller_sh) is None:
-        if time.monotonic() > deadline:
-            raise DeployError(
-                f"slurmctld did not answer within {timeout:.0f} s; no node was replaced"
-            )
-        time.sleep(1)
-    for nodes in sets.values():
-        step = plan.max_unavailable
-        for names in (nodes[i : i + step] for i in range(0, len(nodes), step)):
-            its = "its" if len(names) == 1 else "their"
-            print(
-                f"note: replacing {', '.join(names)} ({its} definition changed): drained, {its} "
-                f"jobs get up to {plan.max_wait} s (disruption.max_wait)",
-                file=log,
-            )
-            _take(local.project, names, plan.max_wait, log)
-            ctl.bring_up(local.controller_sh, names, lambda n: _recreate(local.project, n),
-                         kept, timeout)  # fmt: skip
+    """Replace the nodes of ``sets`` (node set → its changed nodes, as ``changed`` found them)
+    as replace.roll orders it: node-state in each node's container, then the container made
+    again."""
 
+    def take(names: list[str], wait: int) -> None:
+        env = f"NODE_STATE_GRACE={wait} NODE_STATE_REASON={shlex.quote(REPLACE_REASON)}"
+        with ThreadPoolExecutor(len(names)) as pool:
+            done = list(pool.map(
+                lambda n: local.project.sh(n, f"{env} {NODE_STATE} stopping {shlex.quote(n)}"),
+                names,
+            ))  # fmt: skip
+        replace.report(names, done, log)
 
-def _take(project: Project, names: list[str], wait: int, log) -> None:
-    """Each node drained, its jobs waited for and the rest requeued, all at once."""
-    env = f"NODE_STATE_GRACE={wait} NODE_STATE_REASON={shlex.quote(REASON)}"
+    def recreate(names: list[str]) -> None:
+        local.project.compose("up", "-d", "--no-deps", *names)
 
-    def take(name: str) -> tuple[int, str]:
-        return project.sh(name, f"{env} {NODE_STATE} stopping {shlex.quote(name)}")
-
-    with ThreadPoolExecutor(len(names)) as pool:
-        done = list(pool.map(take, names))
-    for name, (code, out) in zip(names, done, strict=True):
-        if code:
-            raise DeployError(f"{name}: taking it for its replacement failed: {out[-300:]}")
-        for line in out.splitlines():
-            print(f"note: {line}", file=log)
-
-
-def _recreate(project: Project, names: list[str]) -> None:
-    project.compose("up", "-d", "--no-deps", *names)
+    replace.roll(local.controller_sh, sets, local.cluster.spec.disruption, take, recreate, kept,
+                 timeout, log)  # fmt: skip

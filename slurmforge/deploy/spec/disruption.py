@@ -19,6 +19,7 @@ from slurmforge.inputs import Model
 # what the node images run to take a node (images/slurmd/node-state): a deploy's replacement
 # locally, a pod's preStop on Kubernetes
 NODE_STATE = "/usr/lib/slurmforge/node-state"
+REPLACE_REASON = "deploy replaces it"  # its drain's reason, after "slurmforge: "
 
 
 class DisruptionSpec(Model):

@@ -107,4 +107,5 @@ class KubernetesSpec(Model):
     overcommit: StrictBool = False
     """Node pods request what their node set declares (cpus, memory_mb), as their limits, so
     Kubernetes places them where Slurm's view holds; true: they request next to nothing (the
-    limits stay), so a small cluster (kind on a laptop, a test lab) fits more nodes than cores"""
+    limits stay), as does node-watch's CPU, so a small cluster (kind on a laptop, a test lab) fits
+    more nodes than cores"""
