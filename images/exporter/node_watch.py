@@ -16,12 +16,14 @@ runs on a Kubernetes node without a notice: the notice cleared, or the pod moved
 another reason (an admin's, a health check's, a pod's preStop) is never undone here; a
 preemption notice still requeues the jobs on such a node, as the node is going.
 
-With a topology read from labels (NODE_WATCH_CONFIG["topology"]), it also writes topology.conf
-from the labels of the Kubernetes node each Slurm node's pod runs on (a node without them, or
-without a pod, in the "unplaced" switch or block), into the ConfigMap the Slurm pods mount it
-from; once slurmctld's copy has caught up it runs `scontrol reconfigure`, and checks with
-`scontrol show topology` that the new one is in force (the kubelet refreshes a ConfigMap's files
-within a minute or two), asking again every RETRY seconds until it is.
+With a topology read from labels (NODE_WATCH_CONFIG["topology"]), it also places the nodes of
+topology.conf by the labels of the Kubernetes node each one's pod runs on (a node without them,
+or without a pod, in the "unplaced" switch or block) and writes it back into the ConfigMap the
+Slurm pods mount it from. Which nodes there are is the deploy's to say (the file it applied:
+a scale changes them before slurmctld knows of it); this only moves them between switches.
+Once slurmctld's copy has caught up it runs `scontrol reconfigure`, and checks with `scontrol
+show topology` that the new one is in force (the kubelet refreshes a ConfigMap's files within a
+minute or two), asking again every RETRY seconds until it is.
 
 It runs as SlurmUser (--user: once munged runs) and holds the token of a ServiceAccount that
 may read Nodes and list the namespace's pods (and get and patch that one ConfigMap), nothing
@@ -182,13 +184,24 @@ class Topology:
         self.path = f"/api/v1/namespaces/{{namespace}}/configmaps/{spec['config_map']}"
         self.reload_at: float | None = 0.0  # a first look checks what slurmctld shows
         self.tries = 0
+        self.read: tuple[str, list[str]] = ("", [])  # the last file seen → its nodes
 
-    def keep(self, nodes: list[str], placed: dict[str, str], labels: dict[str, dict]) -> None:
-        want = topology_conf(self.spec, nodes, placed, labels)
+    def nodes(self, have: str) -> list[str]:
+        """The nodes of the file as the ConfigMap has it. The deploy writes which nodes there
+        are (a scale changes them before slurmctld knows); this only places them."""
+        if have != self.read[0]:
+            found = {n for names in entries(have).values() for n in names}
+            self.read = (have, sorted(found))
+        return self.read[1]
+
+    def keep(self, known: list[str], placed: dict[str, str], labels: dict[str, dict]) -> None:
+        """``known``: Slurm's nodes, where the file names none (never an empty topology)."""
         status, body = kube_request("GET", self.path)
         if status != 200:
             raise OSError(f"GET {self.path}: HTTP {status} {body[:200]!r}")
-        if (json.loads(body).get("data") or {}).get("topology.conf") != want:
+        have = (json.loads(body).get("data") or {}).get("topology.conf", "")
+        want = topology_conf(self.spec, self.nodes(have) or known, placed, labels)
+        if have != want:
             status, body = kube_request("PATCH", self.path, {"data": {"topology.conf": want}})
             if status != 200:
                 raise OSError(f"PATCH {self.path}: HTTP {status} {body[:200]!r}")

@@ -715,8 +715,14 @@ def test_scale_adds_idle_nodes_under_running_jobs_and_drains_before_removing(
     # the node count is not part of what rolls pods: none was replaced, the job runs on
     assert {p: kube.run("get", "pod", p, "-o", "jsonpath={.metadata.uid}") for p in pods} == uids
     assert _output(kube, "during.out", 60) == "survived"
-    # the login pod's jail knows the new node too
-    out = kube.sh("login-0", "login", "srun -N3 hostname", user="alice")
+    # the login pod's jail knows the new node too, and slurmctld's topology has it
+    try:
+        out = kube.sh("login-0", "login", "srun -N3 hostname", user="alice")
+    except AssertionError as exc:
+        shown = kube.sh("slurmctld-0", "slurmctld", "scontrol show topology; "
+                        "cat /etc/slurm/topology.conf; sinfo -N")  # fmt: skip
+        said = kube.run("logs", "deploy/node-watch", "--tail=10", check=False)
+        raise AssertionError(f"{exc}\nslurmctld:\n{shown}\nnode-watch:\n{said}") from None
     assert sorted(out.split()) == ["cpu-0", "cpu-1", "cpu-2"]
 
     drained = submit(kube, "-w cpu-2 -o drained.out --wrap 'sleep 15; echo finished'")

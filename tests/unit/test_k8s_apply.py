@@ -154,10 +154,10 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
             ),
             # the node sets (OnDelete, which `rollout status` does not serve): pods ready
             [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{nodes}", "-o", "json"],
-            [kubectl, *ns, "get", "pods", "-l", instance, "-o", "json"],  # their Slurm config
             # node pods on an older template, to replace after their jobs (none: a first deploy)
             [kubectl, *ns, "get", "statefulsets", "-l", f"{instance},{nodes}", "-o", "json"],
             [kubectl, *ns, "get", "pods", "-l", f"{instance},{nodes}", "-o", "json"],
+            [kubectl, *ns, "get", "pods", "-l", instance, "-o", "json"],  # their Slurm config
             [*exec_, "bash", "-c", sinfo],  # until every node is in service
             # slurmdbd has the cluster; the default account exists
             [*exec_, "bash", "-c", "sacctmgr -n -P show cluster train format=cluster"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from slurmforge.deploy import loader, roles
-from slurmforge.deploy.k8s import access
+from slurmforge.deploy.k8s import access, node_watch
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.versions import load as load_versions
 from tests.common import ROOT
@@ -247,3 +248,30 @@ def test_a_local_cluster_with_label_topology_has_every_node_unplaced(write_clust
     assert "TopologyPlugin=topology/tree" in files["slurm.conf"].splitlines()
     assert files["topology.conf"].splitlines()[1:] == ["SwitchName=unplaced Nodes=cpu-[0-1]"]
     assert "node-watch" not in {r.name for r in roles.running(cluster.spec, "local")}
+
+
+@pytest.mark.parametrize(
+    ("placed", "kept"),
+    [
+        ("# w\nSwitchName=r1 Nodes=cpu-0,cpu-1,a100-0,a100-1,a100-2\n", True),
+        ("# w\nSwitchName=r1 Nodes=cpu-0,a100-0,a100-1,a100-2\n", False),  # scaled since
+        ("# w\nBlockName=b1 Nodes=cpu-0,cpu-1,a100-0,a100-1,a100-2\n", False),  # another kind
+    ],
+)
+def test_a_deploy_keeps_the_placed_topology_while_it_places_every_node(
+    checkout, placed: str, kept: bool
+) -> None:
+    cluster_file, root = checkout
+    data = yaml.safe_load(cluster_file.read_text())
+    data["topology"] = {"labels": {"tree": ["example.com/rack"]}}
+    cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        live = {"metadata": {"name": "slurm-topology"}, "data": {"topology.conf": placed}}
+        return subprocess.CompletedProcess(argv, 0, json.dumps({"items": [live]}), "")
+
+    kube = rendered_kube(cluster_file, root, run)
+    ours = kube.manifests.objects["configmap-slurm-topology.yaml"]["data"]["topology.conf"]
+    node_watch.keep_topology(kube)
+    now = kube.manifests.objects["configmap-slurm-topology.yaml"]["data"]["topology.conf"]
+    assert now == (placed if kept else ours)

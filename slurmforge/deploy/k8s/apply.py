@@ -22,7 +22,7 @@ from slurmforge.deploy.k8s import config_sync, controllers, node_watch, power, r
 from slurmforge.deploy.k8s.kubectl import Kubectl
 from slurmforge.deploy.k8s.manifests import Manifests
 from slurmforge.deploy.k8s.secrets import Secrets
-from slurmforge.deploy.roles import CONTROLLER, DBD, NODE, POPULATE
+from slurmforge.deploy.roles import CONTROLLER, DBD, NODE, POPULATE, TOPOLOGY_CONFIG
 from slurmforge.deploy.slurm import ctl, database, upgrade
 from slurmforge.errors import DeployError
 
@@ -67,10 +67,15 @@ def unsupported(kube: Host) -> dict[str, str]:
     return out
 
 
-def apply_files(kube: Host, names: list[str], earlier: list[str] | None = None) -> None:
+def apply_files(
+    kube: Host, names: list[str], earlier: list[str] | None = None, force: bool = False
+) -> None:
     """Server-side apply of these files, in this order; on failure, every line kubectl
-    wrote, and which objects were applied (``earlier`` files among them) and which were not."""
+    wrote, and which objects were applied (``earlier`` files among them) and which were not.
+    ``force``: their fields are the deploy's again where another writer changed them since."""
     argv = ["apply", "--server-side", "--field-manager=slurmforge"]
+    if force:
+        argv.append("--force-conflicts")
     for name in names:
         argv += ["-f", str(kube.dir / name)]
     proc = kube.k.run(kube.k.argv(*argv, namespaced=False))
@@ -144,7 +149,12 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
     first = [n for n in names if kube.manifests.objects[n]["kind"] == "Namespace"]
     apply_files(kube, first)
     rotated = kube.secrets.ensure()
-    rest = [n for n in names if n not in first]
+    # the topology node-watch writes (it patches the file; keep_topology kept it, or this
+    # deploy's node count replaces it): the deploy's, whoever wrote it last
+    topology = [n for n in names if n == f"configmap-{TOPOLOGY_CONFIG}.yaml"]
+    if topology:
+        apply_files(kube, topology, first, force=True)
+    rest = [n for n in names if n not in first + topology]
     workloads = [n for n in rest if kube.manifests.objects[n]["kind"] in WORKLOADS]
     jobs = [n for n in rest if n not in workloads]  # the Jobs and what they mount
     apply_files(kube, jobs, first)
@@ -178,12 +188,15 @@ def apply(kube: Host, timeout: float, removed: list[str] | None = None) -> str:
             f"waiting for pod/{node} to go",
         )
     power.remove(kube, gone, timeout)
-    synced = config_sync.sync_config(kube, timeout)
+    # the node pods a changed template left on an older one: replaced after their jobs
+    # (roll.py), once slurmctld and the other pods run the new config
+    replacing = roll.changed(kube, timeout)
+    leaving = [pod for pods in replacing.values() for pod in pods]
+    synced = config_sync.sync_config(kube, timeout, leaving)
     changed = before is not None and before != config_sync.expected_config(kube.manifests.objects)
     if synced or changed:  # slurmctld and every slurmd re-read theirs
         ctl.reconfigure(kube.controller_sh)
-    # then the node pods a changed template left on an older one, after their jobs (roll.py)
-    roll.roll(kube, roll.changed(kube, timeout), kept, timeout, upgrading)
+    roll.roll(kube, replacing, kept, timeout, upgrading)
     nodes = [node for _, node in kube.cluster.fixed_nodes]  # an elastic set's: Slurm's to start
     seen = ctl.require_ready(kube.controller_sh, nodes, kept, timeout)
     for line in ctl.kept_drained(seen, nodes, kept):

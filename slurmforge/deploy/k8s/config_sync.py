@@ -10,6 +10,7 @@ import hashlib
 import json
 import shlex
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Protocol
 
@@ -51,9 +52,11 @@ def live_config(kube: Host) -> dict[str, dict[str, str]] | None:
     return expected_config(live)
 
 
-def sync_config(kube: Host, timeout: float) -> bool:
+def sync_config(kube: Host, timeout: float, leaving: Collection[str] = ()) -> bool:
     """Bring the config every running Slurm pod sees up to the applied ConfigMaps; True when
-    any pod saw an older one (slurmctld and slurmd must then re-read theirs).
+    any pod saw an older one (slurmctld and slurmd must then re-read theirs). The pods in
+    ``leaving`` are left out: they are about to be replaced (roll.py), and one whose volumes
+    changed may never see the new files.
 
     A pod sees a ConfigMap change once its kubelet re-syncs it, which by default takes up to
     a minute or two; an update of the pod's own object (an annotation naming the config)
@@ -70,6 +73,8 @@ def sync_config(kube: Host, timeout: float) -> bool:
         if not mounting.get(component):
             continue
         if item["status"].get("phase") != "Running" or item["metadata"].get("deletionTimestamp"):
+            continue
+        if item["metadata"]["name"] in leaving:
             continue
         expect = {f"{d}/{f}": h for d in mounting[component] for f, h in want[d].items()}
         pods[item["metadata"]["name"]] = (item["spec"]["containers"][0]["name"], expect)

@@ -8,6 +8,7 @@ nothing else through the API: what it does, it does in Slurm.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from slurmforge.deploy.k8s.access import AccessRenderer
@@ -37,16 +38,25 @@ class WatchRenderer(AccessRenderer):
             pod["containers"][0]["resources"]["requests"]["cpu"] = "0"
 
 
+def _placed(text: str) -> set[str]:
+    """The nodes of a topology.conf node-watch wrote (it lists them one by one)."""
+    return {n for lists in re.findall(r" Nodes=(\S+)", text) for n in lists.split(",")}
+
+
 def keep_topology(kube: Any) -> None:
     """Before an apply: the topology.conf node-watch wrote from the labels stays (the deploy's
     own has every node unplaced until node-watch looks), unless the cluster file changed its
-    kind (a tree's switches are no blocks)."""
+    kind (a tree's switches are no blocks) or its nodes (a scale: the new ones would be in no
+    switch until node-watch looks again, and Slurm places no job on them)."""
     name = f"configmap-{TOPOLOGY_CONFIG}.yaml"
     if name not in kube.manifests.objects:
         return
     ours = kube.manifests.objects[name]
     kind = "SwitchName=" if "SwitchName=" in ours["data"]["topology.conf"] else "BlockName="
+    nodes = {node for ns in kube.cluster.spec.nodesets for node in ns.nodes}
     for live in kube.k.get("configmaps"):
         have = (live.get("data") or {}).get("topology.conf", "")
-        if live["metadata"]["name"] == TOPOLOGY_CONFIG and kind in have:
+        if live["metadata"]["name"] != TOPOLOGY_CONFIG or kind not in have:
+            continue
+        if "[" not in have and _placed(have) == nodes:
             kube.manifests.rewrite(name, {**ours, "data": {"topology.conf": have}})
