@@ -573,14 +573,14 @@ def test_a_deploy_that_changes_the_node_pods_replaces_them_after_their_jobs(
     old = kube.run("get", "pods", "cpu-0", "cpu-1", "-o", "jsonpath={.items[*].metadata.uid}")
     data = deployed.data()
     data["nodesets"][0]["env"] = {"SLURMFORGE_TEST_ROLL": "1"}
-    data["disruption"] = {"max_wait": "15s"}
+    data["disruption"] = {"max_wait": "5s"}
     deployed.write(data)
     proc = deployed.deploy()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     said = proc.stdout + proc.stderr
     assert "note: replacing cpu-0 (its definition changed)" in said, said
     assert "note: replacing cpu-1 (its definition changed)" in said, said
-    assert f"note: cpu-0: job {job} requeued (still running after 15 s)" in said, said
+    assert f"note: cpu-0: job {job} requeued (still running after 5 s)" in said, said
     new = kube.run("get", "pods", "cpu-0", "cpu-1", "-o", "jsonpath={.items[*].metadata.uid}")
     assert not set(new.split()) & set(old.split())  # both made again
     for pod in ("cpu-0", "cpu-1"):
