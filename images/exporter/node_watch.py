@@ -251,18 +251,14 @@ def look(config: dict, topology: Topology | None) -> None:
         where = placed[node]
         preempted, unhealthy = notices.get(where, (None, None))
         drained = "DRAIN" in state
+        if (preempted or unhealthy) and not drained:
+            said = f"preemption notice ({preempted})" if preempted else unhealthy
+            why = f"{OURS}{where}: {said}"
+            slurm("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={why}")
+            log(f"{node}: drained ({why})")
         if preempted:
-            why = f"{OURS}{where}: preemption notice ({preempted})"
-            if not drained:
-                slurm("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={why}")
-                log(f"{node}: drained ({why})")
             take_jobs(node, f"preemption notice on kubernetes node {where}: {preempted}")
-        elif unhealthy:
-            if not drained:
-                why = f"{OURS}{where}: {unhealthy}"
-                slurm("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={why}")
-                log(f"{node}: drained ({why})")
-        elif drained and reason.startswith(OURS):
+        elif drained and not unhealthy and reason.startswith(OURS):
             slurm("scontrol", "update", f"NodeName={node}", "State=UNDRAIN")
             log(f"{node}: resumed (kubernetes node {where} has no notice now)")
     if topology:  # after the notices, which cannot wait for it

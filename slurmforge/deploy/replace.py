@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from slurmforge.deploy.slurm import ctl
 from slurmforge.deploy.spec.disruption import DisruptionSpec
@@ -23,15 +24,16 @@ def roll(
     sh: Shell,
     sets: dict[str, list[str]],
     plan: DisruptionSpec,
-    take: Callable[[list[str], int], None],
+    take: Callable[[str, int], tuple[int, str]],
     replace: Callable[[list[str]], object],
     kept: dict[str, str],
     timeout: float,
     log,
     step: int | None = None,
 ) -> None:
-    """Replace the nodes of ``sets`` (node set → its changed nodes): ``take(names, wait)``, then
-    ``replace(names)``, ``step`` (else ``plan.max_unavailable``) of a set at a time."""
+    """Replace the nodes of ``sets`` (node set → its changed nodes), ``step`` (else
+    ``plan.max_unavailable``) of a set at a time: ``take(node, wait)`` for each node of a batch
+    at once (node-state in it: its exit status and what it printed), then ``replace(names)``."""
     if not sets:
         return
     deadline = time.monotonic() + timeout
@@ -50,14 +52,11 @@ def roll(
                 f"jobs get up to {plan.max_wait} s (disruption.max_wait)",
                 file=log,
             )
-            take(names, plan.max_wait)
+            with ThreadPoolExecutor(len(names)) as pool:
+                done = list(pool.map(lambda n: take(n, plan.max_wait), names))
+            for name, (code, out) in zip(names, done, strict=True):
+                if code:
+                    raise DeployError(f"{name}: taking it for its replacement failed: {out[-300:]}")
+                for line in out.splitlines():
+                    print(f"note: {line}", file=log)
             ctl.bring_up(sh, names, replace, kept, timeout)
-
-
-def report(names: list[str], done: list[tuple[int, str]], log) -> None:
-    """node-state's lines for the user; a node it could not take is an error."""
-    for name, (code, out) in zip(names, done, strict=True):
-        if code:
-            raise DeployError(f"{name}: taking it for its replacement failed: {out[-300:]}")
-        for line in out.splitlines():
-            print(f"note: {line}", file=log)

@@ -14,7 +14,8 @@ from slurmforge.deploy.k8s.pods import PodRenderer
 
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where clients look for it
 TOKEN_SECONDS = 3600  # the kubelet renews it before it expires
-RBAC = "rbac.authorization.k8s.io/v1"
+RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC = f"{RBAC_GROUP}/v1"
 
 
 def token_volume(account: str) -> str:
@@ -51,18 +52,14 @@ class AccessRenderer(PodRenderer):
                 "apiVersion": RBAC,
                 "kind": "RoleBinding",
                 "metadata": meta,
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name},
                 "subjects": [subject],
             },
         }
         if cluster_rules:
             wide = f"{self.namespace}-{name}"
             cluster_meta = {"name": wide, "labels": meta["labels"]}
-            role_ref = {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": wide,
-            }
+            role_ref = {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": wide}
             out[f"clusterrole-{name}.yaml"] = {
                 "apiVersion": RBAC,
                 "kind": "ClusterRole",

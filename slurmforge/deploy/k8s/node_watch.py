@@ -52,7 +52,7 @@ def keep_topology(kube: Any) -> None:
     if name not in kube.manifests.objects:
         return
     ours = kube.manifests.objects[name]
-    kind = "SwitchName=" if "SwitchName=" in ours["data"]["topology.conf"] else "BlockName="
+    kind = "SwitchName=" if kube.cluster.spec.topology.kind == "tree" else "BlockName="
     nodes = {node for ns in kube.cluster.spec.nodesets for node in ns.nodes}
     for live in kube.k.get("configmaps"):
         have = (live.get("data") or {}).get("topology.conf", "")

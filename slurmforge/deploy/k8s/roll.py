@@ -13,7 +13,6 @@ An upgrade to another Slurm series replaces every node pod of a set at once, eac
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from slurmforge.deploy import replace, roles
@@ -97,15 +96,10 @@ def roll(
     if upgrading:
         plan = plan.model_copy(update={"max_wait": kube.cluster.spec.kubernetes.node_grace_seconds})
 
-    def take(names: list[str], wait: int) -> None:
-        argv = ["env", f"NODE_STATE_GRACE={wait}", f"NODE_STATE_REASON={REPLACE_REASON}"]
-
-        def one(name: str) -> tuple[int, str]:
-            proc = kube.k.exec(name, container, *argv, NODE_STATE, "stopping", name)
-            return proc.returncode, proc.stdout + proc.stderr
-
-        with ThreadPoolExecutor(len(names)) as pool:
-            replace.report(names, list(pool.map(one, names)), kube.log)
+    def take(name: str, wait: int) -> tuple[int, str]:
+        env = ["env", f"NODE_STATE_GRACE={wait}", f"NODE_STATE_REASON={REPLACE_REASON}"]
+        proc = kube.k.exec(name, container, *env, NODE_STATE, "stopping", name)
+        return proc.returncode, proc.stdout + proc.stderr
 
     def delete(names: list[str]) -> None:
         argv = kube.k.argv("delete", *(f"pod/{n}" for n in names), "--wait=true",

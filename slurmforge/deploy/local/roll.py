@@ -7,7 +7,6 @@ for until it is back in service (images/slurmd/node-state does the node's part).
 from __future__ import annotations
 
 import shlex
-from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from slurmforge.deploy import replace
@@ -53,17 +52,12 @@ def roll(
     as replace.roll orders it: node-state in each node's container, then the container made
     again."""
 
-    def take(names: list[str], wait: int) -> None:
+    def take(name: str, wait: int) -> tuple[int, str]:
         env = f"NODE_STATE_GRACE={wait} NODE_STATE_REASON={shlex.quote(REPLACE_REASON)}"
-        with ThreadPoolExecutor(len(names)) as pool:
-            done = list(pool.map(
-                lambda n: local.project.sh(n, f"{env} {NODE_STATE} stopping {shlex.quote(n)}"),
-                names,
-            ))  # fmt: skip
-        replace.report(names, done, log)
+        return local.project.sh(name, f"{env} {NODE_STATE} stopping {shlex.quote(name)}")
 
     def recreate(names: list[str]) -> None:
         local.project.compose("up", "-d", "--no-deps", *names)
 
-    replace.roll(local.controller_sh, sets, local.cluster.spec.disruption, take, recreate, kept,
-                 timeout, log)  # fmt: skip
+    plan = local.cluster.spec.disruption
+    replace.roll(local.controller_sh, sets, plan, take, recreate, kept, timeout, log)
