@@ -8,12 +8,31 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from slurmforge.app import Project, Selection
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# PyYAML's libyaml loader and dumper where it has them, as slurmforge reads and writes its own
+# files: the unit tier alone writes and reads a few thousand cluster and versions files (the
+# shipped versions.yaml: 17 ms to dump and 36 to load in Python, 3.5 and 3.2 with libyaml)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load``, with libyaml."""
+    return yaml.load(text, Loader=_LOADER)
+
+
+def dump_yaml(data: Any, **options: Any) -> str:
+    """``yaml.safe_dump``, with libyaml (the same options)."""
+    return yaml.dump(data, Dumper=_DUMPER, **options)
+
 
 # -- Docker tiers (image, cluster): the images of the `default` set, built through `invoke build`.
 # The first run compiles Slurm (several minutes); later runs find every target cached.

@@ -10,16 +10,14 @@ from pathlib import Path
 
 import docker
 import pytest
-import yaml
 
 from slurmforge.app import Project
-from tests.common import ROOT, TEST_CELLS, TEST_SET, build, select
+from tests.common import ROOT, TEST_CELLS, TEST_SET, build, dump_yaml, load_yaml, select
 
 
 @functools.cache
 def _shipped_pickled() -> bytes:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return pickle.dumps(yaml.load((ROOT / "versions.yaml").read_text(), Loader=loader))
+    return pickle.dumps(load_yaml((ROOT / "versions.yaml").read_text()))
 
 
 @pytest.fixture
@@ -35,7 +33,7 @@ def write_config(tmp_path: Path):
 
     def write(data: dict, text: str | None = None) -> Path:
         path = tmp_path / "versions.yaml"
-        path.write_text(text if text is not None else yaml.safe_dump(data, sort_keys=False))
+        path.write_text(text if text is not None else dump_yaml(data, sort_keys=False))
         return path
 
     return write

@@ -26,6 +26,7 @@ from slurmforge.deploy.spec.layers import deep_update
 from slurmforge.docsgen import schema
 from slurmforge.errors import SlurmforgeError
 from slurmforge.versions import load as load_versions
+from tests.common import dump_yaml, load_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -71,14 +72,14 @@ def _load_cluster(data: object, work: Path) -> None:
     shutil.copytree(ROOT / "deploy" / "layers", work / "layers", dirs_exist_ok=True)
     shutil.copy(ROOT / "deploy" / "directory.ldif", work / "directory.ldif")
     path = work / "cluster.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    path.write_text(dump_yaml(data, sort_keys=False))
     loader.load(path, load_versions(ROOT / "versions.yaml"))
 
 
 def _load_versions(data: object, work: Path) -> None:
     (work / "images").symlink_to(ROOT / "images")
     path = work / "versions.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    path.write_text(dump_yaml(data, sort_keys=False))
     load_versions(path)
 
 
@@ -93,7 +94,7 @@ def check(block: Block) -> str | None:
     if block.lang != "yaml":
         return None
     try:
-        data = yaml.safe_load(block.text)
+        data = load_yaml(block.text)
     except yaml.YAMLError as exc:
         return f"{block.where}: not YAML: {exc}"
     if block.title not in TITLES:
@@ -103,10 +104,10 @@ def check(block: Block) -> str | None:
             if block.title == "cluster.yaml":
                 _load_cluster(data, Path(tmp))
             elif block.title == "cluster.yaml (part)":
-                shipped = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+                shipped = load_yaml((ROOT / "deploy" / "cluster.yaml").read_text())
                 _load_cluster(deep_update(shipped, data), Path(tmp))
             else:
-                shipped = yaml.safe_load((ROOT / "versions.yaml").read_text())
+                shipped = load_yaml((ROOT / "versions.yaml").read_text())
                 _load_versions(deep_update(shipped, data), Path(tmp))
         except SlurmforgeError as exc:
             return f"{block.where}: {block.title} does not load: {exc.message}"
@@ -121,7 +122,7 @@ def _against_schema(block: Block, data: object) -> str | None:
     for name, shipped in (("cluster", ROOT / "deploy" / "cluster.yaml"), ("versions", VERSIONS)):
         made = schema.SCHEMAS[name]()
         if set(data) <= set(made["properties"]):
-            whole = deep_update(yaml.safe_load(shipped.read_text()), data)
+            whole = deep_update(load_yaml(shipped.read_text()), data)
             wrong = next(jsonschema.Draft202012Validator(made).iter_errors(whole), None)
             if wrong is None:
                 return None

@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-import yaml
-
+from tests.common import dump_yaml
 from tests.ports import free_port
 
 BINARY = "docker-registry"
@@ -42,7 +41,7 @@ def registry(root: Path, users: dict[str, str] | None = None) -> Iterator[str]:
         ]
         (root / "htpasswd").write_text("\n".join(lines) + "\n")
         config["auth"] = {"htpasswd": {"realm": "slurmforge-test", "path": str(root / "htpasswd")}}
-    (root / "config.yml").write_text(yaml.safe_dump(config))
+    (root / "config.yml").write_text(dump_yaml(config))
     log = open(root / "registry.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([binary, "serve", str(root / "config.yml")], stdout=log, stderr=log)
     try:

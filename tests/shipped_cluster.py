@@ -21,7 +21,8 @@ import urllib.request
 from pathlib import Path
 
 import docker
-import yaml
+
+from tests.common import load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_FILE = ROOT / "deploy" / "cluster.yaml"
@@ -45,7 +46,7 @@ def _answers(address: str, port: int, probe: str) -> str:
 
 
 def snapshot() -> dict:
-    spec = yaml.safe_load(CLUSTER_FILE.read_text())
+    spec = load_yaml(CLUSTER_FILE.read_text())
     name = spec["name"]
     login = spec.get("login", {})
     address, login_port = login.get("address", "127.0.0.1"), login.get("port", 2222)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
+from tests.common import dump_yaml
 
 
 def run_build(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -63,7 +63,7 @@ def site_layer_copy(root: Path, wheel_sha256: str) -> None:
     (site / "files" / "etc" / "site-release").write_text("ours\n")
     (site / "worker.txt").write_text(f"tomli-w==1.0.0 --hash=sha256:{wheel_sha256}\n")
     (site / "site.yaml").write_text(
-        yaml.safe_dump(
+        dump_yaml(
             {
                 "components": {
                     "jail": {"debs": ["tree"], "files": "files"},

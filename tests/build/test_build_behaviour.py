@@ -11,11 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from bench.common import copy_project
 from slurmforge.app import Project, Selection
 from tests.build.helpers import build_notes, build_summary, run_build
+from tests.common import dump_yaml, load_yaml
 from tests.unit.helpers import HOLD
 
 
@@ -63,12 +62,12 @@ def test_dependents_of_a_failure_are_not_attempted(tmp_path: Path, images, clien
 
 def test_checksum_mismatch_builds_and_tags_nothing(tmp_path: Path, images, client) -> None:
     root = copy_project(tmp_path)
-    data = yaml.safe_load((root / "versions.yaml").read_text())
+    data = load_yaml((root / "versions.yaml").read_text())
     tarball = tmp_path / "slurm-24.05.8.tar.bz2"
     tarball.write_bytes(b"tampered")
     data["slurm"]["24.05.8"]["sources"] = [{"url": tarball.as_uri(), "sha256": "b" * 64}]
     data["sets"]["default"]["registry"] = "badinput.invalid/sf"
-    (root / "versions.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (root / "versions.yaml").write_text(dump_yaml(data, sort_keys=False))
     before = _tag_ids(client, images)
     proc = run_build(root, "--set", "default")
     assert proc.returncode == 2, proc.stderr

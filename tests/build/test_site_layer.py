@@ -13,10 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from bench.common import copy_project
 from tests.build.helpers import REGISTRY, WHEEL_SHA256, build_summary, run_build, site_layer_copy
+from tests.common import dump_yaml, load_yaml
 from tests.ports import published
 
 
@@ -40,15 +39,15 @@ def test_a_site_layer_rebuilds_what_it_touches_and_reaches_every_node(
     tmp_path: Path, images, client
 ) -> None:
     root = copy_project(tmp_path)
-    data = yaml.safe_load((root / "versions.yaml").read_text())
+    data = load_yaml((root / "versions.yaml").read_text())
     data["sets"]["default"]["registry"] = REGISTRY
-    (root / "versions.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (root / "versions.yaml").write_text(dump_yaml(data, sort_keys=False))
     try:
         first = run_build(root)
         assert first.returncode == 0, first.stderr
         site_layer_copy(root, WHEEL_SHA256)
         data["site"] = "site"
-        (root / "versions.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        (root / "versions.yaml").write_text(dump_yaml(data, sort_keys=False))
         plan = _plan(root)
         assert "changed: site" in plan["jail"] and "changed: site" in plan["worker"]
         assert " cached " in plan["login"] and " cached " in plan["slurmd"]
@@ -101,7 +100,7 @@ def _on_every_node(root: Path, client) -> None:
     name = f"sfsite{os.getpid() % 100000}"
     cluster = root / "cluster.yaml"
     cluster.write_text(
-        yaml.safe_dump(
+        dump_yaml(
             {
                 "name": name,
                 **published(),

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import docker
 import pytest
-import yaml
 
 from slurmforge.exec_kept import exec_kept
-from tests.common import ROOT, TEST_CELLS, TEST_SET
+from tests.common import ROOT, TEST_CELLS, TEST_SET, dump_yaml, load_yaml
 from tests.ports import free_port, published
 
 
@@ -38,13 +37,13 @@ class Deployed:
     @property
     def rest_url(self) -> str:
         """slurmrestd, through the port the cluster publishes on the host."""
-        data = yaml.safe_load(self.cluster_file.read_text())
+        data = load_yaml(self.cluster_file.read_text())
         return f"http://127.0.0.1:{data['rest']['port']}"
 
     @property
     def login_port(self) -> int:
         """The login node's sshd, as the cluster publishes it on the host."""
-        return int(yaml.safe_load(self.cluster_file.read_text())["login"]["port"])
+        return int(load_yaml(self.cluster_file.read_text())["login"]["port"])
 
     def invoke(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """An `invoke` task on this cluster (its cluster file and manifest directory)."""
@@ -123,7 +122,7 @@ def write_cluster(root: Path, name: str, port: int, **changes) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     if not (root / "layers").exists():
         shutil.copytree(ROOT / "deploy" / "layers", root / "layers")
-    data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    data = load_yaml((ROOT / "deploy" / "cluster.yaml").read_text())
     # The cell under test (`invoke test-cluster --set S --cell C`), else the file's own choice.
     if TEST_CELLS or TEST_SET != "default":
         data["images"] = {"set": TEST_SET, **({"cell": TEST_CELLS[0]} if TEST_CELLS else {})}
@@ -133,7 +132,7 @@ def write_cluster(root: Path, name: str, port: int, **changes) -> Path:
     portal = {**ports["portal"], **changes.pop("portal", {})}
     data.update({"name": name, **ports, **changes, "portal": portal})
     path = root / "cluster.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    path.write_text(dump_yaml(data, sort_keys=False))
     return path
 
 

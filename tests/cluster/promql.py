@@ -8,13 +8,13 @@ import urllib.parse
 import urllib.request
 
 import pytest
-import yaml
 
 from tests.cluster.deployed import Deployed
+from tests.common import load_yaml
 
 
 def settings(cluster: Deployed) -> dict:
-    return yaml.safe_load(cluster.cluster_file.read_text())["metrics"]["prometheus"]
+    return load_yaml(cluster.cluster_file.read_text())["metrics"]["prometheus"]
 
 
 def api(cluster: Deployed, path: str, **params: str) -> dict:

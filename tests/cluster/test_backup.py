@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.deploy.backup import archive
 from slurmforge.errors import ConfigError
 from tests.cluster.deployed import Clusters, Deployed, invoke
-from tests.common import ROOT, until
+from tests.common import ROOT, dump_yaml, load_yaml, until
 
 pytestmark = pytest.mark.cluster
 
@@ -143,10 +142,10 @@ def test_a_changed_archive_and_a_cluster_with_state_are_refused(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.splitlines()[0].startswith(f"error: {cut}: "), proc.stderr
     # a Slurm series the archive's cannot move to, by the upgrade rule: refused before anything
-    data = yaml.safe_load(cluster.cluster_file.read_text())
+    data = load_yaml(cluster.cluster_file.read_text())
     data["images"] = {"set": "current", "cell": "26.05.3-cuda12.2.2-debian12"}
     far = cluster.root / "cluster-26.05.yaml"
-    far.write_text(yaml.safe_dump(data, sort_keys=False))
+    far.write_text(dump_yaml(data, sort_keys=False))
     proc = invoke(cluster.env, "restore", str(path), "--cluster", str(far))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith(f"error: {far}: images: cluster {cluster.name} runs Slurm "), (

@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.cluster.deployed import Deployed, invoke, write_cluster
 from tests.cluster.helpers import clean_failure
-from tests.common import ROOT, until
+from tests.common import ROOT, dump_yaml, load_yaml, until
 from tests.ports import free_port
 
 pytestmark = pytest.mark.cluster
@@ -227,10 +226,10 @@ def test_deploy_refuses_a_port_in_use(deployed: Deployed, tmp_path, client) -> N
 
 
 def test_deploy_before_images_exist_names_the_build(deployed: Deployed, tmp_path, client) -> None:
-    data = yaml.safe_load((ROOT / "versions.yaml").read_text())
+    data = load_yaml((ROOT / "versions.yaml").read_text())
     data["sets"]["unbuilt"] = {**data["sets"]["default"], "registry": "unbuilt.invalid/sf"}
     config = tmp_path / "versions.yaml"
-    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    config.write_text(dump_yaml(data, sort_keys=False))
     write_cluster(tmp_path, "sfnoimg", free_port(), images={"set": "unbuilt"})
     where = ["--cluster", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "out")]
     proc = invoke(deployed.env, "deploy", "--config", str(config), *where)
@@ -302,7 +301,7 @@ def test_a_dry_run_writes_what_deploy_would_and_starts_nothing(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     written = tmp_path / "out" / "local" / "sfdry"
     assert f"to {written}; nothing was started" in proc.stdout
-    compose = yaml.safe_load((written / "compose.yaml").read_text())
+    compose = load_yaml((written / "compose.yaml").read_text())
     assert {"slurmctld", "login", "cpu-0", "cpu-1"} <= set(compose["services"])
     assert "NodeName=cpu-[0-1]" in (written / "etc" / "slurm" / "slurm.conf").read_text()
     # the munge key is where a deploy would make it, and is not made

@@ -12,11 +12,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests import driver_root
 from tests.cluster.deployed import Clusters, Deployed, write_cluster
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml, load_yaml
 from tests.ports import free_port
 
 V = driver_root.VERSION
@@ -284,7 +283,7 @@ def test_gpu_nodes_whose_driver_is_older_than_the_cluster_takes_drain_and_come_b
     """The node health check's GPU part, on the stand-in driver: a cluster file that asks for a
     newer driver than the host's drains every GPU node (each still has its GPUs), leaves the CPU
     node alone, and the GPU nodes are back in service once the file asks for less again."""
-    data = yaml.safe_load(gpu.cluster_file.read_text())
+    data = load_yaml(gpu.cluster_file.read_text())
     gpu_nodes = [*GPU_NODES, DUAL]
 
     def nodes() -> dict[str, tuple[str, str]]:
@@ -300,7 +299,7 @@ def test_gpu_nodes_whose_driver_is_older_than_the_cluster_takes_drain_and_come_b
 
     try:
         data["health"] = {"interval": HEALTH_INTERVAL, "min_driver": "550.54.15"}
-        gpu.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+        gpu.cluster_file.write_text(dump_yaml(data, sort_keys=False))
         assert gpu.invoke("deploy").returncode == 0
         reason = f"health: driver {V} older than 550.54.15"
         seen = wait(
@@ -309,6 +308,6 @@ def test_gpu_nodes_whose_driver_is_older_than_the_cluster_takes_drain_and_come_b
         assert seen["cpu-0"] == ("idle", "none"), seen
     finally:
         data["health"] = {"interval": HEALTH_INTERVAL}
-        gpu.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+        gpu.cluster_file.write_text(dump_yaml(data, sort_keys=False))
         assert gpu.invoke("deploy").returncode == 0
     wait(lambda s: all(s[n][0] == "idle" for n in gpu_nodes), "GPU nodes back in service")

@@ -13,10 +13,10 @@ import signal
 import time
 
 import pytest
-import yaml
 
 from tests.cluster.deployed import Deployed
 from tests.cluster.helpers import sacct
+from tests.common import dump_yaml, load_yaml
 
 pytestmark = pytest.mark.cluster
 
@@ -170,10 +170,10 @@ def test_a_deploy_that_changes_the_nodes_replaces_them_after_their_jobs(
     _wait_until("the batch job runs", lambda: _in_queue(deployed, batch))
     before = {node: deployed.container(node).id for node in ("cpu-0", "cpu-1")}
 
-    data = yaml.safe_load(deployed.cluster_file.read_text())
+    data = load_yaml(deployed.cluster_file.read_text())
     data["nodesets"][0]["env"] = {"SLURMFORGE_ROLLED": "1"}
     data["disruption"] = {"max_wait": "15s"}
-    deployed.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    deployed.cluster_file.write_text(dump_yaml(data, sort_keys=False))
     done = deployed.invoke("deploy")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"cpu-0: job {batch} requeued" in done.stderr, done.stderr

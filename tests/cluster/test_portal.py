@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -45,6 +44,7 @@ from tests.browser import (
 from tests.cluster.deployed import Clusters, Deployed, invoke
 from tests.cluster.helpers import http_status, sacct
 from tests.cluster.promql import query, until
+from tests.common import load_yaml
 
 BASE = "dc=lab,dc=example"
 PASSWORDS = {"ada": "ada-Secret-1", "bob": "bob-Secret-2", "carol": "carol-Secret-4"}
@@ -108,7 +108,7 @@ def portal(clusters: Clusters) -> Portal:
         },
         portal={"enabled": True, "idle_timeout": IDLE, "start_timeout": START},
     )
-    port = yaml.safe_load(cluster.cluster_file.read_text())["portal"]["port"]
+    port = load_yaml(cluster.cluster_file.read_text())["portal"]["port"]
     return Portal(cluster, f"https://127.0.0.1:{port}")
 
 

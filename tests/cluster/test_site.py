@@ -9,11 +9,10 @@ import re
 import time
 
 import pytest
-import yaml
 
 from tests.cluster.deployed import Clusters, Deployed
 from tests.cluster.helpers import scrape
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml, load_yaml
 from tests.site_settings import HEALTH_INTERVAL, README, site
 
 KEYS = ("slurm", "accounting", "mounts", "topology", "health", "nodesets", "partitions")
@@ -25,7 +24,7 @@ JOBS_TMP = "/var/lib/slurmforge/jobs"  # where a node keeps its jobs' /tmp direc
 @pytest.fixture(scope="module")
 def cluster(images: dict[str, str], clusters: Clusters) -> Deployed:
     root = clusters.root("site")
-    shipped = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    shipped = load_yaml((ROOT / "deploy" / "cluster.yaml").read_text())
     changes = {k: v for k, v in site(root, shipped).items() if k in KEYS}
     deployed = clusters.deploy("sfsite", root, **changes)
     deployed.user("alice")
@@ -214,11 +213,11 @@ def test_a_changed_setting_is_live_on_the_running_cluster_and_no_job_is_killed(
     job = _submit(cluster, "-n1 --wrap 'sleep 300'")
     try:
         _wait(cluster, job, "RUNNING")
-        data = yaml.safe_load(cluster.cluster_file.read_text())
+        data = load_yaml(cluster.cluster_file.read_text())
         data["slurm"]["conf"]["SchedulerParameters"] = "batch_sched_delay=0,bf_interval=7"
         data["slurm"]["cgroup_conf"] = {"ConstrainSwapSpace": False}
         data["slurm"]["slurmdbd_conf"] = {"PurgeStepAfter": "6month"}
-        cluster.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+        cluster.cluster_file.write_text(dump_yaml(data, sort_keys=False))
         proc = cluster.invoke("deploy")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert _config(cluster)["SchedulerParameters"] == "batch_sched_delay=0,bf_interval=7"
@@ -262,9 +261,9 @@ def test_bad_settings_exit_2_with_one_line_and_change_nothing(
     text = cluster.cluster_file.read_text()
     conf = cluster.root / "out" / "local" / cluster.name / "etc" / "slurm" / "slurm.conf"
     before = (conf.read_text(), _config(cluster), _qos(cluster))
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     change(data)
-    cluster.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster.cluster_file.write_text(dump_yaml(data, sort_keys=False))
     try:
         proc = cluster.invoke("deploy")
     finally:
@@ -288,10 +287,10 @@ def test_a_qos_slurmdbd_refuses_at_deploy_is_not_left_half_made(cluster: Deploye
     text = cluster.cluster_file.read_text()
     cluster.ok("slurmctld", "sacctmgr -i modify qos normal set Preempt=small")
     before = _qos(cluster)
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     data["accounting"]["qos"][0]["Preempt"] = ["normal"]
     data["accounting"]["qos"].append({"name": "urgent", "Priority": 50, "MaxTRESPerUser": "cpu=2"})
-    cluster.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster.cluster_file.write_text(dump_yaml(data, sort_keys=False))
     try:
         proc = cluster.invoke("deploy")
     finally:

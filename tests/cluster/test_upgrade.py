@@ -14,13 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.deploy.backup import archive
 from tests.cluster.deployed import Clusters, Deployed
 from tests.cluster.helpers import FROM, TO
 from tests.cluster.promql import until as until_prometheus
-from tests.common import build, select
+from tests.common import build, dump_yaml, load_yaml, select
 
 TOO_FAR = ("current", "26.05.3-cuda12.2.2-debian12")
 USER = "ada"
@@ -54,9 +53,9 @@ def old(clusters: Clusters) -> Deployed:
 
 
 def _use(cluster: Deployed, cell: tuple[str, str]) -> None:
-    data = yaml.safe_load(cluster.cluster_file.read_text())
+    data = load_yaml(cluster.cluster_file.read_text())
     data["images"] = {"set": cell[0], "cell": cell[1]}
-    cluster.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster.cluster_file.write_text(dump_yaml(data, sort_keys=False))
 
 
 def _version(cluster: Deployed) -> str:

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml, load_yaml
 from tests.k8s import lab
 
 # the states of a job that has not ended
@@ -141,10 +140,10 @@ class K8sCluster:
         return self.root / "cluster.yaml"
 
     def data(self) -> dict:
-        return yaml.safe_load(self.cluster_file.read_text())
+        return load_yaml(self.cluster_file.read_text())
 
     def write(self, data: dict) -> None:
-        self.cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+        self.cluster_file.write_text(dump_yaml(data, sort_keys=False))
 
     def deploy(self) -> subprocess.CompletedProcess[str]:
         return self.invoke("deploy")

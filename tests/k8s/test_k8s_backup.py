@@ -25,11 +25,10 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.deploy.backup import archive as archives
 from tests import rest_client
-from tests.common import until
+from tests.common import load_yaml, until
 from tests.k8s import lab
 from tests.k8s.kube import K8sCluster
 
@@ -73,7 +72,7 @@ def _scheduled(k8s_cluster: K8sCluster, namespace: str, name: str) -> str:
     log."""
     kube = k8s_cluster.kube
     (path,) = (k8s_cluster.root / "out").rglob("cronjob-backup.yaml")
-    cron = yaml.safe_load(path.read_text())
+    cron = load_yaml(path.read_text())
     job = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"name": name, "namespace": namespace},
            "spec": cron["spec"]["jobTemplate"]["spec"]}  # fmt: skip

@@ -15,7 +15,7 @@ import pytest
 
 from slurmforge import push, state
 from slurmforge.app import Project, Selection
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml
 from tests.local_registry import DroppingProxy, free_port, registry
 from tests.registry.helpers import catalog, invoke, manifest, record_tested
 
@@ -148,10 +148,9 @@ def test_unreachable_registry(workdir, images, client) -> None:
 
 
 def test_pushing_a_cell_that_was_not_built(workdir, images, tmp_path, shipped) -> None:
-    import yaml
 
     shipped["sets"]["default"]["matrix"]["slurm"] = ["24.05.8", "24.11.5"]
-    (workdir / "versions.yaml").write_text(yaml.safe_dump(shipped, sort_keys=False))
+    (workdir / "versions.yaml").write_text(dump_yaml(shipped, sort_keys=False))
     cell = "24.11.5-cuda12.2.2-debian12"
     with registry(tmp_path / "registry") as host:
         proc = invoke(workdir, "--registry", host, "--cell", cell)

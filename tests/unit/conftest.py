@@ -6,9 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml
 from tests.unit.kube import cluster_data, with_images_lock
 
 
@@ -20,7 +19,7 @@ def write_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
     def write(data: dict) -> Path:
         path = tmp_path / "cluster.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        path.write_text(dump_yaml(data, sort_keys=False))
         return path
 
     return write

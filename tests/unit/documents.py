@@ -3,15 +3,16 @@ random YAML trees and text, and the shipped files with one value replaced or rem
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import yaml
 from hypothesis import strategies as st
 
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml, load_yaml
 
-SHIPPED_VERSIONS = yaml.safe_load((ROOT / "versions.yaml").read_text())
-SHIPPED_CLUSTER = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+SHIPPED_VERSIONS = load_yaml((ROOT / "versions.yaml").read_text())
+SHIPPED_CLUSTER = load_yaml((ROOT / "deploy" / "cluster.yaml").read_text())
 
 scalars = (
     st.none()
@@ -33,7 +34,7 @@ trees = st.recursive(
 @st.composite
 def mutated(draw: st.DrawFn, shipped: dict[str, Any]) -> Any:
     """``shipped`` with one value, at a random depth, replaced by a random tree (or removed)."""
-    data = yaml.safe_load(yaml.safe_dump(shipped))
+    data = copy.deepcopy(shipped)
     node: Any = data
     while True:
         keys = list(node) if isinstance(node, dict) else list(range(len(node)))
@@ -53,5 +54,5 @@ def mutated(draw: st.DrawFn, shipped: dict[str, Any]) -> Any:
 
 def documents(shipped: dict[str, Any]) -> st.SearchStrategy[str]:
     """What a file holds: mostly the shipped file mutated, sometimes any tree or any text."""
-    as_yaml = st.builds(lambda d: yaml.safe_dump(d, allow_unicode=True), mutated(shipped))
+    as_yaml = st.builds(lambda d: dump_yaml(d, allow_unicode=True), mutated(shipped))
     return st.one_of(as_yaml, as_yaml, as_yaml, st.builds(yaml.safe_dump, trees), st.text())

@@ -3,14 +3,13 @@ cluster with changes, secret files, hadolint."""
 
 from __future__ import annotations
 
+import copy
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
-from tests.common import ROOT
+from tests.common import ROOT, load_yaml
 from tests.unit.inproc import run_cli
 
 # a process that holds the build lock of the directory it is given, for two minutes
@@ -40,7 +39,7 @@ def assert_clean_failure(proc: subprocess.CompletedProcess[str], expected: str) 
     assert all(line.startswith(("error: ", "hint: ")) for line in proc.stderr.splitlines())
 
 
-SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+SHIPPED = load_yaml((ROOT / "deploy" / "cluster.yaml").read_text())
 
 
 def assert_dry_run_refused(path: Path, out: Path, expected: str) -> str:
@@ -55,7 +54,7 @@ def assert_dry_run_refused(path: Path, out: Path, expected: str) -> str:
 
 
 def shipped_with(**changes) -> dict:
-    data = yaml.safe_load(yaml.safe_dump(SHIPPED))
+    data = copy.deepcopy(SHIPPED)
     data.update(changes)
     return data
 

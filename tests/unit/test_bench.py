@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from bench import b7_jobs, b8_k8s
 from bench.common import InvokeFailed, free_ports, invoke
+from tests.common import load_yaml
 
 README_PORTS = {2222, 6820, 9090}  # what README's cluster publishes on 127.0.0.1
 
@@ -19,13 +19,13 @@ def _published(data: dict) -> set[int]:
 
 
 def test_a_benchmarks_cluster_publishes_no_port_readmes_cluster_takes(tmp_path: Path) -> None:
-    shipped = yaml.safe_load((Path(__file__).parents[2] / "deploy/cluster.yaml").read_text())
+    shipped = load_yaml((Path(__file__).parents[2] / "deploy/cluster.yaml").read_text())
     (tmp_path / "b7").mkdir()  # as b7's own temporary directory
     files = [
         b7_jobs.cluster_file(tmp_path / "b7", "sfb7"),
         b8_k8s.cluster_file(tmp_path / "b8", "sfb8"),
     ]
-    for data in [free_ports(shipped), *(yaml.safe_load(f.read_text()) for f in files)]:
+    for data in [free_ports(shipped), *(load_yaml(f.read_text()) for f in files)]:
         ports = _published(data)
         assert len(ports) == 3 and not ports & README_PORTS, ports
 

@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge import context, matrix, versions
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml
 from tests.gitrepos import make_repo
 from tests.unit.helpers import assert_clean_failure, run_invoke
 
@@ -37,7 +36,7 @@ def test_unknown_set() -> None:
 def test_unknown_key_in_config(tmp_path: Path, shipped: dict) -> None:
     shipped["slurm"]["24.11.5"]["sources"][0]["sha"] = "x"
     path = tmp_path / "versions.yaml"
-    path.write_text(yaml.safe_dump(shipped))
+    path.write_text(dump_yaml(shipped))
     assert_clean_failure(
         run_invoke("build", "--config", str(path)),
         f'{path}: slurm."24.11.5".sources[0].sha: unknown key',
@@ -66,7 +65,7 @@ def test_checksum_mismatch_at_fetch_keeps_nothing(tmp_path: Path, shipped: dict)
     shipped["slurm"]["24.11.5"]["sources"] = [{"url": tarball.as_uri(), "sha256": "a" * 64}]
     _slurm_only(shipped, tmp_path)
     path = tmp_path / "versions.yaml"
-    path.write_text(yaml.safe_dump(shipped))
+    path.write_text(dump_yaml(shipped))
     actual = hashlib.sha256(tarball.read_bytes()).hexdigest()
     # the cache of the config's own project (not the checkout's, which CI's prebuild fills
     # meanwhile), there already, as on a machine that has fetched before
@@ -111,7 +110,7 @@ def test_lock_then_fetch_through_a_mirror_directory(tmp_path: Path, shipped: dic
     _slurm_only(shipped, tmp_path)
     config = tmp_path / "project" / "versions.yaml"
     config.parent.mkdir()
-    config.write_text(yaml.safe_dump(shipped))
+    config.write_text(dump_yaml(shipped))
 
     refused = run_invoke("fetch", "--config", str(config), "--component", "slurm-debs")
     assert_clean_failure(refused, "sha256 is 'unpinned'; refusing to use it")
@@ -134,7 +133,7 @@ def test_lock_then_fetch_through_a_mirror_directory(tmp_path: Path, shipped: dic
     shipped["slurm"]["24.11.5"]["sources"] = [
         {"url": "https://download.example/slurm/slurm-24.11.5.tar.gz", "sha256": sha}
     ]
-    config.write_text(yaml.safe_dump(shipped))
+    config.write_text(dump_yaml(shipped))
     mirror = tmp_path / "mirror"
     (mirror / "download.example/slurm").mkdir(parents=True)
     (mirror / "download.example/slurm/slurm-24.11.5.tar.gz").write_bytes(payload)
@@ -200,7 +199,7 @@ def _arm64_cell(shipped: dict, tmp_path: Path, cuda: str) -> Path:
         {"distro": "debian12", "slurm": "24.05.8", "cuda": cuda, "arch": "arm64"}
     ]
     path = tmp_path / "versions.yaml"
-    path.write_text(yaml.safe_dump(shipped))
+    path.write_text(dump_yaml(shipped))
     return path
 
 

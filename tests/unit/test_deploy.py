@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge import config, state
 from slurmforge.deploy import loader
@@ -19,7 +18,7 @@ from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 
 
@@ -300,7 +299,7 @@ def test_compose_file_grants_least_privilege(write_cluster, versions, tmp_path: 
         "prometheus",
         *(f"{ns}-{i}" for ns in ("cpu", "big") for i in range(3)),
     }
-    text = yaml.safe_dump(data)
+    text = dump_yaml(data)
     assert "privileged" not in text
     assert "cap_add" not in services["slurmctld"]
     assert "cap_add" not in services["jail-populate"]

@@ -6,12 +6,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.common import ROOT
+from tests.common import ROOT, load_yaml
 from tests.unit.helpers import HADOLINT, run_invoke
 
-SETS = sorted(yaml.safe_load((ROOT / "versions.yaml").read_text())["sets"])
+SETS = sorted(load_yaml((ROOT / "versions.yaml").read_text())["sets"])
 
 
 @pytest.mark.parametrize("set_name", SETS)

@@ -14,14 +14,13 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import yaml
 
 from slurmforge import docsgen
 from slurmforge.docsgen import schema
 from slurmforge.errors import ConfigError
 from slurmforge.inputs import read_yaml, validate
 from tests import docs_blocks
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml, load_yaml
 
 SHIPPED = {"cluster": ROOT / "deploy" / "cluster.yaml", "versions": ROOT / "versions.yaml"}
 
@@ -52,7 +51,7 @@ def test_a_shipped_file_names_its_schema_and_validates_against_it(name: str) -> 
     text = SHIPPED[name].read_text()
     where = os.path.relpath(ROOT / schema.DIR / schema.FILES[name], SHIPPED[name].parent)
     assert f"# yaml-language-server: $schema={where}\n" in text
-    jsonschema.Draft202012Validator(schema.SCHEMAS[name]()).validate(yaml.safe_load(text))
+    jsonschema.Draft202012Validator(schema.SCHEMAS[name]()).validate(load_yaml(text))
 
 
 @pytest.mark.parametrize(
@@ -68,14 +67,14 @@ def test_a_shipped_file_names_its_schema_and_validates_against_it(name: str) -> 
     ids=["unknown-key", "nested-unknown-key", "out-of-range", "no-definitions", "typo", "type"],
 )
 def test_the_schema_refuses_what_the_loader_refuses(name: str, change, tmp_path: Path) -> None:
-    data = yaml.safe_load(SHIPPED[name].read_text())
+    data = load_yaml(SHIPPED[name].read_text())
     change(data)
     errors = list(jsonschema.Draft202012Validator(schema.SCHEMAS[name]()).iter_errors(data))
     assert errors, "the schema took it"
     model = {"cluster": schema.ClusterSpec, "versions": schema.Versions}[name]
     shutil.copytree(ROOT / "deploy" / "layers", tmp_path / "layers")
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(dump_yaml(data))
     raw = read_yaml(path)
     if name == "cluster":  # the loader applies layers first: a set without any misses keys
         from slurmforge.deploy.spec import layers

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge import config
 from slurmforge.deploy import loader
@@ -19,7 +18,7 @@ from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml, load_yaml
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files, shipped_with
 from tests.unit.kube import rendered_kube
 
@@ -203,10 +202,10 @@ def test_bad_controller_settings_are_refused_in_one_line(
 def _ha_checkout(checkout, **kubernetes) -> tuple[Path, Path]:
     """The k8s unit cluster (tests/unit/kube.py) with a backup controller."""
     cluster_file, root = checkout
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
     data["controller"] = {"replicas": 2}
     data["kubernetes"].update(kubernetes)
-    cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster_file.write_text(dump_yaml(data, sort_keys=False))
     return cluster_file, root
 
 

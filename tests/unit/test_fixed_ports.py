@@ -60,7 +60,7 @@ def test_the_check_finds_what_broke_the_suite_beside_the_shipped_cluster() -> No
     """The site-layer test's cluster as it was: a port from the pid, and Prometheus (which the
     file did not mention) on its default 9090."""
     before = """
-cluster.write_text(yaml.safe_dump({
+cluster.write_text(dump_yaml({
     "name": name,
     "login": {"address": "127.0.0.1", "port": 20000 + os.getpid() % 20000},
     "nodesets": [],

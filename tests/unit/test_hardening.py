@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge import jail, refs, versions
 from slurmforge.errors import ConfigError, SourceError
-from tests.common import ROOT
+from tests.common import ROOT, load_yaml
 from tests.unit.helpers import INVOKE, assert_clean_failure, shipped_with
 from tests.unit.inproc import run_cli
 
@@ -412,7 +411,7 @@ def test_a_gpu_node_set_in_no_partition(write_cluster) -> None:
 
 def test_shipped_files_still_pass() -> None:
     assert run_cli("matrix").returncode == 0
-    data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    data = load_yaml((ROOT / "deploy" / "cluster.yaml").read_text())
     assert data["name"]
 
 

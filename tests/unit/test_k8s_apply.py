@@ -8,12 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.deploy.k8s import apply as k8s_apply
 from slurmforge.deploy.k8s.kubectl import kubectl_path
 from slurmforge.deploy.slurm import ctl
 from slurmforge.errors import ConfigError, DeployError
+from tests.common import load_yaml
 from tests.unit.kube import rendered_kube
 
 NODES = ("cpu-0", "cpu-1", "a100-0", "a100-1", "a100-2")  # the cluster of cluster_data
@@ -46,14 +46,14 @@ def _server(served: dict[str, list[str]], failing: str = ""):
         if "apply" in argv and failing and any(a.endswith(failing) for a in argv):
             files = [a for a in argv if a.endswith(".yaml")]
             done = files[: [f.endswith(failing) for f in files].index(True)]
-            objs = [yaml.safe_load(Path(f).read_text()) for f in done]
+            objs = [load_yaml(Path(f).read_text()) for f in done]
             out = "".join(
                 f"{o['kind'].lower()}/{o['metadata']['name']} serverside-applied\n" for o in objs
             )
             err = "Error from server (Invalid): first\nError from server (Forbidden): second\n"
             return subprocess.CompletedProcess(argv, 1, out, err)
         if "apply" in argv:
-            applied = (yaml.safe_load(Path(a).read_text()) for a in argv if a.endswith(".yaml"))
+            applied = (load_yaml(Path(a).read_text()) for a in argv if a.endswith(".yaml"))
             jobs.extend({**o, "status": {"succeeded": 1}} for o in applied if o["kind"] == "Job")
         out = "NODELIST   NODES PARTITION STATE\ncpu-0 1 main* idle\n" if "sinfo" in argv else ""
         return subprocess.CompletedProcess(argv, 0, out, "")  # the munge Secret exists already
@@ -189,7 +189,7 @@ def test_apply_runs_exactly_these_kubectl_commands(checkout) -> None:
     )
     assert files[0].endswith("namespace.yaml")
     assert "cpu-0 1 main* idle" in out
-    kustomization = yaml.safe_load((kube.dir / "kustomization.yaml").read_text())
+    kustomization = load_yaml((kube.dir / "kustomization.yaml").read_text())
     assert kustomization["namespace"] == "team-a"
 
 
@@ -230,7 +230,7 @@ def test_a_kind_the_server_lacks_is_named_not_applied(checkout, capsys) -> None:
     # a budget it takes in the older version: the same object, as policy/v1beta1
     budgets = [a for a in applied if "poddisruptionbudget" in a]
     assert budgets and all(
-        yaml.safe_load(Path(a).read_text())["apiVersion"] == "policy/v1beta1" for a in budgets
+        load_yaml(Path(a).read_text())["apiVersion"] == "policy/v1beta1" for a in budgets
     )
     # and the ServiceMonitor and PrometheusRule
     assert len(applied) == len(kube.manifests.objects) - 3

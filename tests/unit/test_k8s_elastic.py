@@ -8,22 +8,21 @@ import json
 import subprocess
 from pathlib import Path
 
-import yaml
-
 from slurmforge.deploy.k8s import access, power
 from slurmforge.deploy.roles import NODE_POWER
 from slurmforge.deploy.slurm import ctl
+from tests.common import dump_yaml, load_yaml
 from tests.unit.kube import containers_of, pod_of, rendered_kube
 
 
 def _elastic_checkout(checkout) -> tuple[Path, Path]:
     """The k8s unit cluster (tests/unit/kube.py) with its cpu set elastic: 1 always, 3 at most."""
     cluster_file, root = checkout
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
     cpu = next(ns for ns in data["nodesets"] if ns["name"] == "cpu")
     del cpu["replicas"]
     cpu["elastic"] = {"min": 1, "max": 3, "idle": "2m", "start_timeout": "3m"}
-    cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster_file.write_text(dump_yaml(data, sort_keys=False))
     return cluster_file, root
 
 
@@ -138,9 +137,9 @@ def test_a_redeploy_keeps_the_nodes_slurm_started_and_removes_those_it_no_longer
     kube = rendered_kube(*_elastic_checkout(checkout), run)
     gone = power.keep_running(kube)
     assert gone == ["cpu-7"]
-    written = yaml.safe_load((kube.dir / "deployment-cpu-2.yaml").read_text())
+    written = load_yaml((kube.dir / "deployment-cpu-2.yaml").read_text())
     assert written["spec"]["replicas"] == 1
-    assert yaml.safe_load((kube.dir / "deployment-cpu-1.yaml").read_text())["spec"]["replicas"] == 0
+    assert load_yaml((kube.dir / "deployment-cpu-1.yaml").read_text())["spec"]["replicas"] == 0
     power.remove(kube, gone, 60)
     (delete,) = [c for c in calls if "delete" in c]
     assert "deployment/cpu-7" in delete and "deployment/cpu-2" not in delete
@@ -205,11 +204,11 @@ def test_an_elastic_gpu_nodes_pod_asks_for_its_gpus_and_mounts_the_driver_as_a_f
     the same pod as the set's StatefulSet (GPUs requested, the driver's host paths, GPU nodes
     only), each as its own host."""
     cluster_file, root = checkout
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
     a100 = next(ns for ns in data["nodesets"] if ns["name"] == "a100")
     del a100["replicas"]
     a100["elastic"] = {"min": 1, "max": 3}
-    cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster_file.write_text(dump_yaml(data, sort_keys=False))
     kube = rendered_kube(cluster_file, root)
     kube.manifests.validate()
     objects = _objects(kube)

@@ -15,6 +15,7 @@ from slurmforge.deploy.k8s import images as k8s_images
 from slurmforge.deploy.k8s.kubectl import kubectl_path
 from slurmforge.deploy.k8s.objects import secret_env
 from slurmforge.versions import load as load_versions
+from tests.common import dump_yaml, load_yaml
 from tests.unit.kube import POD_OWNERS, cluster_data, containers_of, pod_of, rendered_kube
 
 
@@ -47,7 +48,7 @@ def test_every_object_is_valid_and_kustomize_renders_the_directory(checkout) -> 
         ]
     )
     # the kustomization names every file, each file holds one object, all in one namespace
-    listed = yaml.safe_load((kube.dir / "kustomization.yaml").read_text())["resources"]
+    listed = load_yaml((kube.dir / "kustomization.yaml").read_text())["resources"]
     assert sorted(listed) == sorted(
         p.name for p in kube.dir.iterdir() if p.name != "kustomization.yaml"
     )
@@ -190,13 +191,13 @@ def test_populate_job_is_named_after_everything_that_defines_it(checkout, write_
     # same inputs, same Job (a redeploy leaves it alone); a changed jail.keep, a new Job, whose
     # template the API server would otherwise refuse to change
     assert rendered_kube(cluster_file, root).manifests.populate_job == kube.manifests.populate_job
-    kept = write_cluster({**yaml.safe_load(cluster_file.read_text()), "jail": {"keep": ["/srv/"]}})
+    kept = write_cluster({**load_yaml(cluster_file.read_text()), "jail": {"keep": ["/srv/"]}})
     assert rendered_kube(kept, root).manifests.populate_job != kube.manifests.populate_job
 
 
 def test_node_counts_change_the_config_but_roll_no_pod(checkout, write_cluster) -> None:
     cluster_file, root = checkout
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
 
     def rendered(data: dict) -> tuple[dict, dict]:
         objects = rendered_kube(write_cluster(data), root).manifests.objects
@@ -263,7 +264,7 @@ def test_overcommit_lowers_what_node_pods_request_not_their_limits(checkout, wri
     limits = {"cpu": "8", "memory": "65536Mi", "nvidia.com/gpu": "5"}  # GPUs are never shared
     exact = pod_of(rendered_kube(cluster_file, root).manifests.objects["statefulset-a100.yaml"])
     assert exact["containers"][0]["resources"] == {"requests": limits, "limits": limits}
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
     over = write_cluster({**data, "kubernetes": {**data["kubernetes"], "overcommit": True}})
     pod = pod_of(rendered_kube(over, root).manifests.objects["statefulset-a100.yaml"])
     assert pod["containers"][0]["resources"] == {
@@ -300,9 +301,9 @@ def test_validation_catches_a_field_the_schema_lacks(checkout) -> None:
     cluster_file, root = checkout
     kube = rendered_kube(cluster_file, root)
     path = kube.dir / "statefulset-login.yaml"
-    obj = yaml.safe_load(path.read_text())
+    obj = load_yaml(path.read_text())
     obj["spec"]["template"]["spec"]["containers"][0]["privilegedd"] = True
-    path.write_text(yaml.safe_dump(obj))
+    path.write_text(dump_yaml(obj))
     with pytest.raises(Exception, match=r"statefulset-login.yaml: invalid for Kubernetes 1.29 at "):
         kube.manifests.validate()
 

@@ -11,11 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.deploy import roles
 from slurmforge.deploy.k8s import secrets
 from slurmforge.errors import ConfigError
+from tests.common import load_yaml
 from tests.unit.kube import containers_of, pod_of, rendered_kube
 
 
@@ -127,7 +127,7 @@ def test_an_external_database_replaces_mariadb_and_its_password_follows_the_file
     password = tmp_path / "db-password"
     password.write_text("site-password-0123456789")
     password.chmod(0o600)
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
     database = {"host": "db.example.org", "port": 3307, "password_secret": str(password)}
     data["accounting"] = {"database": database}
     external = write_cluster(data)
@@ -160,7 +160,7 @@ def test_a_database_claim_without_its_password_secret_is_refused(checkout) -> No
 
 def test_accounting_off_renders_no_accounting_object(checkout, write_cluster) -> None:
     cluster_file, root = checkout
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
     data.update(accounting={"enabled": False}, rest={"enabled": False})
     kube = rendered_kube(write_cluster(data), root)
     names = " ".join(kube.manifests.objects)

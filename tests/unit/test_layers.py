@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.deploy.spec.layers import BASE_LAYER, Layers, deep_update
 from slurmforge.errors import ConfigError
+from tests.common import dump_yaml
 
 
 def test_maps_recurse_and_scalars_are_replaced() -> None:
@@ -61,7 +61,7 @@ def _layers(tmp_path: Path, nodesets: list[dict], files: dict[str, dict]) -> Lay
     layers_dir = tmp_path / "layers"
     layers_dir.mkdir(exist_ok=True)
     for name, data in files.items():
-        (layers_dir / f"{name}.yaml").write_text(yaml.safe_dump(data))
+        (layers_dir / f"{name}.yaml").write_text(dump_yaml(data))
     return Layers(tmp_path / "cluster.yaml", nodesets, layers_dir)
 
 

@@ -3,11 +3,11 @@ which images they run, the jail /usr of their arch, and the input that is refuse
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge import config, jail_contract, state
 from slurmforge.deploy import loader
@@ -15,11 +15,11 @@ from slurmforge.deploy.local import render
 from slurmforge.deploy.spec.portal import NOTEBOOK_PATHS
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.common import ROOT
+from tests.common import ROOT, load_yaml
 from tests.unit.helpers import assert_clean_failure, run_invoke, secret_files
 from tests.unit.kube import rendered_kube
 
-SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+SHIPPED = load_yaml((ROOT / "deploy" / "cluster.yaml").read_text())
 CELL = "24.05.8-cuda12.9.1-debian12"
 
 
@@ -29,7 +29,7 @@ def versions() -> config.Config:
 
 
 def _mixed(arch: str = "arm64", set_name: str = "grace", cell: str | None = CELL) -> dict:
-    data = yaml.safe_load(yaml.safe_dump(SHIPPED))
+    data = copy.deepcopy(SHIPPED)
     data["images"] = {"set": set_name, **({"cell": cell} if cell else {})}
     data["nodesets"] = [
         {"name": "cpu", "definitions": ["cpu-small"], "replicas": 1},

@@ -12,22 +12,21 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.deploy import loader, roles
 from slurmforge.deploy.k8s import access, node_watch
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.versions import load as load_versions
-from tests.common import ROOT
+from tests.common import ROOT, dump_yaml, load_yaml
 from tests.unit.helpers import assert_dry_run_refused, shipped_with
 from tests.unit.kube import cluster_data, containers_of, pod_of, rendered_kube
 
 
 def _watching(checkout, **watch) -> dict[tuple[str, str], dict]:
     cluster_file, root = checkout
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
     data["kubernetes"]["node_watch"] = {"enabled": True, **watch}
-    cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster_file.write_text(dump_yaml(data, sort_keys=False))
     kube = rendered_kube(cluster_file, root)
     kube.manifests.validate()  # against the API's own schemas
     return {(o["kind"], o["metadata"]["name"]): o for o in kube.manifests.objects.values()}
@@ -148,9 +147,9 @@ def test_a_notice_is_a_taint_a_label_or_a_true_condition(watcher) -> None:
 
 def _labelled(checkout, topology: dict) -> dict[tuple[str, str], dict]:
     cluster_file, root = checkout
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
     data["topology"] = {"labels": topology}
-    cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster_file.write_text(dump_yaml(data, sort_keys=False))
     kube = rendered_kube(cluster_file, root)
     kube.manifests.validate()
     return {(o["kind"], o["metadata"]["name"]): o for o in kube.manifests.objects.values()}
@@ -262,9 +261,9 @@ def test_a_deploy_keeps_the_placed_topology_while_it_places_every_node(
     checkout, placed: str, kept: bool
 ) -> None:
     cluster_file, root = checkout
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
     data["topology"] = {"labels": {"tree": ["example.com/rack"]}}
-    cluster_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster_file.write_text(dump_yaml(data, sort_keys=False))
 
     def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
         live = {"metadata": {"name": "slurm-topology"}, "data": {"topology.conf": placed}}

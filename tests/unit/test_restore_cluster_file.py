@@ -12,14 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.config import Config
 from slurmforge.deploy import loader
 from slurmforge.deploy.backup import archive, pod, restoring, snapshot, take
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.common import ROOT
+from tests.common import ROOT, load_yaml
 from tests.unit.helpers import shipped_with
 
 SEED = (
@@ -65,7 +64,7 @@ def test_the_archive_holds_a_cluster_file_that_needs_nothing_else(
     assert plan.directory  # its entries are copied (slapcat)
     assert plan.files["cluster.yaml"] == cluster.path.read_text()  # as it was, too
     assert plan.files["seed.ldif"] == SEED
-    alone = yaml.safe_load(plan.files[plan.standalone])
+    alone = load_yaml(plan.files[plan.standalone])
     assert "definitions" not in alone["nodesets"][0] and "layers" not in alone
     assert alone["identity"]["ldap"]["seed"] == "seed.ldif"
     # written by itself beside its seed, it is the same cluster, at the kept node count

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.deploy import roles
 from slurmforge.deploy.backup import archive, pod, snapshot, take
 from slurmforge.deploy.spec.model import as_dict
+from tests.common import load_yaml
 from tests.unit.helpers import assert_clean_failure, run_invoke
 from tests.unit.kube import cluster_data, pod_of, rendered_kube
 
@@ -24,7 +24,7 @@ SCHEDULE = {"schedule": "15 3 * * *", "keep": 3, "storage_class": "retained", "s
 
 def _scheduled(checkout, write_cluster, **settings):
     cluster_file, root = checkout
-    data = yaml.safe_load(cluster_file.read_text())
+    data = load_yaml(cluster_file.read_text())
     data["kubernetes"]["backup"] = settings
     return rendered_kube(write_cluster(data), root)
 

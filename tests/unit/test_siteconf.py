@@ -5,12 +5,12 @@ targets."""
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.deploy import loader
 from slurmforge.deploy.k8s import images as k8s_images
@@ -21,10 +21,10 @@ from slurmforge.deploy.slurm import siteconf
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.common import ROOT, need_sources
+from tests.common import ROOT, load_yaml, need_sources
 from tests.unit.helpers import assert_clean_failure, run_invoke, shipped_with
 
-SHIPPED = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+SHIPPED = load_yaml((ROOT / "deploy" / "cluster.yaml").read_text())
 CONF_KEYS = ROOT / "images" / "slurm-debs" / "conf-keys"
 PARSERS = ("src/common/read_config.c", "src/interfaces/cgroup.c", "src/slurmdbd/read_config.c")
 _keys: dict[str, siteconf.ConfKeys] = {}
@@ -53,7 +53,7 @@ def keys(tmp_path: Path) -> siteconf.ConfKeys:
 
 
 def load(write_cluster, **changes) -> Cluster:
-    data = yaml.safe_load(yaml.safe_dump(SHIPPED))
+    data = copy.deepcopy(SHIPPED)
     data.update(changes)
     return loader.load(write_cluster(data), load_versions(ROOT / "versions.yaml"))
 

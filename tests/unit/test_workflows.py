@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.common import ROOT
+from tests.common import ROOT, load_yaml
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 BIN = str(Path(sys.executable).parent)
@@ -35,7 +34,7 @@ def _actionlint(cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _images() -> dict:
-    return yaml.safe_load((WORKFLOWS / "images.yml").read_text())
+    return load_yaml((WORKFLOWS / "images.yml").read_text())
 
 
 def test_actionlint_passes() -> None:
@@ -102,7 +101,7 @@ def test_the_matrix_it_would_run_equals_the_ci_set_of_versions_yaml() -> None:
     argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *shlex.split(command)[1:]]
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     include = json.loads(out)["include"]
-    ci = yaml.safe_load((ROOT / "versions.yaml").read_text())["sets"]["ci"]
+    ci = load_yaml((ROOT / "versions.yaml").read_text())["sets"]["ci"]
     m = ci["matrix"]
     expected = {
         f"{s}-cuda{c}-{d}" for d, s, c in itertools.product(m["distro"], m["slurm"], m["cuda"])
