@@ -5,8 +5,9 @@ The server is the one KUBECONFIG names (context SLURMFORGE_K8S_CONTEXT, else its
 when KUBECONFIG is unset, the lab of ../shared/k8s-lab (Kubernetes 1.20 from Debian's archive,
 pods on this host's Docker): its binaries are built once per machine under
 ~/.cache/k8s-lab (.ci/run starts that build early, beside the image builds; a build in
-progress is waited for), and it is started fresh for the session and stopped after it. On the
-lab, the tier also makes what a real cluster provides: hostPath PersistentVolumes for the claims.
+progress is waited for), and it is started fresh for the tier and stopped after its last test.
+On the lab, the tier also makes what a real cluster provides: hostPath PersistentVolumes for the
+claims.
 Images come from this host's Docker (the lab has no registry).
 """
 
@@ -18,15 +19,17 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-import yaml
 
 from tests.browser import browser, browsers  # noqa: F401 (the portal test's fixtures)
-from tests.common import ROOT
+from tests.common import ROOT, load_yaml
 from tests.k8s import lab
 from tests.k8s.kube import K8sCluster, Kube
 
 
-@pytest.fixture(scope="session")
+# package scope: the lab stops once the tier's last test is done, not at the session's end (in
+# CI's k8s lane the image tier follows, and an idle API server, etcd and kubelet, which polls the
+# engine for its containers' state, took CPU from it and the other lanes)
+@pytest.fixture(scope="package")
 def kube() -> Iterator[Kube]:
     if os.environ.get("KUBECONFIG"):
         yield Kube(dict(os.environ), os.environ.get("SLURMFORGE_K8S_CONTEXT"))
@@ -48,7 +51,7 @@ def k8s_cluster(
     root = tmp_path_factory.mktemp("k8s")
     name = f"sfk8s{uuid.uuid4().hex[:6]}"
     shutil.copytree(ROOT / "deploy" / "layers", root / "layers")
-    data = yaml.safe_load((ROOT / "deploy" / "cluster.yaml").read_text())
+    data = load_yaml((ROOT / "deploy" / "cluster.yaml").read_text())
     data.update(name=name, kubernetes={"overcommit": True, "login_service": "ClusterIP"})
     if kube.lab:
         manifest, names = lab.volumes(root, name, data["kubernetes"])
