@@ -52,6 +52,15 @@ def test_invoke_login_lands_in_the_jail(deployed: Deployed) -> None:
     assert proc.stdout.split() == ["alice", "/home/alice", "idle"]
 
 
+def test_every_sshd_serves_the_one_host_key_the_populate_made(deployed: Deployed) -> None:
+    """The cluster's host keys are the jail's, made once by its populate: the login node and
+    each node's sshd serve that key, so a user's known_hosts entry holds for every one."""
+    made = deployed.ok("login", "cut -d' ' -f2 /jail/etc/ssh/ssh_host_ed25519_key.pub")
+    for host in ("localhost", "cpu-0", "cpu-1"):
+        served = deployed.ok("login", f"ssh-keyscan -T 10 -t ed25519 {host} 2>/dev/null")
+        assert served.split()[-1] == made, (host, served)
+
+
 def test_package_installed_from_login_runs_in_a_job(deployed: Deployed) -> None:
     deployed.user("alice")
     build = (

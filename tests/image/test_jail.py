@@ -111,6 +111,10 @@ def test_populate_is_idempotent(client, images, volumes) -> None:
     assert "copying the jail image" in first
     before = _in_volume(client, images["jail"], volume, MANIFEST)
     assert "./usr/bin/sbatch" in before and "./etc/slurmforge-jail-release" in before
+    # the cluster's host keys, made once by the populate (root's, private), before any node
+    for kind in ("rsa", "ecdsa", "ed25519"):
+        assert f"./etc/ssh/ssh_host_{kind}_key f 600 0 0 " in before, before
+        assert f"./etc/ssh/ssh_host_{kind}_key.pub f 644 0 0 " in before, before
     started = time.monotonic()
     second = _populate(client, images["jail"], volume)
     assert "already holds" in second and "copying" not in second
