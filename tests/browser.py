@@ -79,7 +79,11 @@ def _chromium_in_its_own_network() -> str:
     atexit.register(shutil.rmtree, home, ignore_errors=True)
     script = Path(home) / "chromium"
     words = " ".join(shlex.quote(w) for w in (sys.executable, str(mover), binary))
-    script.write_text(f'#!/bin/sh\nexec {words} "$@"\n')
+    # its temporary files under that directory too: the singleton directories Chromium makes
+    # in $TMPDIR outlived every browser test, 44 of them in a machine's /tmp
+    tmp = Path(home) / "tmp"
+    tmp.mkdir()
+    script.write_text(f'#!/bin/sh\nTMPDIR={shlex.quote(str(tmp))} exec {words} "$@"\n')
     script.chmod(0o755)
     return str(script)
 
