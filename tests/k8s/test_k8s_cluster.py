@@ -469,7 +469,7 @@ def test_a_preemption_notice_requeues_the_job_at_once_and_its_end_resumes_the_no
         said = f"slurmforge: kubernetes node {host}: preemption notice (taint {taint})"
         assert reasons.count(said) == 2 and "drain" in reasons, reasons  # both on the lab node
         # the same ID, waiting for a node: COMPLETING first, while its processes are killed
-        # (seconds, on a loaded machine: a fresh CI run saw it there)
+        # (for seconds on a loaded machine, where a fresh CI run failed a single look)
         asked = f"squeue -h -j {job} -o %T"
         _until(
             f"job {job} pending",
