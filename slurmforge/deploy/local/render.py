@@ -177,7 +177,7 @@ class ComposeRenderer:
         }
         if roles.IDENTITY_CONF in role.mounted_configs(self.spec):
             service["labels"][IDENTITY_LABEL] = self.identity_digest
-        bound = self.bound(service["volumes"])
+        bound = bound_files(self.directory, service["volumes"])
         if bound:
             service["labels"][BOUND_LABEL] = bound
         if roles.PORTAL_CONF in role.mounted_configs(self.spec):
@@ -188,27 +188,6 @@ class ComposeRenderer:
             service["depends_on"] = after
         service["restart"] = "no" if job else "unless-stopped"
         return service
-
-    def bound(self, volumes: list[str]) -> str:
-        """Which files and directories on this host a service's bind mounts are (their inodes).
-        A container keeps what it was started with: where one was replaced since (a directory
-        deleted and written again, a new checkout at the same path, a secret made again, the
-        engine's socket after a restart of the engine), the container must be made again, and
-        Compose makes again a service whose labels changed. Empty without a directory (a render
-        that is not written)."""
-        if self.directory is None:
-            return ""
-        found = []
-        for volume in volumes:
-            source = volume.split(":", 1)[0]
-            if not source.startswith(("./", "/")):
-                continue  # a named volume
-            try:
-                inode = (self.directory / source).stat().st_ino  # an absolute source stays so
-            except FileNotFoundError:
-                continue  # Docker makes a missing source a directory, at the container's start
-            found.append(f"{source} {inode}")
-        return hashlib.sha256("\n".join(found).encode()).hexdigest()[:16] if found else ""
 
     def node(self, role: Role, ns: NodeSet, node: str) -> dict[str, Any]:
         driver = _gpu(self.gpus, node)
@@ -298,10 +277,36 @@ class ComposeRenderer:
         return out
 
     def publish(self, port: roles.Port) -> str:
-        """A published port on the login address (an IPv6 one in brackets)."""
-        address = self.spec.login.address
-        host = f"[{address}]" if ":" in address else address
+        """A published port on the login address."""
+        host = url_host(self.spec.login.address)
         return f"{host}:{roles.published(self.spec, port)}:{port.number}"
+
+
+def url_host(address: str) -> str:
+    """An address as a URL or a port mapping writes it: an IPv6 one in brackets."""
+    return f"[{address}]" if ":" in address else address
+
+
+def bound_files(directory: Path | None, volumes: list[str]) -> str:
+    """Which files and directories on this host a service's bind mounts are (their inodes).
+    A container keeps what it was started with: where one was replaced since (a directory
+    deleted and written again, a new checkout at the same path, a secret made again, the
+    engine's socket after a restart of the engine), the container must be made again, and
+    Compose makes again a service whose labels changed. Empty without a directory (a render
+    that is not written): ``directory`` is where the Compose file is, its ./ paths' base."""
+    if directory is None:
+        return ""
+    found = []
+    for volume in volumes:
+        source = volume.split(":", 1)[0]
+        if not source.startswith(("./", "/")):
+            continue  # a named volume
+        try:
+            inode = (directory / source).stat().st_ino  # an absolute source stays so
+        except FileNotFoundError:
+            continue  # Docker makes a missing source a directory, at the container's start
+        found.append(f"{source} {inode}")
+    return hashlib.sha256("\n".join(found).encode()).hexdigest()[:16] if found else ""
 
 
 def docker_socket() -> str:

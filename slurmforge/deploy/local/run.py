@@ -18,6 +18,7 @@ from slurmforge.deploy.local import apply, gpu_assign, preflight, ready
 from slurmforge.deploy.local import restore as local_restore
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.local.files import Files
+from slurmforge.deploy.local.render import url_host
 from slurmforge.deploy.roles import CONTROLLER, JAIL, LOGIN
 from slurmforge.deploy.slurm import ctl, database
 from slurmforge.deploy.spec.model import Cluster, check_user
@@ -94,15 +95,7 @@ class Local(Target):
         if self.dry_run:
             return self.preview()
         took = self.start(timeout, back_up=back_up)
-        spec = self.cluster.spec
-        return [
-            f"cluster {spec.name}: {_nodes_up(self.cluster)} after {took:.1f} s "
-            f"(manifests: {self.dir})",
-            "log in:  invoke login            (root shell in the jail on the login node)",
-            "         invoke login --user NAME",
-            f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from "
-            f"{'the directory' if sssd.ldap_of(spec) else 'createuser'})",
-        ]
+        return _deployed(self.cluster, took, self.dir)
 
     def preview(self) -> list[str]:
         """`deploy --dry-run`: the same checks and the same files as a deploy, written where it
@@ -165,7 +158,7 @@ class Local(Target):
         out = out if code == 0 else f"slurmctld is not answering: {out}"
         if self.project.running(roles.PROMETHEUS) is not None:
             spec = self.cluster.spec
-            host = f"[{spec.login.address}]" if ":" in spec.login.address else spec.login.address
+            host = url_host(spec.login.address)
             out += f"\n\nPrometheus: http://{host}:{spec.metrics.prometheus.port}/"
             out += f" (scrapes the exporter every {spec.metrics.prometheus.scrape_interval} s)"
         return out
@@ -228,6 +221,18 @@ class Local(Target):
         # `--`: a name is never taken for an option of su (the name is checked too)
         inner = ["su", "--login", "--", check_user(user)] if user else ["/bin/bash", "-l"]
         return self.project.exec_tty_argv(LOGIN, ["chroot", jail_contract.ROOT, *inner])
+
+
+def _deployed(cluster: Cluster, took: float, where: Path) -> list[str]:
+    """What a deploy says once every node is up: how to log in."""
+    spec = cluster.spec
+    return [
+        f"cluster {spec.name}: {_nodes_up(cluster)} after {took:.1f} s (manifests: {where})",
+        "log in:  invoke login            (root shell in the jail on the login node)",
+        "         invoke login --user NAME",
+        f"         ssh -p {spec.login.port} NAME@{spec.login.address}  (key from "
+        f"{'the directory' if sssd.ldap_of(spec) else 'createuser'})",
+    ]
 
 
 def _nodes_up(cluster: Cluster) -> str:
