@@ -3,6 +3,7 @@ the cluster's file, and its containers and volumes found by the labels Compose g
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
@@ -26,16 +27,24 @@ def compose_cli() -> list[str]:
             return shlex.split(override)
         except ValueError as exc:
             raise ConfigError(f"$SLURMFORGE_COMPOSE {quote(override)}: {exc}") from None
-    if shutil.which("docker"):
-        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
-        if probe.returncode == 0:
-            return ["docker", "compose"]
+    if _plugin_answers():
+        return ["docker", "compose"]
     if shutil.which("docker-compose"):
         return ["docker-compose"]
     raise EngineUnavailable(
         "no Docker Compose CLI found (tried `docker compose` and `docker-compose`)",
         hint="run scripts/setup, or apt-get install docker-compose",
     )
+
+
+@functools.cache
+def _plugin_answers() -> bool:
+    """Whether `docker compose` (v2) answers: asked once a process, not before every Compose
+    command (a deploy runs several)."""
+    if not shutil.which("docker"):
+        return False
+    probe = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
+    return probe.returncode == 0
 
 
 class Project:
