@@ -1,14 +1,12 @@
 """The `local` target's renderer (local/run.py runs it): the cluster as a Docker Compose file, valid
-for `docker compose` v2 and `docker-compose` v1 (the Compose Specification, which v1 reads as
-file format 3.9 when no `version` is given, and v2 warns about on every command when one is;
-no feature either lacks).
+for `docker compose` v2 and `docker-compose` v1 (file format 3.8, no features either lacks).
 
 A service per role the cluster runs (roles/): its record's image, command, published ports,
 configuration directories (written beside the Compose file), secrets (bound read-only at
 /run/secrets), its own data (a named volume) and the jail (a named volume), in the order its
 ``after`` says. A compute node is one service per Slurm node, named after it so that Compose's
 DNS resolves it. jail-populate has the profile "setup", so `up` leaves it alone: `invoke deploy`
-runs the same image's populate itself (by hand: `docker compose --profile setup run --rm
+runs the same image's populate itself (by hand: `docker-compose --profile setup run --rm
 jail-populate`).
 Networks: the default one, which every service is on but the database and Prometheus; the
 database's, an internal network it shares with slurmdbd alone; the management one, where
@@ -143,7 +141,7 @@ class ComposeRenderer:
         volumes.update({r.data.local: {} for r in self.running if r.data})
         if roles.elastic(self.spec):
             volumes[roles.POWER_VOLUME] = {}
-        return {"services": services, "volumes": volumes}
+        return {"version": "3.8", "services": services, "volumes": volumes}
 
     def service(
         self, role: Role, name: str, image: str, command: tuple[str, ...] | None = None, **more
