@@ -100,9 +100,10 @@ def run(
         while container.exec_run(ready, environment={"LDAPTLS_REQCERT": "never"}).exit_code:
             container.reload()
             waited = time.monotonic() - started
-            logs = container.logs(tail=40).decode(errors="replace")
-            assert container.status == "running", f"slapd {container.status}:\n{logs}"
-            assert waited < 180, f"slapd not ready after {waited:.0f} s:\n{logs}"
+            if container.status != "running" or waited >= 180:
+                logs = container.logs(tail=40).decode(errors="replace")
+                assert container.status == "running", f"slapd {container.status}:\n{logs}"
+                raise AssertionError(f"slapd not ready after {waited:.0f} s:\n{logs}")
             time.sleep(0.5)
         yield site
     finally:
