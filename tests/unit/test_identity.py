@@ -161,7 +161,7 @@ def test_the_embedded_directory_runs_only_when_asked(write_cluster, versions, tm
     secrets = {**secret_files(tmp_path), "ldap-bind-password": tmp_path / "ldap-bind-password"}
     services = render.render(cluster, secrets, "sha256:abc")["services"]
     assert services["slapd"]["environment"] == {"SLAPD_BASE_DN": "dc=example,dc=org"}
-    assert "slapd" in services["cpu-0"]["depends_on"]
+    assert "slapd" in render.before_controller(cluster)  # with the nodes, which it answers
     assert "ldap_uri = ldap://slapd" in sssd.sssd_conf(cluster.spec)
     local = loader.load(write_cluster(shipped_with()), versions)
     services = render.render(local, secret_files(tmp_path), "sha256:abc")["services"]

@@ -97,20 +97,23 @@ def apply(
 def start_containers(local: Host, leave: list[str] | None = None) -> None:
     """`up` every service but an elastic set's nodes, which are made and left to Slurm (those
     running stay running: a changed one is made again and started again), and but ``leave``
-    (running nodes a roll replaces after)."""
+    (running nodes a roll replaces after). Where no controller runs, what it needs when it
+    starts is brought up first (render.before_controller)."""
     elastic = [node for ns in local.cluster.spec.nodesets for node in ns.elastic_nodes]
-    if not elastic and not leave:
+    left = {*elastic, *(leave or [])}
+    if local.running_controller() is None:
+        first = [s for s in render.before_controller(local.cluster) if s not in left]
+        if first:
+            local.project.compose("up", "-d", "--remove-orphans", *first)
+    if not left:
         local.project.compose("up", "-d", "--remove-orphans")
         return
     services = yaml.safe_load(local.project.file.read_text())["services"]
-    left = {*elastic, *(leave or [])}
     started = [n for n, s in services.items() if n not in left and "profiles" not in s]
     running = [node for node in elastic if local.project.running(node) is not None]
     if elastic:
         local.project.compose("up", "--no-start", "--remove-orphans", *elastic)
-    # --no-deps: a service that depends on a node left out does not make it again either
-    no_deps = ["--no-deps"] if leave else []
-    local.project.compose("up", "-d", "--remove-orphans", *no_deps, *started)
+    local.project.compose("up", "-d", "--remove-orphans", *started)
     stopped = [node for node in running if local.project.running(node) is None]
     if stopped:
         local.project.compose("start", *stopped)

@@ -1,13 +1,15 @@
 """The `local` target's renderer (local/run.py runs it): the cluster as a Docker Compose file, valid
-for `docker compose` v2 and `docker-compose` v1 (file format 3.8, no features either lacks).
+for `docker compose` v2 and `docker-compose` v1 (the Compose Specification, which v1 reads as
+file format 3.9 when no `version` is given, and v2 warns about on every command when one is;
+no feature either lacks).
 
 A service per role the cluster runs (roles/): its record's image, command, published ports,
 configuration directories (written beside the Compose file), secrets (bound read-only at
-/run/secrets), its own data (a named volume) and the jail (a named volume), in the order its
-``after`` says. A compute node is one service per Slurm node, named after it so that Compose's
-DNS resolves it. jail-populate has the profile "setup", so `up` leaves it alone: `invoke deploy`
-runs the same image's populate itself (by hand: `docker-compose --profile setup run --rm
-jail-populate`).
+/run/secrets), its own data (a named volume) and the jail (a named volume); no service depends
+on another (before_controller says why, and what starts first). A compute node is one service
+per Slurm node, named after it so that Compose's DNS resolves it. jail-populate has the profile
+"setup", so `up` leaves it alone: `invoke deploy` runs the same image's populate itself (by
+hand: `docker compose --profile setup run --rm jail-populate`).
 Networks: the default one, which every service is on but the database and Prometheus; the
 database's, an internal network it shares with slurmdbd alone; the management one, where
 Prometheus is with what it scrapes (roles.networks_of).
@@ -141,7 +143,7 @@ class ComposeRenderer:
         volumes.update({r.data.local: {} for r in self.running if r.data})
         if roles.elastic(self.spec):
             volumes[roles.POWER_VOLUME] = {}
-        return {"version": "3.8", "services": services, "volumes": volumes}
+        return {"services": services, "volumes": volumes}
 
     def service(
         self, role: Role, name: str, image: str, command: tuple[str, ...] | None = None, **more
@@ -183,9 +185,6 @@ class ComposeRenderer:
         if roles.PORTAL_CONF in role.mounted_configs(self.spec):
             settings = "".join(portal.files(self.cluster).values()).encode()
             service["labels"][PORTAL_LABEL] = hashlib.sha256(settings).hexdigest()
-        after = [s for r in self.running if r.name in role.after for s in self.names(r)]
-        if after:
-            service["depends_on"] = after
         service["restart"] = "no" if job else "unless-stopped"
         return service
 
@@ -237,12 +236,7 @@ class ComposeRenderer:
         return out
 
     def names(self, role: Role) -> list[str]:
-        """The services of ``role`` that deploy starts (not an elastic set's nodes: Slurm does)."""
-        if role.workload == "nodes":
-            return [node for _, node in self.cluster.fixed_nodes]
-        if role.name == roles.CONTROLLER:
-            return roles.controllers(self.spec)
-        return [role.name]
+        return service_names(self.cluster, role)
 
     def env(self, role: Role) -> dict[str, str]:
         configs = role.mounted_configs(self.spec)
@@ -280,6 +274,35 @@ class ComposeRenderer:
         """A published port on the login address."""
         host = url_host(self.spec.login.address)
         return f"{host}:{roles.published(self.spec, port)}:{port.number}"
+
+
+def service_names(cluster: Cluster, role: Role) -> list[str]:
+    """The services of ``role`` that deploy starts (not an elastic set's nodes: Slurm does)."""
+    if role.workload == "nodes":
+        return [node for _, node in cluster.fixed_nodes]
+    if role.name == roles.CONTROLLER:
+        return roles.controllers(cluster.spec)
+    return [role.name]
+
+
+def before_controller(cluster: Cluster) -> list[str]:
+    """The services a first start brings up before the rest: what the controller is after
+    (roles' ``after``, followed through), its nodes above all, since slurmctld resolves every
+    node's name as it starts and a container's name resolves only while it runs.
+
+    The Compose file holds no ``depends_on``: Compose v2 makes a service again whenever one it
+    depends on is made again (a new controller took the login node and its users' sessions with
+    it), and an ``up`` of some services gives one whose dependency is left out a definition
+    without it, which differs from the file's (the `up` of everything but the nodes a roll
+    replaces after their jobs made the controller and the login node again)."""
+    running = {role.name: role for role in roles.running(cluster.spec, "local")}
+    wanted, todo = set(), [roles.CONTROLLER]
+    while todo:
+        for name in running[todo.pop()].after:
+            if name in running and name not in wanted:
+                wanted.add(name)
+                todo.append(name)
+    return [s for name in running if name in wanted for s in service_names(cluster, running[name])]
 
 
 def url_host(address: str) -> str:

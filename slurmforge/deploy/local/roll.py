@@ -57,7 +57,7 @@ def roll(
         return local.project.sh(name, f"{env} {NODE_STATE} stopping {shlex.quote(name)}")
 
     def recreate(names: list[str]) -> None:
-        local.project.compose("up", "-d", "--no-deps", *names)
+        local.project.compose("up", "-d", *names)
 
     plan = local.cluster.spec.disruption
     replace.roll(local.controller_sh, sets, plan, take, recreate, kept, timeout, log)

@@ -180,7 +180,8 @@ class Role:
     fixed_hostname: bool = False  # its host name must be its name (slurmdbd checks DbdHost)
     stable_name: bool = False  # reached or operated by a stable name (k8s: pod <name>-0), as a
     # role that keeps data is
-    after: tuple[str, ...] = ()  # roles started before it, where a target orders starts
+    after: tuple[str, ...] = ()  # roles that should start before it: the local target starts
+    # the controller's first (deploy/local/render.before_controller), Kubernetes all at once
     resources: Resources = Resources(("100m", "128Mi"), ("1", "512Mi"))
     grace_seconds: int | None = None  # to stop cleanly, when more than the runtime's default
     # holds no capability but its own (Docker's default set dropped) and gains none (setuid
