@@ -188,7 +188,9 @@ def squashfs_image(
     """~user/os.sqsh in the jail, owned by ``user``: a small image built here from the cell's base
     image (of ``platform``) with ``mark`` as the ID= of its os-release (the jail says debian),
     exported with `docker export` and packed with the jail's mksquashfs, as a user makes one
-    from a local image without a registry."""
+    from a local image without a registry. Uncompressed: gzip, mksquashfs' default, took 31
+    CPU-seconds for these 141 MB, against under one, and enroot unpacks it on every node of
+    every step."""
     dockerfile = (
         f"FROM {images['base']}\n"
         f"RUN rm -f /etc/os-release && printf 'ID={mark}\\nPRETTY_NAME=\"{mark}\"\\n'"
@@ -210,7 +212,7 @@ def squashfs_image(
         client.images.remove(tag)
     home = cluster.ok("login", f"chroot /jail getent passwd {user}").split(":")[5]
     pack = (
-        f"mksquashfs /root/ctr {home}/os.sqsh -noappend -all-root -quiet"
+        f"mksquashfs /root/ctr {home}/os.sqsh -noappend -all-root -quiet -noI -noD -noF -noX"
         f" && chown {user}: {home}/os.sqsh && rm -rf /root/ctr"
     )
     cluster.ok("login", f"chroot /jail sh -c {shlex.quote(pack)}")
