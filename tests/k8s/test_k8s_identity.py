@@ -8,6 +8,7 @@ cases, on the local target)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -140,7 +141,14 @@ def test_a_directory_user_runs_jupyterlab_from_the_portal_as_her_job(
         assert not squeue(user), f"{user}'s job still runs {timeout:.0f} s on"
 
     # the lab has no kube-proxy: the browser goes to the hub's pod, where portal-public sends
-    url = f"https://{kube.pod_ip('portal-0')}:8000"
+    address = kube.pod_ip("portal-0")
+    url = f"https://{address}:8000"
+    try:  # the browser's proxy connects there first: if it cannot, what the pod was doing
+        socket.create_connection((address, 8000), timeout=30).close()
+    except OSError as why:
+        pod = kube.run("get", "pod", "portal-0", "-o", "wide", check=False)
+        log = kube.run("logs", "portal-0", "--all-containers", "--tail", "40", check=False)
+        pytest.fail(f"the hub's pod does not answer at {address}:8000 ({why}):\n{pod}\n{log}")
     ada, bob = browsers(), browsers()
     assert refused(ada, url, "ada", "not-" + PASSWORDS["ada"])
     log_in(ada, url, "ada", PASSWORDS["ada"])
