@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurmforge import config
-from slurmforge.deploy import loader
+from slurmforge.deploy import loader, roles
 from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.versions import load as load_versions
@@ -124,7 +124,7 @@ def test_the_compose_file_makes_every_node_and_an_agent_alone_holds_the_engine(
     assert services["cpu-0"]["command"] == ["slurmd", "-D", "-N", "cpu-0"]
     # a first start brings up the nodes that always run, and the agent, before slurmctld; not
     # the elastic ones
-    first = render.before_controller(cluster)
+    first = render.started_before(cluster, roles.CONTROLLER)
     assert "burst-0" not in first and {"cpu-0", "node-power"} <= set(first)
     socket = "/var/run/docker.sock:/var/run/docker.sock"
     holding = [name for name, s in services.items() if socket in s.get("volumes", [])]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slurmforge import config
-from slurmforge.deploy import loader
+from slurmforge.deploy import loader, roles
 from slurmforge.deploy.identity import sssd
 from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
@@ -161,7 +161,10 @@ def test_the_embedded_directory_runs_only_when_asked(write_cluster, versions, tm
     secrets = {**secret_files(tmp_path), "ldap-bind-password": tmp_path / "ldap-bind-password"}
     services = render.render(cluster, secrets, "sha256:abc")["services"]
     assert services["slapd"]["environment"] == {"SLAPD_BASE_DN": "dc=example,dc=org"}
-    assert "slapd" in render.before_controller(cluster)  # with the nodes, which it answers
+    # a first start brings the directory up with the nodes, which it answers, before slurmctld;
+    # an upgrade's slurmdbd, with its database (the Compose file says nothing of either)
+    assert "slapd" in render.started_before(cluster, roles.CONTROLLER)
+    assert set(render.started_before(cluster, roles.DBD)) == {"mariadb", "slapd"}
     assert "ldap_uri = ldap://slapd" in sssd.sssd_conf(cluster.spec)
     local = loader.load(write_cluster(shipped_with()), versions)
     services = render.render(local, secret_files(tmp_path), "sha256:abc")["services"]

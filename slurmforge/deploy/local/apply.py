@@ -74,7 +74,8 @@ def apply(
         local.restoring.database()
     if upgrading and local.cluster.spec.accounting.enabled:
         # Slurm's order: slurmdbd converts the database before slurmctld talks to it
-        local.project.compose("up", "-d", DBD)  # and its own database, if it has one
+        # and its own database, if it has one: the Compose file says nothing of that
+        local.project.compose("up", "-d", *render.started_before(local.cluster, DBD), DBD)
         dbd_port = roles.role(DBD).ports[0]
         ctl.wait_port(functools.partial(local.sh, DBD), dbd_port.number, DBD, 600.0)
     if rolling:
@@ -98,11 +99,11 @@ def start_containers(local: Host, leave: list[str] | None = None) -> None:
     """`up` every service but an elastic set's nodes, which are made and left to Slurm (those
     running stay running: a changed one is made again and started again), and but ``leave``
     (running nodes a roll replaces after). Where no controller runs, what it needs when it
-    starts is brought up first (render.before_controller)."""
+    starts is brought up first (render.started_before)."""
     elastic = [node for ns in local.cluster.spec.nodesets for node in ns.elastic_nodes]
     left = {*elastic, *(leave or [])}
     if local.running_controller() is None:
-        first = [s for s in render.before_controller(local.cluster) if s not in left]
+        first = [s for s in render.started_before(local.cluster, roles.CONTROLLER) if s not in left]
         if first:
             local.project.compose("up", "-d", "--remove-orphans", *first)
     if not left:

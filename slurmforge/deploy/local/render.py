@@ -6,7 +6,7 @@ no feature either lacks).
 A service per role the cluster runs (roles/): its record's image, command, published ports,
 configuration directories (written beside the Compose file), secrets (bound read-only at
 /run/secrets), its own data (a named volume) and the jail (a named volume); no service depends
-on another (before_controller says why, and what starts first). A compute node is one service
+on another (started_before says why, and what starts first). A compute node is one service
 per Slurm node, named after it so that Compose's DNS resolves it. jail-populate has the profile
 "setup", so `up` leaves it alone: `invoke deploy` runs the same image's populate itself (by
 hand: `docker compose --profile setup run --rm jail-populate`).
@@ -285,10 +285,11 @@ def service_names(cluster: Cluster, role: Role) -> list[str]:
     return [role.name]
 
 
-def before_controller(cluster: Cluster) -> list[str]:
-    """The services a first start brings up before the rest: what the controller is after
-    (roles' ``after``, followed through), its nodes above all, since slurmctld resolves every
-    node's name as it starts and a container's name resolves only while it runs.
+def started_before(cluster: Cluster, name: str) -> list[str]:
+    """The services to bring up before role ``name``'s when none runs: those of the roles it is
+    after (roles' ``after``, followed through). The controller's are its nodes above all, since
+    slurmctld resolves every node's name as it starts and a container's name resolves only while
+    it runs; slurmdbd's, its database.
 
     The Compose file holds no ``depends_on``: Compose v2 makes a service again whenever one it
     depends on is made again (a new controller took the login node and its users' sessions with
@@ -296,13 +297,13 @@ def before_controller(cluster: Cluster) -> list[str]:
     without it, which differs from the file's (the `up` of everything but the nodes a roll
     replaces after their jobs made the controller and the login node again)."""
     running = {role.name: role for role in roles.running(cluster.spec, "local")}
-    wanted, todo = set(), [roles.CONTROLLER]
+    wanted, todo = set(), [name]
     while todo:
-        for name in running[todo.pop()].after:
-            if name in running and name not in wanted:
-                wanted.add(name)
-                todo.append(name)
-    return [s for name in running if name in wanted for s in service_names(cluster, running[name])]
+        for after in running[todo.pop()].after:
+            if after in running and after not in wanted:
+                wanted.add(after)
+                todo.append(after)
+    return [s for n in running if n in wanted for s in service_names(cluster, running[n])]
 
 
 def url_host(address: str) -> str:
