@@ -181,7 +181,8 @@ class Role:
     stable_name: bool = False  # reached or operated by a stable name (k8s: pod <name>-0), as a
     # role that keeps data is
     after: tuple[str, ...] = ()  # roles that should start before it: the local target starts
-    # the controller's first (deploy/local/render.started_before), Kubernetes all at once
+    # the controller's first, and an upgrade's slurmdbd's (deploy/local/render.started_before);
+    # Kubernetes starts every pod at once
     resources: Resources = Resources(("100m", "128Mi"), ("1", "512Mi"))
     grace_seconds: int | None = None  # to stop cleanly, when more than the runtime's default
     # holds no capability but its own (Docker's default set dropped) and gains none (setuid
