@@ -98,14 +98,14 @@ def apply(
 def start_containers(local: Host, leave: list[str] | None = None) -> None:
     """`up` every service but an elastic set's nodes, which are made and left to Slurm (those
     running stay running: a changed one is made again and started again), and but ``leave``
-    (running nodes a roll replaces after). Where no controller runs, what it needs when it
-    starts is brought up first (render.started_before)."""
+    (running nodes a roll replaces after). What the controller needs when it starts is brought
+    up first (render.started_before), every time: a controller this `up` makes again starts
+    after the nodes it adds or starts again, whose names it resolves as it starts."""
     elastic = [node for ns in local.cluster.spec.nodesets for node in ns.elastic_nodes]
     left = {*elastic, *(leave or [])}
-    if local.running_controller() is None:
-        first = [s for s in render.started_before(local.cluster, roles.CONTROLLER) if s not in left]
-        if first:
-            local.project.compose("up", "-d", "--remove-orphans", *first)
+    first = [s for s in render.started_before(local.cluster, roles.CONTROLLER) if s not in left]
+    if first:
+        local.project.compose("up", "-d", "--remove-orphans", *first)
     if not left:
         local.project.compose("up", "-d", "--remove-orphans")
         return

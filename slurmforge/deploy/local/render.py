@@ -286,8 +286,8 @@ def service_names(cluster: Cluster, role: Role) -> list[str]:
 
 
 def started_before(cluster: Cluster, name: str) -> list[str]:
-    """The services to bring up before role ``name``'s when none runs: those of the roles it is
-    after (roles' ``after``, followed through). The controller's are its nodes above all, since
+    """The services to bring up before role ``name``'s: those of the roles it is after (roles'
+    ``after``, followed through). The controller's are its nodes above all, since
     slurmctld resolves every node's name as it starts and a container's name resolves only while
     it runs; slurmdbd's, its database.
 
