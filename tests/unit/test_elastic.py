@@ -122,8 +122,8 @@ def test_the_compose_file_makes_every_node_and_an_agent_alone_holds_the_engine(
     # each start is the node's boot to Slurm, which waits for one after it asked for a resume
     assert services["burst-0"]["command"] == ["slurmd", "-D", "-N", "burst-0", "-b"]
     assert services["cpu-0"]["command"] == ["slurmd", "-D", "-N", "cpu-0"]
-    # a first start brings up the nodes that always run, and the agent, before slurmctld; not
-    # the elastic ones
+    # a deploy brings up the nodes that always run, and the agent, before slurmctld; not the
+    # elastic ones
     first = render.started_before(cluster, roles.CONTROLLER)
     assert "burst-0" not in first and {"cpu-0", "node-power"} <= set(first)
     socket = "/var/run/docker.sock:/var/run/docker.sock"

@@ -161,7 +161,7 @@ def test_the_embedded_directory_runs_only_when_asked(write_cluster, versions, tm
     secrets = {**secret_files(tmp_path), "ldap-bind-password": tmp_path / "ldap-bind-password"}
     services = render.render(cluster, secrets, "sha256:abc")["services"]
     assert services["slapd"]["environment"] == {"SLAPD_BASE_DN": "dc=example,dc=org"}
-    # a first start brings the directory up with the nodes, which it answers, before slurmctld;
+    # a deploy brings the directory up with the nodes, which it answers, before slurmctld;
     # an upgrade's slurmdbd, with its database (the Compose file says nothing of either)
     assert "slapd" in render.started_before(cluster, roles.CONTROLLER)
     assert set(render.started_before(cluster, roles.DBD)) == {"mariadb", "slapd"}

@@ -134,7 +134,7 @@ class ComposeRenderer:
                 for ns, node in self.cluster.nodes:
                     services[node] = self.node(role, ns, node)
             else:  # a backup slurmctld is a second service of the role, on the same volume
-                for name in self.names(role):
+                for name in service_names(self.cluster, role):
                     services[name] = self.service(role, name, self.cluster.images[role.image])
             if role.name == roles.EXPORTER:
                 services.update(self.gpu_metrics(role))
@@ -234,9 +234,6 @@ class ComposeRenderer:
             service["devices"] = driver["devices"]
             out[name] = service
         return out
-
-    def names(self, role: Role) -> list[str]:
-        return service_names(self.cluster, role)
 
     def env(self, role: Role) -> dict[str, str]:
         configs = role.mounted_configs(self.spec)
