@@ -23,7 +23,7 @@ from slurmforge import bootstrap, buildlog
 from slurmforge.engine import APIError, Engine, EngineError, ImageInfo
 from slurmforge.errors import SlurmforgeError
 from slurmforge.matrix import BuildTarget
-from slurmforge.plan import Action, Decision, Planner
+from slurmforge.plan import UNCHANGED, Action, Decision, Planner
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) :")
 TAIL_LINES = 30
@@ -150,6 +150,7 @@ class BuildRunner:
                 time.monotonic() - start,
                 decision.existing.size,
                 decision.existing.id,
+                "" if decision.reason == UNCHANGED else decision.reason,
                 lacking=decision.lacking,
             )
         log_path = self.log_dir / f"{target.id.replace('/', '_')}.log"

@@ -21,6 +21,8 @@ from slurmforge.matrix import BuildTarget
 from slurmforge.pins import UNPINNED
 from slurmforge.render import Rendered, inputs_hash
 
+UNCHANGED = "inputs unchanged"  # the reason of a target whose image is the one it would build
+
 
 class Action(StrEnum):
     BUILD = "build"
@@ -107,13 +109,31 @@ class Planner:
         if existing is None:
             reason, action = "no image yet", Action.BUILD
         elif existing.inputs_hash == digest:
-            reason, action = "inputs unchanged", Action.CACHED
+            reason, action = UNCHANGED, Action.CACHED
         elif existing.inputs_hash is None:
             reason, action = "existing image has no inputs label", Action.BUILD
         else:
             changed = changes(existing.manifest, manifest) or ["inputs"]
             reason, action = "changed: " + ", ".join(changed), Action.BUILD
+        if action is Action.BUILD and (twin := self._twin(target, digest)) is not None:
+            (ref, existing), action = twin, Action.CACHED
+            reason = f"same inputs as {ref}"
         return Decision(target, action, reason, digest, manifest, recipe, existing)
+
+    def _twin(self, target: BuildTarget, digest: str) -> tuple[str, ImageInfo] | None:
+        """An image made from the same inputs under another reference, whose labels this
+        target's build would give it too (its version and title): the same cell in two sets,
+        which differ in their registry alone. Tagging it is the build, to the byte."""
+        images = self.images if self.images is not None else self.engine.tagged()
+        version = target.ref.rpartition(":")[2]
+        for ref, info in sorted(images.items()):
+            if (
+                info.inputs_hash == digest
+                and info.labels.get("org.opencontainers.image.version") == version
+                and info.labels.get("org.opencontainers.image.title") == target.component
+            ):
+                return ref, info
+        return None
 
 
 def decide(

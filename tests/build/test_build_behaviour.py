@@ -6,6 +6,7 @@ so only the target a test breaks is attempted; it fails fast and must leave ever
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -77,6 +78,36 @@ def test_checksum_mismatch_builds_and_tags_nothing(tmp_path: Path, images, clien
     assert "built " not in proc.stdout + proc.stderr, proc.stdout
     assert _tag_ids(client, images) == before
     assert client.images.list(name="badinput.invalid/sf/*") == []
+
+
+def test_a_cell_two_sets_share_is_built_once_and_tagged_for_the_second(
+    tmp_path: Path, images, client
+) -> None:
+    """Another set of the same cell, in another registry: its images are the first set's, not
+    built again (a fresh CI run rebuilt the ci set's copy of README's cell for 2.3 minutes)."""
+    root = copy_project(tmp_path)
+    data = load_yaml((root / "versions.yaml").read_text())
+    registry, first = "twinset.test/sf", data["sets"]["default"]["registry"]
+    data["sets"]["twin"] = {**data["sets"]["default"], "registry": registry}
+    (root / "versions.yaml").write_text(dump_yaml(data, sort_keys=False))
+    try:
+        proc = run_build(root, "--set", "twin", "--component", "exporter", "--component", "login")
+        assert proc.returncode == 0, proc.stderr
+        rows = json.loads((root / ".cache/logs/latest/summary.json").read_text())
+        twins = {r["target"].split("/")[0]: r for r in rows if r["target"].split("/")[0] in (
+            "exporter", "login")}  # fmt: skip
+        for component, row in twins.items():
+            assert row["status"] == "cached", row
+            assert row["note"].startswith(f"same inputs as {first}/{component}:"), row
+            tag = images[component].rpartition(":")[2]
+            ids = {client.images.get(f"{r}/{component}:{tag}").id for r in (registry, first)}
+            assert len(ids) == 1, ids
+        assert set(twins) == {"exporter", "login"}, rows
+    finally:
+        for image in client.images.list(name=f"{registry}/*"):
+            for tag in image.tags:
+                if tag.startswith(registry):
+                    client.images.remove(tag, noprune=True)
 
 
 def test_noop_fast_path_and_what_invalidates_it(tmp_path: Path, images, client) -> None:
