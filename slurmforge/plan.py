@@ -123,7 +123,9 @@ class Planner:
     def _twin(self, target: BuildTarget, digest: str) -> tuple[str, ImageInfo] | None:
         """An image made from the same inputs under another reference, whose labels this
         target's build would give it too (its version and title): the same cell in two sets,
-        which differ in their registry alone. Tagging it is the build, to the byte."""
+        which differ in their registry alone. Tagging it gives what a build would, but for the
+        time and commit of the labels the first build wrote (as a cached image keeps its own).
+        Asked only of a target about to be built: one listing of the engine's images."""
         images = self.images if self.images is not None else self.engine.tagged()
         version = target.ref.rpartition(":")[2]
         for ref, info in sorted(images.items()):
