@@ -45,15 +45,23 @@ class Rendered:
     files: tuple[ContextFile, ...]
     lacking: tuple[str, ...] = ()  # features the image would carry but goes without
     site: site_layer.Block | None = None  # the site layer's part (at the Dockerfile's end)
+    # (component, reference) of each parent published under the set's registry
+    public_parents: tuple[tuple[str, str], ...] = ()
 
     def manifest(self, parent_ids: dict[str, str]) -> dict[str, object]:
         """Everything that defines the image, as sorted data; its hash is the cache key. The
-        site layer's inputs are apart (``site``), so that a plan names the one that changed."""
+        site layer's inputs are apart (``site``), so that a plan names the one that changed.
+        A parent counts by its image ID: the reference a public one is named by in the
+        Dockerfile, which carries the set's registry, is set aside (internal parents' references
+        are the same in every set), so two sets that differ only in their registry give every
+        image of a cell they share one hash and the second set tags the first one's images."""
         own = self.dockerfile
         site_files: set[str] = set()
         if self.site is not None:
             own = own[: own.index(site_layer.HOOK)]
             site_files = set(self.site.files)
+        for component, ref in self.public_parents:
+            own = own.replace(ref, f"<{component}>")
         manifest: dict[str, object] = {
             "dockerfile": _sha(own.encode()),
             "files": {
@@ -229,4 +237,6 @@ class DockerfileRenderer:
             site_layer.lint(dockerfile, block, self.site, target.component)
             files += [_context_file(arcname, path) for arcname, path in block.files.items()]
         files.sort(key=lambda f: f.arcname)
-        return Rendered(target, dockerfile, tuple(files), tuple(values["skipped"]), block)
+        public = tuple((c, ref) for c, ref in sorted(parent_refs.items()) if COMPONENTS[c].public)
+        skipped = tuple(values["skipped"])
+        return Rendered(target, dockerfile, tuple(files), skipped, block, public)

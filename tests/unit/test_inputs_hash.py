@@ -83,6 +83,26 @@ def test_parent_image_id_changes_hash(project: Path) -> None:
     assert changes(old, new) == ["parents:runtime/debian12-24.11.5"]
 
 
+def test_two_sets_that_differ_in_their_registry_give_the_gpu_worker_one_hash() -> None:
+    """The worker is FROM its cell's slurmd under the set's own registry; that parent counts
+    by its image ID, so the set that shares the cell tags the worker rather than building it."""
+    from slurmforge.app import Project, Selection
+
+    seen = []
+    for set_name in ("default", "ci"):
+        project = Project(Selection(ROOT / "versions.yaml", set_name))
+        worker = project.by_id["worker/debian12-24.05.8-12.2.2"]
+        rendered = project.rendered(worker)
+        ids = {parent: f"sha256:{parent}" for parent in worker.parents}
+        seen.append((rendered.dockerfile, inputs_hash(rendered.manifest(ids))))
+    (default_file, default_hash), (ci_file, ci_hash) = seen
+    assert "\nFROM 127.0.0.1:5000/slurmforge/slurmd:" in default_file
+    assert "\nFROM ghcr.io/slurmforge/slurmd:" in ci_file
+    assert default_hash == ci_hash
+    moved = {parent: f"sha256:{parent}-rebuilt" for parent in worker.parents}
+    assert inputs_hash(rendered.manifest(moved)) != ci_hash
+
+
 def test_shared_macro_change_reaches_the_dockerfile(project: Path) -> None:
     before, old = _login_hash(project)
     macros = project / "images/macros.j2"
