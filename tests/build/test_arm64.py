@@ -122,7 +122,7 @@ def test_slurm_for_arm64_is_cross_compiled_and_its_node_image_runs_here(
     assert lines[:4] == ["aarch64", "slurm 24.05.8", "slurm 24.05.8", "arm64"], lines
     assert lines[4:] == []  # no plugin misses a library
     # what the image tier checks of every image: no secret, no host key in any layer
-    files = layer_files(client, slurmd)
+    files = layer_files(client, [slurmd])[slurmd]
     assert any(f.endswith("usr/sbin/munged") for f in files)
     names = {*SECRET_FILES, *(f".wh.{n}" for n in SECRET_FILES)}
     assert [f for f in files if f.rsplit("/", 1)[-1] in names or "/ssh_host_" in f] == []
@@ -174,7 +174,7 @@ def test_the_arm64_gpu_worker_runs_cross_compiled_nccl_tests_and_an_aarch64_driv
     said = mount_standin_driver(client, worker, tmp_path, "arm64")
     assert "libcuda.so.1 (libc6,AArch64) => /usr/local/nvidia/lib64/libcuda.so.1" in said, said
     # no driver baked in, no secret or host key in any layer
-    files = layer_files(client, worker)
+    files = layer_files(client, [worker])[worker]
     assert any(f.endswith("usr/local/bin/all_reduce_perf") for f in files)
     assert not [f for f in files if "/libcuda.so" in f or "/libnvidia-ml.so" in f]
     names = {*SECRET_FILES, *(f".wh.{n}" for n in SECRET_FILES)}

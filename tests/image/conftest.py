@@ -1,6 +1,6 @@
-"""Image tier: testinfra on containers of each mission cell's images (built on demand): every cell
-of the `ci` set (Slurm 23.11 and 24.05) and one cell of the `current` set, or the set and cells
-`invoke test-images` names."""
+"""Image tier: testinfra on containers of each mission cell's images (built on demand): README's
+cell of the `ci` set (Slurm 24.05) and one cell of the `current` set (tests/image/cells.py), or
+the set and cells `invoke test-images` names (`--set ci`: Slurm 23.11 too)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from slurmforge import state
 from slurmforge.app import Project
 from tests.common import ROOT, build, select
 from tests.image.cells import IMAGE_CELLS, ROLES
+from tests.image.helpers import layer_files
 
 
 @pytest.fixture(scope="session", params=IMAGE_CELLS, ids=[cell for _, cell in IMAGE_CELLS])
@@ -31,6 +32,14 @@ def images(project: Project) -> dict[str, str]:
 
 # Not a Slurm role: the accounting database (its own tests in test_accounting_images.py)
 DATABASE = "mariadb"
+
+
+@pytest.fixture(scope="session")
+def layers(images: dict[str, str], client: docker.DockerClient) -> dict[str, set[str]]:
+    """Every path in every layer of each role's image and the database's, read once a cell."""
+    refs = {role: images[role] for role in (*ROLES, DATABASE)}
+    files = layer_files(client, refs.values())
+    return {role: files[ref] for role, ref in refs.items()}
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,13 @@ and a stand-in GPU driver mounted as a GPU node mounts one."""
 
 from __future__ import annotations
 
-import io
+import json
+import posixpath
 import re
+import subprocess
 import tarfile
+from collections.abc import Iterable
+from typing import IO
 
 import docker
 
@@ -60,36 +64,51 @@ STUB_CONF = (
 )
 
 
-def layer_files(client: docker.DockerClient, ref: str) -> set[str]:
-    """Every path in every layer of ``ref`` (including files later deleted)."""
-    names: set[str] = set()
-    stream = io.BufferedReader(Chunks(client.images.get(ref).save(named=False)))
-    with tarfile.open(fileobj=stream, mode="r|") as outer:
-        for member in outer:
-            if member.name.endswith("layer.tar") and member.isfile():
-                inner = outer.extractfile(member)
-                assert inner is not None
-                with tarfile.open(fileobj=inner, mode="r|") as layer:
-                    names.update(m.name for m in layer)
-    return names
+def layer_files(client: docker.DockerClient, refs: Iterable[str]) -> dict[str, set[str]]:
+    """Every path in every layer of each of ``refs`` (including files later deleted), from one
+    `docker save` of them all: a layer they share is read once (the images of a cell share
+    their base, runtime and more), and the archive streams from the CLI straight into tarfile."""
+    refs = list(dict.fromkeys(refs))
+    ids = {ref: client.images.get(ref).id.removeprefix("sha256:") for ref in refs}
+    layers: dict[str, set[str]] = {}
+    links: dict[str, str] = {}  # a layer saved once for two images: the second is a link
+    manifest: list[dict] = []
+    save = subprocess.Popen(["docker", "save", *refs], stdout=subprocess.PIPE)
+    assert save.stdout is not None
+    with save:
+        with tarfile.open(fileobj=save.stdout, mode="r|") as outer:
+            for member in outer:
+                # <id>/layer.tar (Docker 20.10), or blobs/sha256/<digest> (OCI, Docker 25 on)
+                blob = member.name.endswith("/layer.tar") or member.name.startswith("blobs/")
+                if blob and member.issym():
+                    links[member.name] = posixpath.join(
+                        posixpath.dirname(member.name), member.linkname
+                    )
+                elif blob and member.isfile():
+                    layers.update(_names(member.name, outer.extractfile(member)))
+                elif member.name == "manifest.json":
+                    manifest = json.load(outer.extractfile(member))  # type: ignore[arg-type]
+        save.stdout.read()  # the archive's padding: docker save ends on its own
+    assert save.returncode == 0, f"docker save {' '.join(refs)} failed"
+    for name, target in links.items():
+        layers[name] = layers[posixpath.normpath(target)]
+    by_id = {
+        posixpath.basename(entry["Config"]).removesuffix(".json"): set().union(
+            *(layers[name] for name in entry["Layers"])
+        )
+        for entry in manifest
+    }
+    return {ref: by_id[ids[ref]] for ref in refs}
 
 
-class Chunks(io.RawIOBase):
-    def __init__(self, chunks) -> None:
-        self._it, self._buf = iter(chunks), b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, out) -> int:
-        while not self._buf:
-            try:
-                self._buf = next(self._it)
-            except StopIteration:
-                return 0
-        n = min(len(out), len(self._buf))
-        out[:n], self._buf = self._buf[:n], self._buf[n:]
-        return n
+def _names(name: str, blob: IO[bytes] | None) -> dict[str, set[str]]:
+    """{name: the paths in it} for a layer; nothing for another blob (a config, a manifest)."""
+    assert blob is not None
+    try:
+        with tarfile.open(fileobj=blob, mode="r|") as layer:
+            return {name: {m.name for m in layer}}
+    except tarfile.ReadError:
+        return {}
 
 
 # secrets are given at run time only: none of them, nor a file holding one, is in a layer
