@@ -2,7 +2,7 @@
 
 Most of the suite runs on the default cell, which README's first command builds before the tests
 start. The rest needs cells that .ci/run builds beside the suite (tests/prebuild.py: the grace
-set's two arches, then Slurm 25.11 and 23.11): those modules run last, in the order the prebuild
+set's two arches, then Slurm 25.11): those modules run last, in the order the prebuild
 finishes their cells, so no test waits for a compile while tests that could run are queued behind
 it. Each group keeps its collected order; on a machine that has every cell, the order changes
 nothing but when they run.
@@ -22,7 +22,7 @@ LATE = (
     TESTS / "registry" / "test_manifest_list.py",  # grace's arm64 slurmd
     TESTS / "build" / "test_arm64.py",  # grace's arm64 worker and jail, the default cell's slurmd
     TESTS / "cluster" / "test_upgrade.py",  # current 25.11 (CUDA 12.2)
-    TESTS / "image",  # ci 23.11 and 24.05, current 25.11 (CUDA 12.9)
+    TESTS / "image",  # ci 24.05, current 25.11 (CUDA 12.9)
 )
 
 
