@@ -279,7 +279,9 @@ def test_a_user_who_leaves_the_group_loses_the_association_not_the_records(
     refused = directory.ssh("carol", "srun -N1 true")
     assert refused.returncode != 0
     assert "Invalid account" in refused.stderr, refused.stderr
-    assert _sacct(cluster, "carol", job) == "physics|COMPLETED"  # her record stays
+    record = _sacct(cluster, "carol", job)  # her record stays
+    everyone = f"sacct -n -P -X -a -D -j {job} -o user,uid,account,state"
+    assert record == "physics|COMPLETED", cluster.sh("slurmctld", everyone)
 
 
 @pytest.fixture(scope="module")

@@ -85,9 +85,11 @@ def sssd_conf(spec: ClusterSpec) -> str:
         # a user seen once keeps working while the directory is away; an unknown one is refused
         "cache_credentials = false",
         "entry_cache_timeout = 600",
-        # back online soon after the directory is (SSSD's default waits a minute, then longer)
+        # back online soon after the directory is (SSSD's default waits a minute, then longer,
+        # plus up to 30 s at random: the deploy starts the embedded directory first)
         "offline_timeout = 5",
         "offline_timeout_max = 30",
+        "offline_timeout_random_offset = 5",
         "ldap_network_timeout = 3",
         "ldap_opt_timeout = 5",
     ]

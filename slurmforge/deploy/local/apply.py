@@ -72,6 +72,7 @@ def apply(
         populate_jail(local, running)
     if local.restoring is not None:
         local.restoring.database()
+    start_directory(local, timeout)
     if upgrading and local.cluster.spec.accounting.enabled:
         # Slurm's order: slurmdbd converts the database before slurmctld talks to it
         # and its own database, if it has one: the Compose file says nothing of that
@@ -93,6 +94,20 @@ def apply(
         local.project.compose("restart", DBD)  # slurmdbd reads its config once, at start
     if changed and running:
         ctl.reconfigure(local.controller_sh)
+
+
+def start_directory(local: Host, timeout: float) -> None:
+    """The embedded directory up and answering before anything that runs SSSD starts. An SSSD
+    that finds no directory as it starts is offline with nothing cached, and tries again only
+    at its next retry (images/runtime/identity.sh, deploy/identity/sssd.py): a node started
+    beside slapd could know no user for its first jobs after the deploy said the cluster was up
+    (seen after restores here: `id` on one node found no name for a directory user's uid)."""
+    if not any(r.name == roles.DIRECTORY for r in roles.running(local.cluster.spec, "local")):
+        return
+    local.project.compose("up", "-d", roles.DIRECTORY)
+    port = roles.role(roles.DIRECTORY).ports[0]
+    sh = functools.partial(local.sh, roles.DIRECTORY)
+    ctl.wait_port(sh, port.number, "the directory (slapd)", timeout)
 
 
 def start_containers(local: Host, leave: list[str] | None = None) -> None:
