@@ -85,8 +85,9 @@ def sssd_conf(spec: ClusterSpec) -> str:
         # a user seen once keeps working while the directory is away; an unknown one is refused
         "cache_credentials = false",
         "entry_cache_timeout = 600",
-        # back online soon after the directory is (SSSD's default waits a minute, then longer,
-        # plus up to 30 s at random: the deploy starts the embedded directory first)
+        # back online soon after the directory is: 5 s, doubling to 30, plus up to 5 at random
+        # so the nodes do not all ask at once (SSSD's defaults: a minute, then longer, plus up
+        # to 30 s). A deploy starts the embedded directory before everything that runs SSSD.
         "offline_timeout = 5",
         "offline_timeout_max = 30",
         "offline_timeout_random_offset = 5",
