@@ -3,13 +3,14 @@ written), what SSSD is given, and which containers get the directory's settings 
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
 from slurmforge import config
 from slurmforge.deploy import loader, roles
-from slurmforge.deploy.identity import sssd
+from slurmforge.deploy.identity import probe, sssd
 from slurmforge.deploy.local import render
 from slurmforge.deploy.slurm import conf as slurmconf
 from slurmforge.versions import load as load_versions
@@ -254,3 +255,19 @@ def test_a_secret_file_others_may_read_is_refused(
     assert not out.exists()
     secret.chmod(0o600)  # its owner's alone: taken
     loader.load(path, versions)
+
+
+def test_a_site_directory_this_host_cannot_reach_is_a_note_and_nothing_refused(
+    write_cluster, versions, tmp_path: Path
+) -> None:
+    """The deploy's bind check against a site directory that does not answer here (a port on
+    this host nothing listens on): a note naming the URI, not a refusal; the nodes' SSSD keeps
+    trying it."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    uri = f"ldap://127.0.0.1:{port}"
+    path = write_cluster(shipped_with(identity=_site(tmp_path, uri=[uri])))
+    notes = probe.probe(path, loader.load(path, versions).spec, timeout=2)
+    assert len(notes) == 1, notes
+    assert notes[0].startswith(f"identity.ldap.uri: {uri} does not answer from this host"), notes

@@ -9,14 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ldap3 import NONE, Connection, Server, Tls
-from ldap3.core.exceptions import (
-    LDAPException,
-    LDAPSocketOpenError,
-    LDAPSocketReceiveError,
-    LDAPStartTLSError,
-)
-
 from slurmforge.deploy.identity.sssd import ldap_of
 from slurmforge.deploy.spec.identity import read_password
 from slurmforge.errors import ConfigError
@@ -33,6 +25,15 @@ def probe(path: Path, spec: ClusterSpec, timeout: int = 5) -> list[str]:
     ldap = ldap_of(spec)
     if ldap is None or ldap.embedded:
         return []
+    # here, not with the module: every deploy-side command imports it, few bind to a directory
+    from ldap3 import NONE, Connection, Server, Tls
+    from ldap3.core.exceptions import (
+        LDAPException,
+        LDAPSocketOpenError,
+        LDAPSocketReceiveError,
+        LDAPStartTLSError,
+    )
+
     password = read_password(path, ldap.bind_password_file) if ldap.bind_password_file else None
     tls = Tls(
         validate=ssl.CERT_REQUIRED,

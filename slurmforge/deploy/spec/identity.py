@@ -13,9 +13,6 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from ldap3.core.exceptions import LDAPException
-from ldap3.operation.search import parse_filter
-from ldap3.utils.dn import parse_dn
 from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, StringConstraints
 
 from slurmforge import refs
@@ -29,7 +26,12 @@ EMBEDDED_READER = "cn=sssd"
 PASSWORD_MAX = 1024
 
 
+# ldap3 is imported where a cluster file's DN or filter is checked, not with the schema: every
+# deploy-side command imports this module, and ldap3 was a tenth of that start's CPU
 def _dn(value: str) -> str:
+    from ldap3.core.exceptions import LDAPException
+    from ldap3.utils.dn import parse_dn
+
     try:
         parsed = parse_dn(value)
     except LDAPException as exc:
@@ -40,6 +42,9 @@ def _dn(value: str) -> str:
 
 
 def _filter(value: str) -> str:
+    from ldap3.core.exceptions import LDAPException
+    from ldap3.operation.search import parse_filter
+
     try:
         parse_filter(value, None, True, True, None, False)
     except LDAPException:
