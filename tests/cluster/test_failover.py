@@ -232,9 +232,9 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
     # a backup standing by (the test before waited for it after its handback)
     _wait("both controllers up", lambda: _ping(cluster).count(" is UP") == 2, 120)
     logged = len(_state(cluster, "cat primary-on.log 2> /dev/null").splitlines())
-    job, saved = _a_job_ended_since_the_last_save(cluster)
     primary = cluster.container("slurmctld")
-    since = int(time.time()) - 30  # the controllers' logs from a little before the kill
+    since = int(time.time()) - 30  # the controllers' logs from before the kill
+    job, saved = _a_job_ended_since_the_last_save(cluster)
     primary.kill()  # as a lost host: no SIGTERM, no save, and Docker does not start it again
     killed = time.monotonic()
     # it died before its next save (the backup takes control seconds later, and saves then)
@@ -304,8 +304,10 @@ def test_a_job_that_ended_as_the_primary_was_killed_does_not_hold_its_nodes(
 def _a_job_ended_since_the_last_save(cluster: Deployed, tries: int = 3) -> tuple[str, str]:
     """A 2-node job that ended after slurmctld's last save, seen ended within 10 s of its
     release (the next save comes 5 s after the last, and each command here takes a moment on a
-    loaded machine); its ID and that save's time. Under CI's load a job once took longer to
-    end (its `srun`): then it is let end, and the window made again."""
+    loaded machine), and no save since, asked last; its ID and that save's time. Under CI's
+    load a job once took longer to end (its `srun`), and once the commands from the save to
+    the kill took 5.8 s and the primary saved the job's end: then it is let end, and the
+    window made again."""
     for _ in range(tries):
         cluster.ok("login", "rm -f ~/go", user=USER)
         script = "until [ -e ~/go ]; do sleep 0.1; done; srun true"
@@ -325,8 +327,8 @@ def _a_job_ended_since_the_last_save(cluster: Deployed, tries: int = 3) -> tuple
             f'touch ~/go; for _ in $(seq 100); do [ "$(squeue -h -j {job} -o %T)" = RUNNING ] '
             "|| exit 0; sleep 0.1; done; exit 1"
         )
-        if cluster.sh("login", ended, user=USER)[0] == 0:
-            return job, saved
+        if cluster.sh("login", ended, user=USER)[0] == 0 and _saved_at(cluster) == saved:
+            return job, saved  # the caller kills the primary next
         _wait("the slow job ended", lambda job=job: not _running(cluster, job), 120)
         cluster.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=120)
-    raise AssertionError(f"no job ended within 10 s of its release, {tries} times")
+    raise AssertionError(f"no job ended unsaved within 10 s of its release, {tries} times")
