@@ -125,6 +125,21 @@ def test_no_token_no_probe_noise_and_the_secret_exists_before_its_mounts(
     # a TCP readiness probe made slurmd log an error every 10 s
     log = kube.run("logs", "cpu-0", "-c", "slurmd")
     assert "Zero Bytes were transmitted" not in log
+    # the daemons the kubelet probes with a connection of its own take it silently: over four
+    # of its probes each, their logs gain no error
+    probed: dict[tuple[str, str], int] = {}
+    for item in json.loads(kube.run("get", "pods", "-o", "json"))["items"]:
+        for c in item["spec"]["containers"]:
+            if "tcpSocket" in c.get("readinessProbe", {}):
+                probed[item["metadata"]["name"], c["name"]] = c["readinessProbe"]["periodSeconds"]
+    assert {"slurmdbd", "slurmrestd", "exporter"} <= {c for _, c in probed}, probed
+    logs = {k: kube.run("logs", k[0], "-c", k[1]) for k in probed}
+    time.sleep(4 * max(probed.values()) + 1)
+    for (pod, container), before in logs.items():
+        after = kube.run("logs", pod, "-c", container)
+        new = after[len(before) :] if after.startswith(before) else after
+        noise = [ln for ln in new.splitlines() if re.search(r"error|exception", ln, re.I)]
+        assert not noise, (pod, container, noise)
     # the munge Secret exists before anything mounts it (it used to come after the pods, and
     # their mounts failed with `secret "munge-key" not found`; a kubelet whose cache is slow
     # to sync under load reports other FailedMount events, which say nothing of this)
