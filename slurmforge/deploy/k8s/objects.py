@@ -54,7 +54,7 @@ def probe(spec: Probe) -> dict[str, Any]:
     An exec probe runs through the engine (docker exec: about 80 ms of the machine's CPU each,
     every PROBE_PERIOD for a pod's whole life), a connection costs next to nothing. The roles
     probed by a port are those whose daemons take an empty connection silently (slurmdbd,
-    slurmrestd, the exporter, Prometheus, the hub, slapd); slurmctld, slurmd and sshd log one as
+    slurmrestd, the exporter, Prometheus, the portal, slapd); slurmctld, slurmd and sshd log one as
     an error, so they keep their pid file checks.
 
     Not a startup probe, though it would exec only until the daemon is up: a kubelet marks a
