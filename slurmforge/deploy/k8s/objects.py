@@ -49,19 +49,19 @@ def files_digest(files: dict[str, str]) -> str:
 
 def probe(spec: Probe) -> dict[str, Any]:
     """A readiness probe: for a port, the kubelet's own connection (tcpSocket); otherwise an exec
-    of the daemon's pid file check or of the role's own command.
+    of the daemon's pid file check, of the kernel's socket table or of the role's own command.
 
     An exec probe runs through the engine (docker exec: about 80 ms of the machine's CPU each,
     every PROBE_PERIOD for a pod's whole life), a connection costs next to nothing. The roles
-    probed by a port are those whose daemons take an empty connection silently (slurmdbd,
-    slurmrestd, the exporter, Prometheus, the portal, slapd); slurmctld, slurmd and sshd log one as
-    an error, so they keep their pid file checks.
+    probed by a connection are those whose daemons take an empty one silently (slurmdbd,
+    slurmrestd, the exporter, Prometheus, slapd); slurmctld, slurmd and sshd log one as an error,
+    so they keep their pid file checks, and the portal's TLS listener keeps the socket table.
 
     Not a startup probe, though it would exec only until the daemon is up: a kubelet marks a
     container with a startup probe and no readiness probe ready only at the pod's next sync, up
     to a minute after the probe passed (kubernetes/kubernetes#95140, #109802). Tried here, every
     rollout wait grew by that, and a restore's chain of them outlasted SlurmdTimeout."""
-    if spec.listening:
+    if spec.listening and spec.connect:
         return {"tcpSocket": {"port": spec.listening}, "periodSeconds": PROBE_PERIOD}
     return {"exec": {"command": spec.argv()}, "periodSeconds": PROBE_PERIOD}
 

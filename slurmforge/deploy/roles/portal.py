@@ -85,7 +85,8 @@ PORTAL_ROLE = Role(
     PORTAL,
     image=PORTAL,
     ports=(Port("https", 8000, publish="portal.port"), PORTAL_API),
-    probe=Probe(listening=8000),
+    # a TLS listener (an empty connection is a failed handshake to it): the socket table on k8s too
+    probe=Probe(listening=8000, connect=False),
     # the munge key for sbatch, squeue and scancel as each user (batchspawner, through sudo)
     secrets=(MUNGE, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY, PORTAL_TLS, METRICS_TOKEN),
     configs=(SLURM_CONF, IDENTITY_CONF, PORTAL_CONF),

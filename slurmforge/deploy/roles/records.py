@@ -110,12 +110,14 @@ class Port:
 class Probe:
     """Ready while: the daemon of ``pid_file`` runs, something listens on ``listening``, or
     ``command`` succeeds. Kubernetes runs it as the readiness probe (``listening`` as its own
-    connection: only for daemons that take an empty connection without logging it); a local
-    deploy runs it in the containers of the roles that Slurm's own view of its nodes does not
-    cover (the portal, REST, ...), ``listening`` read from the kernel's socket table."""
+    connection where ``connect``: for daemons that take an empty connection without logging
+    it); a local deploy runs it in the containers of the roles that Slurm's own view of its
+    nodes does not cover (the portal, REST, ...), ``listening`` read from the kernel's socket
+    table."""
 
     pid_file: str | None = None
     listening: int | None = None
+    connect: bool = True
     command: tuple[str, ...] = ()
 
     def argv(self) -> list[str]:
