@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.ports import free_port
+
 
 @dataclass
 class SiteDatabase:
@@ -70,9 +72,7 @@ def run(client, image: str, root: Path) -> Iterator[SiteDatabase]:
     password.write_text(secrets.token_urlsafe(24))
     password.chmod(0o400)
     gateway = bridge_address(client)
-    with socket.socket() as sock:
-        sock.bind((gateway, 0))
-        port = sock.getsockname()[1]
+    port = free_port(gateway)
     container = client.containers.run(
         image,
         detach=True,

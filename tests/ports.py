@@ -5,8 +5,43 @@ picks, never a fixed number: the suite runs beside the cluster README's first co
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+# The ports handed out lately, by every process of every run on this host. A port is free when
+# it is picked and taken only when its cluster starts, a minute or several later; meanwhile the
+# kernel may give it to a test in another lane as free too, and the second `up` fails "port is
+# already allocated" (a fresh run's upgrade test, its Prometheus port taken by a waiting-lane
+# cluster). A pick is kept out of others' hands for RESERVED seconds.
+LEDGER = Path(tempfile.gettempdir()) / "slurmforge-test-ports"
+RESERVED = 1800.0
+
+
+@contextlib.contextmanager
+def _ledger() -> Iterator[set[int]]:
+    """The ports picked in the last RESERVED seconds, under the ledger's lock; what the caller
+    adds to the set is recorded as picked now."""
+    with open(LEDGER, "a+", encoding="ascii") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        now = time.time()
+        kept: dict[int, float] = {}
+        for line in f:
+            port, _, when = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                if now - float(when) < RESERVED:
+                    kept[int(port)] = float(when)
+        recent = set(kept)
+        yield recent
+        kept.update((port, now) for port in recent - set(kept))
+        f.seek(0)
+        f.truncate()
+        f.writelines(f"{port} {when}\n" for port, when in kept.items())
 
 
 def free_ports(
@@ -15,15 +50,17 @@ def free_ports(
     """``count`` different ports nothing listens on at ``address``, none of them in ``taken``.
     Their sockets stay bound until all are picked: a port closed a moment ago is the kernel's
     next answer as often as not, so one-at-a-time picks repeat (CI gave a cluster's login and
-    Prometheus the same port)."""
-    with contextlib.ExitStack() as stack:
+    Prometheus the same port). None was handed out by this or another process in the last
+    RESERVED seconds (the ledger above)."""
+    with contextlib.ExitStack() as stack, _ledger() as recent:
         ports: list[int] = []
         while len(ports) < count:
             sock = stack.enter_context(socket.socket())
             sock.bind((address, 0))
             port = sock.getsockname()[1]
-            if port not in taken and port not in ports:
+            if port not in taken and port not in ports and port not in recent:
                 ports.append(port)
+        recent.update(ports)
         return ports
 
 
