@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import socket
 import tempfile
 import time
@@ -26,7 +27,12 @@ RESERVED = 1800.0
 def _ledger() -> Iterator[set[int]]:
     """The ports picked in the last RESERVED seconds, under the ledger's lock; what the caller
     adds to the set is recorded as picked now."""
-    with open(LEDGER, "a+", encoding="ascii") as f:
+    # in a directory every user may write to: never through a link, never another user's file
+    fd = os.open(LEDGER, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    if os.fstat(fd).st_uid != os.getuid():
+        os.close(fd)
+        raise RuntimeError(f"{LEDGER} belongs to another user; remove it")
+    with os.fdopen(fd, "r+", encoding="ascii") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
         now = time.time()
