@@ -1,12 +1,13 @@
-"""Host ports for the clusters and servers tests start. Every one is a free port the kernel
-picks, never a fixed number: the suite runs beside the cluster README's first command leaves up
-(login 2222, REST 6820, Prometheus 9090) and beside other runs of itself."""
+"""Host ports for the clusters and servers tests start. Every one is a free port drawn at random
+from a band (BAND), never a fixed number: the suite runs beside the cluster README's first
+command leaves up (login 2222, REST 6820, Prometheus 9090) and beside other runs of itself."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import random
 import socket
 import tempfile
 import time
@@ -15,12 +16,19 @@ from pathlib import Path
 from typing import Any
 
 # The ports handed out lately, by every process of every run on this host. A port is free when
-# it is picked and taken only when its cluster starts, a minute or several later; meanwhile the
-# kernel may give it to a test in another lane as free too, and the second `up` fails "port is
-# already allocated" (a fresh run's upgrade test, its Prometheus port taken by a waiting-lane
-# cluster). A pick is kept out of others' hands for RESERVED seconds.
+# it is picked and taken only when its cluster starts, a minute or several later; meanwhile a
+# test in another lane may find it free too, and the second `up` fails "port is already
+# allocated" (a fresh run's upgrade test, its Prometheus port taken by a waiting-lane cluster).
+# A pick is kept out of others' hands for RESERVED seconds.
 LEDGER = Path(tempfile.gettempdir()) / "slurmforge-test-ports"
 RESERVED = 1800.0
+# Picks come from this band, never from the kernel's ephemeral range (ip_local_port_range,
+# 32768-60999 by default): a port picked free there is also the kernel's to give to any outgoing
+# connection (an ssh, a kubectl, a scrape) until its cluster binds it, and in a fresh run a
+# cluster's REST port, picked free, was the local end of some connection a minute later
+# ("listen tcp4 127.0.0.1:36041: bind: address already in use"). Below Kubernetes' NodePorts too.
+BAND = range(20000, 30000)
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
 @contextlib.contextmanager
@@ -53,21 +61,29 @@ def _ledger() -> Iterator[set[int]]:
 def free_ports(
     count: int, address: str = "127.0.0.1", taken: frozenset[int] = frozenset()
 ) -> list[int]:
-    """``count`` different ports nothing listens on at ``address``, none of them in ``taken``.
-    Their sockets stay bound until all are picked: a port closed a moment ago is the kernel's
-    next answer as often as not, so one-at-a-time picks repeat (CI gave a cluster's login and
-    Prometheus the same port). None was handed out by this or another process in the last
-    RESERVED seconds (the ledger above)."""
-    with contextlib.ExitStack() as stack, _ledger() as recent:
+    """``count`` different ports of BAND nothing listens on at ``address``, none of them in
+    ``taken``, and none handed out by this or another process in the last RESERVED seconds (the
+    ledger above)."""
+    low, high = map(int, EPHEMERAL.read_text().split())
+    band = [port for port in BAND if not low <= port <= high]
+    if not band:
+        raise RuntimeError(f"{EPHEMERAL} ({low}-{high}) covers the test ports' band {BAND}")
+    random.shuffle(band)
+    with _ledger() as recent:
         ports: list[int] = []
-        while len(ports) < count:
-            sock = stack.enter_context(socket.socket())
-            sock.bind((address, 0))
-            port = sock.getsockname()[1]
-            if port not in taken and port not in ports and port not in recent:
-                ports.append(port)
-        recent.update(ports)
-        return ports
+        for port in band:
+            if port in taken or port in recent:
+                continue
+            with socket.socket() as sock:
+                try:
+                    sock.bind((address, port))
+                except OSError:
+                    continue
+            ports.append(port)
+            if len(ports) == count:
+                recent.update(ports)
+                return ports
+    raise RuntimeError(f"fewer than {count} free ports in {BAND} at {address}")
 
 
 def free_port(address: str = "127.0.0.1") -> int:
