@@ -151,6 +151,16 @@ def wait_for(driver: WebDriver, timeout: float = 30) -> WebDriverWait:
     )
 
 
+def hub_home(driver: WebDriver, url: str) -> None:
+    """The hub's home page, as far as its Start button; else what the page showed instead (the
+    login page for a session the hub does not know, a proxy's error for a hub not up)."""
+    driver.get(f"{url}/hub/home")
+    try:
+        wait_for(driver).until(ready.presence_of_element_located((By.ID, "start")))
+    except TimeoutException:
+        raise AssertionError(f"no home page: {driver.current_url} {said(driver)}") from None
+
+
 def _submit_login(driver: WebDriver, url: str, user: str, password: str) -> bool:
     """The login form, filled and sent (again, as a user would, when Chromium abandoned the
     submission for a network change); whether the hub let the user in."""

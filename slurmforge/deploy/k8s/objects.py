@@ -39,6 +39,7 @@ PSA_MODES = ("enforce", "audit", "warn")
 # seconds between readiness probes: a daemon that starts after a wait (slurmctld
 # for slurmdbd) is seen ready within this, and deploy's rollout waits end as soon
 PROBE_PERIOD = 3
+EXEC_PROBE_TIMEOUT = 10  # seconds an exec probe may take (probe())
 
 
 def files_digest(files: dict[str, str]) -> str:
@@ -55,7 +56,9 @@ def probe(spec: Probe) -> dict[str, Any]:
     every PROBE_PERIOD for a pod's whole life), a connection costs next to nothing. The roles
     probed by a connection are those whose daemons take an empty one silently (slurmdbd,
     slurmrestd, the exporter, Prometheus, slapd); slurmctld, slurmd and sshd log one as an error,
-    so they keep their pid file checks, and the portal's TLS listener keeps the socket table.
+    so they keep their pid file checks, and the portal fetches its health page (roles/portal.py).
+    An exec is given EXEC_PROBE_TIMEOUT, not the kubelet's 1 s: on a loaded node an exec of
+    Python past that would be a failed probe, the pod taken out of its Service meanwhile.
 
     Not a startup probe, though it would exec only until the daemon is up: a kubelet marks a
     container with a startup probe and no readiness probe ready only at the pod's next sync, up
@@ -63,7 +66,11 @@ def probe(spec: Probe) -> dict[str, Any]:
     rollout wait grew by that, and a restore's chain of them outlasted SlurmdTimeout."""
     if spec.listening and spec.connect:
         return {"tcpSocket": {"port": spec.listening}, "periodSeconds": PROBE_PERIOD}
-    return {"exec": {"command": spec.argv()}, "periodSeconds": PROBE_PERIOD}
+    return {
+        "exec": {"command": spec.argv()},
+        "periodSeconds": PROBE_PERIOD,
+        "timeoutSeconds": EXEC_PROBE_TIMEOUT,
+    }
 
 
 def small_resources() -> dict[str, Any]:

@@ -81,12 +81,26 @@ def _portal_env(spec: ClusterSpec) -> dict[str, str]:
 # where notebook servers (jobs on the compute nodes) reach the hub's API
 PORTAL_API = Port("hub-api", 8081)
 
+# Ready once the published port serves the hub's pages: its health page fetched there, over the
+# TLS a browser uses. JupyterHub starts its proxy first, listens itself after, and adds the
+# proxy's route to it last; a page opened before that is the proxy's error (a restore in CI
+# returned in that window: the port listened, the hub did not answer yet). The hub logs a
+# health check's success at debug level only. The venv's Python (images/portal/Dockerfile.j2):
+# the image has no other HTTP client.
+HUB_HEALTH = (
+    "/opt/slurmforge/jupyterhub/bin/python",
+    "-I",
+    "-c",
+    "import ssl, urllib.request as r; c = ssl.create_default_context(); c.check_hostname = False; "
+    "c.verify_mode = ssl.CERT_NONE; r.urlopen('https://127.0.0.1:8000/hub/health', timeout=5, "
+    "context=c)",
+)
+
 PORTAL_ROLE = Role(
     PORTAL,
     image=PORTAL,
     ports=(Port("https", 8000, publish="portal.port"), PORTAL_API),
-    # a TLS listener (an empty connection is a failed handshake to it): the socket table on k8s too
-    probe=Probe(listening=8000, connect=False),
+    probe=Probe(command=HUB_HEALTH),
     # the munge key for sbatch, squeue and scancel as each user (batchspawner, through sudo)
     secrets=(MUNGE, LDAP_BIND, PORTAL_COOKIE, PORTAL_PROXY, PORTAL_TLS, METRICS_TOKEN),
     configs=(SLURM_CONF, IDENTITY_CONF, PORTAL_CONF),
