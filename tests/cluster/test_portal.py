@@ -415,7 +415,7 @@ def _login_page_status(url: str) -> int:
     try:
         with urllib.request.urlopen(f"{url}/hub/login", timeout=30, context=unchecked) as page:
             return page.status
-    except urllib.error.HTTPError as error:  # the proxy's 503 for a hub not listening yet
+    except urllib.error.HTTPError as error:  # the proxy's error while it has no route to the hub
         return error.code
 
 

@@ -83,10 +83,10 @@ PORTAL_API = Port("hub-api", 8081)
 
 # Ready once the published port serves the hub's pages: its health page fetched there, over the
 # TLS a browser uses. JupyterHub starts its proxy first, listens itself after, and adds the
-# proxy's route to it last; a page opened before that is the proxy's error (a restore in CI
-# returned in that window: the port listened, the hub did not answer yet). The hub logs a
-# health check's success at debug level only. The venv's Python (images/portal/Dockerfile.j2):
-# the image has no other HTTP client.
+# proxy's route to it last; a page opened before that is the proxy's error (1 to 2 s of each
+# start here; CI's portal test, right after a restore, waited in vain for the hub's page). The
+# hub logs a health check's success at debug level only. The venv's Python
+# (images/portal/Dockerfile.j2): the image has no other HTTP client.
 HUB_HEALTH = (
     "/opt/slurmforge/jupyterhub/bin/python",
     "-I",
