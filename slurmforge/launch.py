@@ -54,8 +54,14 @@ def answered(args: list[str]) -> bool:
 
 
 def main() -> None:
-    if answered(sys.argv[1:]):
-        return
-    from invoke.main import program
+    try:
+        if answered(sys.argv[1:]):
+            return
+        from invoke.main import program
 
-    program.run()
+        program.run()
+    except BrokenPipeError:
+        # whatever read the output went away (`invoke --list | head`): end quietly, as a shell
+        # tool does, with stdout pointed where Python's own flush at exit cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

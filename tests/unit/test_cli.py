@@ -7,6 +7,7 @@ DOCKER_HOST points at a socket that does not exist.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -192,6 +193,18 @@ print(launch.answered(["deploy"]), "invoke" in sys.modules)
     assert lines[-3:] == ["True True", "False False", "False False"], proc.stdout
     script = Path(sys.executable).parent / "invoke"
     assert "slurmforge.launch" in script.read_text()  # what pyproject.toml installs
+
+
+def test_output_to_a_reader_that_went_away_ends_without_a_traceback() -> None:
+    """`invoke --list | head`: the reader gone before the list is written (here: before invoke
+    starts) ends the command quietly, as a shell tool does."""
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as gone:
+        proc = subprocess.run([str(Path(sys.executable).parent / "invoke"), "--list"],
+                              stdout=gone, stderr=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "", proc.stderr
 
 
 def _arm64_cell(shipped: dict, tmp_path: Path, cuda: str) -> Path:
