@@ -171,9 +171,23 @@ class _Containers:
         with _translated():
             self.client.volumes.get(name).remove()
 
-    def remove_container(self, container: Container) -> None:
+    def remove_container(self, container: Container, stop_timeout: int | None = None) -> None:
+        """Remove the container; with ``stop_timeout``, stopped first as `docker stop` does
+        (SIGTERM, SIGKILL after that many seconds), so that a daemon saves its state."""
         with _translated():
-            self.client.containers.get(container.id).remove(force=True)
+            found = self.client.containers.get(container.id)
+            if stop_timeout is not None:
+                found.stop(timeout=stop_timeout)
+            found.remove(force=True)
+
+    def networks(self, labels: list[str]) -> list[str]:
+        """Names of the networks carrying every one of ``labels``."""
+        with _translated():
+            return sorted(n.name for n in self.client.networks.list(filters={"label": labels}))
+
+    def remove_network(self, name: str) -> None:
+        with _translated():
+            self.client.networks.get(name).remove()
 
     def containers(self, labels: list[str], full: bool = True) -> list[Container]:
         """Containers (running or not) carrying every one of ``labels`` (``key=value``). Not

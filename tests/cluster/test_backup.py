@@ -11,6 +11,7 @@ import contextlib
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -196,13 +197,20 @@ def test_a_deleted_cluster_comes_back_from_its_backup(cluster: Deployed, tmp_pat
         time.sleep(0.1)
     assert backup.wait() == 0
     (path,) = out.glob("*.tar")
-    # the host is lost: containers, volumes and the cluster's secrets are gone
+    # the host is lost: the checkout the cluster was deployed from (its generated files) first,
+    # then its containers, volumes and secrets, which `down` finds by their labels
+    shutil.rmtree(cluster.root / "out")
     proc = cluster.invoke("down", "--volumes")
     assert proc.returncode == 0, proc.stderr
-    assert not cluster.client.volumes.list(
-        filters={"label": f"com.docker.compose.project={cluster.name}"}
-    )
+    assert "note: no Compose file at " in proc.stderr, proc.stderr
+    project = {"label": f"com.docker.compose.project={cluster.name}"}
+    assert not cluster.client.containers.list(all=True, filters=project)
+    assert not cluster.client.volumes.list(filters=project)
+    assert not cluster.client.networks.list(filters=project)
     assert not (Path(cluster.env["SLURMFORGE_STATE_DIR"]) / cluster.name / "munge.key").exists()
+    proc = cluster.invoke("down", "--volumes")  # nothing left to find
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "and nothing of it is on this host" in proc.stderr.splitlines()[0], proc.stderr
 
     proc = cluster.invoke("restore", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr

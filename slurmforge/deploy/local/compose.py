@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurmforge import proc
@@ -17,6 +18,7 @@ from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
 
 PROJECT_LABEL = "com.docker.compose.project"  # set by Compose v1 and v2 alike
 SERVICE_LABEL = "com.docker.compose.service"
+STOP_TIMEOUT = 10  # seconds from SIGTERM to SIGKILL, Compose's own default
 
 
 def compose_cli() -> list[str]:
@@ -87,6 +89,37 @@ class Project:
         """The first of ``services`` whose container is running, if any."""
         found = self.containers()
         return next((s for s in services if s in found and found[s].status == "running"), None)
+
+    def down_by_labels(self, volumes: bool, ours: str) -> str:
+        """`compose down` for a cluster whose Compose file is gone (its checkout deleted, or
+        deployed with another --out): its containers, found by the project's label and ``ours``
+        (``key=value``, the label slurmforge gives them), stopped together as Compose stops them
+        and removed; then its networks and, with ``volumes``, its volumes. Says what it removed;
+        refused when nothing of the cluster is here."""
+        made = self.engine.containers([f"{PROJECT_LABEL}={self.name}", ours], full=False)
+        with ThreadPoolExecutor(max(len(made), 1)) as pool:
+            list(pool.map(lambda c: self.engine.remove_container(c, STOP_TIMEOUT), made))
+        networks = self.engine.networks([f"{PROJECT_LABEL}={self.name}"])
+        for network in networks:
+            self.engine.remove_network(network)
+        gone = self.volumes() if volumes else []
+        for volume in gone:
+            self.engine.remove_volume(volume)
+        counts = [(len(made), "container"), (len(networks), "network"), (len(gone), "volume")]
+        removed = [f"{n} {kind}{'s' * (n != 1)}" for n, kind in counts if n]
+        if removed:
+            return (
+                f"no Compose file at {self.file}; removed what Docker labels as cluster "
+                f"{self.name}'s: {', '.join(removed)}"
+            )
+        kept = [] if volumes else self.volumes()
+        if kept:  # taken down before, without --volumes: nothing to do, as for Compose's down
+            return f"no container of cluster {self.name} is here; its {len(kept)} volumes are kept"
+        raise ConfigError(
+            f"{self.name} has no generated Compose file at {self.file}"
+            ", and nothing of it is on this host",
+            hint="check --cluster (its name) and --out",
+        )
 
     def volumes(self) -> list[str]:
         """The names of this cluster's volumes (Compose labels them with the project)."""

@@ -18,7 +18,7 @@ from slurmforge.deploy.local import apply, gpu_assign, preflight, ready
 from slurmforge.deploy.local import restore as local_restore
 from slurmforge.deploy.local.compose import Project
 from slurmforge.deploy.local.files import Files
-from slurmforge.deploy.local.render import url_host
+from slurmforge.deploy.local.render import CLUSTER_LABEL, url_host
 from slurmforge.deploy.roles import CONTROLLER, JAIL, LOGIN
 from slurmforge.deploy.slurm import ctl, database
 from slurmforge.deploy.spec.model import Cluster, check_user
@@ -164,11 +164,11 @@ class Local(Target):
         return out
 
     def down(self, volumes: bool) -> None:
-        if not self.project.file.exists():
-            raise ConfigError(
-                f"{self.cluster.name} has no generated Compose file at {self.project.file}"
-            )
-        self.project.compose("down", "--remove-orphans", *(["--volumes"] if volumes else []))
+        if self.project.file.exists():
+            self.project.compose("down", "--remove-orphans", *(["--volumes"] if volumes else []))
+        else:  # its files went with the checkout (or --out) it was deployed from
+            ours = f"{CLUSTER_LABEL}={self.cluster.name}"
+            print(f"note: {self.project.down_by_labels(volumes, ours)}", file=self.log)
         if volumes:
             state.forget_cluster(self.cluster.name, roles.SECRETS)
 
