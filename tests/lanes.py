@@ -1,23 +1,18 @@
 """The tiers that mostly wait, in lanes of their own beside the main process: a run that collects
 them with other tiers (README's test command) runs each lane in a pytest process of its own,
-started when the session first reaches a tier past the build tier (the cluster tier, whose tests
-mostly wait on their daemons too), and fails when one of them fails.
+all started when the session first reaches a tier past the build tier (the cluster tier, whose
+tests mostly wait on their daemons too), and fails when one of them fails.
 
-- ``k8s``: the Kubernetes tier (its tests wait on pods).
+- ``k8s``: the Kubernetes tier (its tests wait on pods), then the image tier (testinfra on each
+  mission cell's images: its containers are its own, and on a fresh machine it waits for the
+  cells the prebuild makes, as it did at the main process' end). In a lane of its own beside the
+  k8s tier (a fresh run at 32f8705), the image tier's first cell ran while the k8s tier's pods
+  were restarting, and the k8s tier met Slurm's own limits under that load: a node drained for
+  "Kill task failed", a release refused while the database index was being set.
 - ``waiting``: the cluster modules that wait on timers (a backup controller's takeover,
   elastic nodes' idle and start times, a lost node's SlurmdTimeout: that one deploys the default
   cluster again, 4 minutes of waiting moved for under one of deploying; the portal's idle culler
   and start timeout, and the browser's waits for the hub).
-- ``image``: the image tier (testinfra on each mission cell's images: its containers are its
-  own, and on a fresh machine it waits for the cells the prebuild makes). It starts in the place
-  of the first to end of the main process and the ``k8s`` lane (FOLLOWS), so that no more than
-  three run at once: started beside the k8s tier as a fourth (a fresh run at 32f8705), its first
-  cell ran while the k8s tier's pods were restarting, and the k8s tier met Slurm's own limits
-  under that load (a node drained for "Kill task failed", a release refused while the database
-  index was being set). Run after the k8s tier alone, it was the end of warm runs, whose main
-  process had ended 15 minutes before (2026-12-05: the main process 35 minutes, the k8s lane
-  48); on a fresh machine the main process ends last, behind the prebuild, and the k8s tier ends
-  first, as before.
 
 A lane's output goes to .cache/lane-<name>.log; its summary, failures and slowest tests are
 printed at the end of the run. A run of one lane's tests alone (`pytest tests/k8s`), or with
@@ -30,7 +25,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,13 +49,9 @@ def _under(path: Path, tier: Path) -> bool:
 
 # name → whether a test file is the lane's, in the order the lane runs them
 LANES: dict[str, tuple[Callable[[Path], bool], ...]] = {
-    "k8s": (lambda p: _under(p, K8S),),
+    "k8s": (lambda p: _under(p, K8S), lambda p: _under(p, IMAGE)),
     "waiting": (lambda p: p in WAITING,),
-    "image": (lambda p: _under(p, IMAGE),),
 }
-# a lane that starts once the main process has run its tests or the lane named has ended,
-# whichever comes first (where the run has both; else with the others)
-FOLLOWS = {"image": "k8s"}
 
 
 def lane_of(path: Path) -> tuple[str, int] | None:
@@ -82,26 +72,16 @@ class Lane:
         self.log = ROOT / ".cache" / f"lane-{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.code: int | None = None
-        self.then: Lane | None = None  # started when this lane ends (FOLLOWS)
-        self.stopped = False
-        self._lock = threading.Lock()  # its follower's start comes from a thread of its own
-
-    def argv(self) -> list[str]:
-        return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *self.nodeids]
 
     def start(self) -> None:
-        with self._lock:
-            if self.proc is not None or self.stopped:
-                return
-            self.log.parent.mkdir(parents=True, exist_ok=True)
-            with self.log.open("wb") as log:
-                self.proc = subprocess.Popen(
-                    self.argv(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )  # fmt: skip
-            if self.then is not None:
-                proc, then = self.proc, self.then
-                threading.Thread(target=lambda: (proc.wait(), then.start()), daemon=True).start()
+        if self.proc is not None:
+            return
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as log:
+            argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *self.nodeids]
+            self.proc = subprocess.Popen(
+                argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def wait(self) -> int:
         self.start()
@@ -111,9 +91,7 @@ class Lane:
         return self.code
 
     def stop(self) -> None:
-        """The whole lane, at once (a run that was interrupted); one not started never starts."""
-        with self._lock:
-            self.stopped = True
+        """The whole lane, at once (a run that was interrupted)."""
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait()
@@ -140,23 +118,15 @@ def pytest_collection_modifyitems(
     groups = {place[0] if place else None for place in placed.values()}
     if len(groups) < 2:
         return  # one lane's tests alone, or none of any: inline
-    lanes: dict[str, Lane] = {}
+    lanes = []
     for name in LANES:
         mine = [item for item in items if (placed[item.nodeid] or ("",))[0] == name]
         if mine:
             mine.sort(key=lambda item: placed[item.nodeid][1])  # stable
-            lanes[name] = Lane(name, [item.nodeid for item in mine])
+            lanes.append(Lane(name, [item.nodeid for item in mine]))
             config.hook.pytest_deselected(items=mine)
-    for name, lead in FOLLOWS.items():
-        if name in lanes and lead in lanes:
-            lanes[lead].then = lanes[name]
     items[:] = [item for item in items if placed[item.nodeid] is None]
-    config.stash[_LANES] = list(lanes.values())
-
-
-def _follower(lane: Lane, lanes: list[Lane]) -> bool:
-    """Whether the lane waits for another (FOLLOWS) before it starts."""
-    return any(other.then is lane for other in lanes)
+    config.stash[_LANES] = lanes
 
 
 _LANES = pytest.StashKey[list[Lane]]()
@@ -165,10 +135,8 @@ _LANES = pytest.StashKey[list[Lane]]()
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if not _under(Path(item.fspath).resolve(), BUILD):
-        lanes = item.config.stash.get(_LANES, [])
-        for lane in lanes:
-            if not _follower(lane, lanes):
-                lane.start()
+        for lane in item.config.stash.get(_LANES, []):
+            lane.start()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -181,12 +149,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if all(lane.proc is None for lane in lanes) and (session.shouldfail or session.shouldstop):
         return  # the run stopped (-x) before it got past the build tier: never started
     for lane in lanes:
-        # the main process is done: a follower takes its place, unless it had no tests (a run
-        # of lanes alone: each but a follower at once, a follower after its lane)
-        if session.items or not _follower(lane, lanes):
-            lane.start()
-    # a follower last: its wait starts it, which must come after its lane's end
-    failed = [lane for lane in sorted(lanes, key=lambda x: _follower(x, lanes)) if lane.wait()]
+        lane.start()  # a run of lanes alone: all of them at once
+    failed = [lane for lane in lanes if lane.wait() != 0]
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -85,7 +85,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # A test marked once_per_distro checks what the cells of one distro share (populate's
     # behaviour: the jail image's entrypoint and rsync, the same in each; the cells differ in
     # Slurm and CUDA): it runs on the tier's first cell of each distro. Run on the three
-    # cells, those tests took about 6 minutes of the lane that ran the tier, a fresh run's longest.
+    # cells, those tests took about 6 minutes of the k8s lane, a fresh run's longest.
     first: dict[str, str] = {}
     for _, cell in IMAGE_CELLS:
         first.setdefault(_distro(cell), cell)
