@@ -195,8 +195,8 @@ PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/slurm", "/usr/lib/slurmforge/spank")
 
 @pytest.mark.parametrize("role", ROLES)
 def test_every_plugin_finds_the_libraries_it_links(hosts, role: str) -> None:
-    # ldd's own question to the loader, without ldd's shell for each of 95 files (0.26 s a role,
-    # not 1.6)
+    # what ldd asks the loader, without its shell for each of 95 files: 0.26 s a role where ldd
+    # took 1.6
     missing = hosts[role].check_output(
         f"for f in {' '.join(d + '/*.so' for d in PLUGIN_DIRS)}; do"
         ' LD_TRACE_LOADED_OBJECTS=1 /lib64/ld-linux-x86-64.so.2 "$f"'
