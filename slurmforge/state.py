@@ -17,6 +17,7 @@ Standard library only: the no-op fast path imports it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -126,12 +127,16 @@ def read_tested(root: Path) -> dict[str, dict[str, str]]:
 
 
 def record_tested(root: Path, images: Iterable[tuple[str, str]], suite: str) -> None:
-    """Add ``(image id, ref)`` pairs as having passed ``suite``."""
-    data = read_tested(root)
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    for image_id, ref in images:
-        data[image_id] = {"ref": ref, "tested": now, "suite": suite}
-    write_text(root / TESTED, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """Add ``(image id, ref)`` pairs as having passed ``suite``. Under a lock beside the record:
+    the image tier's cells end in processes of their own, and may end together."""
+    (root / TESTED).parent.mkdir(parents=True, exist_ok=True)
+    with open(root / TESTED.with_name(".tested.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # let go when the file closes
+        data = read_tested(root)
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        for image_id, ref in images:
+            data[image_id] = {"ref": ref, "tested": now, "suite": suite}
+        write_text(root / TESTED, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def passed_tests(root: Path, image_id: str) -> bool:

@@ -1,18 +1,26 @@
 """The tiers that mostly wait, in lanes of their own beside the main process: a run that collects
-them with other tiers (README's test command) runs each lane in a pytest process of its own,
-all started when the session first reaches a tier past the build tier (the cluster tier, whose
-tests mostly wait on their daemons too), and fails when one of them fails.
+them with other tiers (README's test command) runs each lane in a pytest process of its own, and
+fails when one of them fails.
 
-- ``k8s``: the Kubernetes tier (its tests wait on pods), then the image tier (testinfra on each
-  mission cell's images: its containers are its own, and on a fresh machine it waits for the
-  cells the prebuild makes, as it did at the main process' end). In a lane of its own beside the
-  k8s tier (a fresh run at 32f8705), the image tier's first cell ran while the k8s tier's pods
-  were restarting, and the k8s tier met Slurm's own limits under that load: a node drained for
-  "Kill task failed", a release refused while the database index was being set.
+- ``k8s``: the Kubernetes tier (its tests wait on pods).
 - ``waiting``: the cluster modules that wait on timers (a backup controller's takeover,
   elastic nodes' idle and start times, a lost node's SlurmdTimeout: that one deploys the default
   cluster again, 4 minutes of waiting moved for under one of deploying; the portal's idle culler
   and start timeout, and the browser's waits for the hub).
+
+Both start when the session first reaches a tier past the build tier (the cluster tier, whose
+tests mostly wait on their daemons too).
+
+The image tier (testinfra on each mission cell's images: its containers are its own) runs in
+lanes that follow: one per cell, each started in the place of a process that has ended, the main
+process (its tests done) or the ``k8s`` lane, whichever is first, then in the place of the cell
+before it; so never more than three pytest processes run at once. Started beside the k8s tier as
+a fourth (a fresh run at 32f8705), the tier's first cell ran while the k8s tier's pods were
+restarting, and the k8s tier met Slurm's own limits under that load: a node drained for "Kill
+task failed", a release refused while the database index was being set. Run whole after the k8s
+tier, it was the end of a warm run whose main process had ended as that tier did (2026-12-05:
+both about 36 minutes into the suite, the run's end 48). On a fresh machine the main process
+ends last, behind the prebuild, and the cells follow the k8s tier in the prebuild's order.
 
 A lane's output goes to .cache/lane-<name>.log; its summary, failures and slowest tests are
 printed at the end of the run. A run of one lane's tests alone (`pytest tests/k8s`), or with
@@ -25,6 +33,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,20 +56,19 @@ def _under(path: Path, tier: Path) -> bool:
     return tier in path.parents
 
 
-# name → whether a test file is the lane's, in the order the lane runs them
-LANES: dict[str, tuple[Callable[[Path], bool], ...]] = {
-    "k8s": (lambda p: _under(p, K8S), lambda p: _under(p, IMAGE)),
-    "waiting": (lambda p: p in WAITING,),
+# name → whether a test file is the lane's
+LANES: dict[str, Callable[[Path], bool]] = {
+    "k8s": lambda p: _under(p, K8S),
+    "waiting": lambda p: p in WAITING,
+    "image": lambda p: _under(p, IMAGE),  # a lane per cell, following (Followers)
 }
+FOLLOWING = "image"
+LEAD = "k8s"  # the lane whose place the followers take when it ends, as they take the main's
 
 
-def lane_of(path: Path) -> tuple[str, int] | None:
-    """The lane a test file runs in, and its group's place there; None: the main process."""
-    for name, groups in LANES.items():
-        for place, belongs in enumerate(groups):
-            if belongs(path):
-                return name, place
-    return None
+def lane_of(path: Path) -> str | None:
+    """The lane a test file runs in; None: the main process."""
+    return next((name for name, belongs in LANES.items() if belongs(path)), None)
 
 
 class Lane:
@@ -72,26 +80,37 @@ class Lane:
         self.log = ROOT / ".cache" / f"lane-{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.code: int | None = None
+        self.started = threading.Event()
+        self.stopped = False
+        self._lock = threading.Lock()  # a follower is started from a thread (Followers)
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *self.nodeids]
 
     def start(self) -> None:
-        if self.proc is not None:
-            return
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("wb") as log:
-            argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *self.nodeids]
-            self.proc = subprocess.Popen(
-                argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        with self._lock:
+            if self.proc is not None or self.stopped:
+                return
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            with self.log.open("wb") as log:
+                self.proc = subprocess.Popen(
+                    self.argv(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )  # fmt: skip
+            self.started.set()
 
     def wait(self) -> int:
-        self.start()
+        """Its exit code, once it has started (a follower: when a place is free) and ended."""
+        self.started.wait()
         assert self.proc is not None
         if self.code is None:
             self.code = self.proc.wait()
         return self.code
 
     def stop(self) -> None:
-        """The whole lane, at once (a run that was interrupted)."""
+        """The whole lane, at once (a run that was interrupted); one not started never starts."""
+        with self._lock:
+            self.stopped = True
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait()
@@ -105,6 +124,38 @@ class Lane:
         return lines[start:]
 
 
+class Followers:
+    """Lanes that run one after another in each place a process frees (``free``): the first
+    waiting takes it, and when it ends the next takes its place, until none is left."""
+
+    def __init__(self, lanes: list[Lane]) -> None:
+        self.lanes = lanes
+        self._queue = list(lanes)
+        self._lock = threading.Lock()
+
+    def free(self) -> None:
+        """A place is free: the next lane starts in it, and frees it again when it ends."""
+        with self._lock:
+            if not self._queue:
+                return
+            lane = self._queue.pop(0)
+            lane.start()  # a stopped lane does not start, and frees its place at once
+        if lane.proc is None:
+            self.free()
+            return
+        self.after(lane.proc)
+
+    def after(self, proc: subprocess.Popen[bytes]) -> None:
+        """A place freed when ``proc`` ends."""
+        threading.Thread(target=lambda: (proc.wait(), self.free()), daemon=True).start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._queue.clear()
+        for lane in self.lanes:
+            lane.stop()
+
+
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
@@ -115,48 +166,85 @@ def pytest_collection_modifyitems(
     if os.environ.get("SLURMFORGE_LANES") == "0" or config.option.collectonly:
         return
     placed = {item.nodeid: lane_of(Path(item.fspath).resolve()) for item in items}
-    groups = {place[0] if place else None for place in placed.values()}
-    if len(groups) < 2:
+    if len(set(placed.values())) < 2:
         return  # one lane's tests alone, or none of any: inline
-    lanes = []
+    lanes, following = [], []
     for name in LANES:
-        mine = [item for item in items if (placed[item.nodeid] or ("",))[0] == name]
-        if mine:
-            mine.sort(key=lambda item: placed[item.nodeid][1])  # stable
-            lanes.append(Lane(name, [item.nodeid for item in mine]))
-            config.hook.pytest_deselected(items=mine)
+        mine = [item for item in items if placed[item.nodeid] == name]
+        config.hook.pytest_deselected(items=mine)
+        if name != FOLLOWING:
+            lanes += [Lane(name, [item.nodeid for item in mine])] if mine else []
+            continue
+        from tests.image.cells import cell_of  # the image tier's own: only where it runs
+
+        cells: dict[str | None, list[str]] = {}
+        for item in mine:  # in the collected order: the prebuild's
+            cells.setdefault(cell_of(item), []).append(item.nodeid)
+        following = [Lane(f"{name}-{cell or 'other'}", ids) for cell, ids in cells.items()]
     items[:] = [item for item in items if placed[item.nodeid] is None]
-    config.stash[_LANES] = lanes
+    config.stash[_RUN] = Run(lanes, Followers(following))
 
 
-_LANES = pytest.StashKey[list[Lane]]()
+class Run:
+    """The session's lanes, and the lanes that follow."""
+
+    def __init__(self, lanes: list[Lane], followers: Followers) -> None:
+        self.lanes = lanes
+        self.followers = followers
+        self.begun = False
+
+    def all(self) -> list[Lane]:
+        return [*self.lanes, *self.followers.lanes]
+
+    def begin(self) -> None:
+        """The lanes that start at once; the followers get the lead's place when it ends, or at
+        once where the run has no lead lane."""
+        if self.begun:
+            return
+        self.begun = True
+        for lane in self.lanes:
+            lane.start()
+        lead = next((lane for lane in self.lanes if lane.name == LEAD and lane.proc), None)
+        if lead is None:
+            self.followers.free()
+        else:
+            self.followers.after(lead.proc)
+
+    def stop(self) -> None:
+        self.followers.stop()
+        for lane in self.lanes:
+            lane.stop()
+
+
+_RUN = pytest.StashKey[Run]()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if not _under(Path(item.fspath).resolve(), BUILD):
-        for lane in item.config.stash.get(_LANES, []):
-            lane.start()
+    if _RUN in item.config.stash and not _under(Path(item.fspath).resolve(), BUILD):
+        item.config.stash[_RUN].begin()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    lanes = session.config.stash.get(_LANES, [])
-    if exitstatus == pytest.ExitCode.INTERRUPTED:
-        for lane in lanes:
-            lane.stop()
+    run = session.config.stash.get(_RUN, None)
+    if run is None:
         return
-    if all(lane.proc is None for lane in lanes) and (session.shouldfail or session.shouldstop):
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        run.stop()
+        return
+    if not run.begun and (session.shouldfail or session.shouldstop):
         return  # the run stopped (-x) before it got past the build tier: never started
-    for lane in lanes:
-        lane.start()  # a run of lanes alone: all of them at once
-    failed = [lane for lane in lanes if lane.wait() != 0]
+    run.begin()  # a run of lanes alone: now
+    run.followers.free()  # the main process' place: its tests are done
+    failed = [lane for lane in run.all() if lane.wait() != 0]
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    for lane in config.stash.get(_LANES, []):
+    run = config.stash.get(_RUN, None)
+    for lane in run.all() if run else []:
         if lane.code is None:
             terminalreporter.section(
                 f"the lane {lane.name} did not run to its end: the run stopped first"
@@ -171,5 +259,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for lane in config.stash.get(_LANES, []):
-        lane.stop()
+    if _RUN in config.stash:
+        config.stash[_RUN].stop()

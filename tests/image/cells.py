@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from slurmforge import matrix
 from slurmforge.versions import load
 from tests.common import TEST_CELLS, TEST_CONFIG
@@ -34,3 +36,9 @@ def _cells() -> list[tuple[str, str]]:
 IMAGE_CELLS = _cells()
 
 ROLES = ("slurmctld", "slurmd", "worker", "login", "jail", "slurmdbd", "slurmrestd")
+
+
+def cell_of(item: pytest.Item) -> str | None:
+    """The cell an image test runs on: its session fixture's parameter (conftest.py)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params["project"][1] if callspec and "project" in callspec.params else None

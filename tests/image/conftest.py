@@ -14,7 +14,7 @@ import testinfra
 from slurmforge import state
 from slurmforge.app import Project
 from tests.common import ROOT, build, select
-from tests.image.cells import IMAGE_CELLS, ROLES
+from tests.image.cells import IMAGE_CELLS, ROLES, cell_of
 from tests.image.helpers import layer_files
 
 
@@ -76,11 +76,6 @@ def _distro(cell: str) -> str:
     return cell.rsplit("-", 1)[-1]
 
 
-def _cell(item: pytest.Item) -> str | None:
-    callspec = getattr(item, "callspec", None)
-    return callspec.params["project"][1] if callspec and "project" in callspec.params else None
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # A test marked once_per_distro checks what the cells of one distro share (populate's
     # behaviour: the jail image's entrypoint and rsync, the same in each; the cells differ in
@@ -93,7 +88,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if not _in_tier(item.fspath):
             continue
-        cell = _cell(item)
+        cell = cell_of(item)
         if item.get_closest_marker("once_per_distro") and cell and first[_distro(cell)] != cell:
             dropped.add(item.nodeid)
             continue

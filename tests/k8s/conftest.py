@@ -26,9 +26,9 @@ from tests.k8s import lab
 from tests.k8s.kube import K8sCluster, Kube
 
 
-# package scope: the lab stops once the tier's last test is done, not at the session's end (in
-# CI's k8s lane the image tier follows, and an idle API server, etcd and kubelet, which polls the
-# engine for its containers' state, took CPU from it and the other lanes)
+# package scope: the lab stops once the tier's last test is done, not at the session's end (an
+# idle API server, etcd and kubelet, which polls the engine for its containers' state, took CPU
+# from the image tier that followed in the same process, and from the other lanes)
 @pytest.fixture(scope="package")
 def kube() -> Iterator[Kube]:
     if os.environ.get("KUBECONFIG"):
