@@ -200,6 +200,12 @@ def test_a_deleted_cluster_comes_back_from_its_backup(cluster: Deployed, tmp_pat
     # the host is lost: the checkout the cluster was deployed from (its generated files) first,
     # then its containers, volumes and secrets, which `down` finds by their labels
     shutil.rmtree(cluster.root / "out")
+    proc = cluster.invoke("status")  # still there, by its labels, its slurm.conf gone with out
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "note: no Compose file at " in proc.stderr, proc.stderr
+    listed = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
+    assert "Up " in listed.get(f"{cluster.name}-slurmctld-1", ""), proc.stdout
+    assert "`invoke deploy` writes them again" in proc.stdout, proc.stdout
     proc = cluster.invoke("down", "--volumes")
     assert proc.returncode == 0, proc.stderr
     assert "note: no Compose file at " in proc.stderr, proc.stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 from slurmforge import proc
 from slurmforge.engine import APIError, Container, Engine
 from slurmforge.errors import ConfigError, DeployError, EngineUnavailable, quote
+from slurmforge.summary import table
 
 PROJECT_LABEL = "com.docker.compose.project"  # set by Compose v1 and v2 alike
 SERVICE_LABEL = "com.docker.compose.service"
@@ -115,7 +116,31 @@ class Project:
         kept = [] if volumes else self.volumes()
         if kept:  # taken down before, without --volumes: nothing to do, as for Compose's down
             return f"no container of cluster {self.name} is here; its {len(kept)} volumes are kept"
-        raise ConfigError(
+        raise self._absent()
+
+    def ps(self, ours: str) -> None:
+        """`compose ps`; for a cluster whose Compose file is gone, the same listing from the
+        labels Docker keeps on its containers (``ours`` as for ``down_by_labels``), after a note
+        that says so. Refused when nothing of the cluster is here."""
+        if self.file.exists():
+            self.compose("ps")
+            return
+        made = self.engine.containers([f"{PROJECT_LABEL}={self.name}", ours], full=False)
+        if not made and not self.volumes():
+            raise self._absent()
+        rows = [
+            [c.name, c.labels.get(SERVICE_LABEL, ""), c.attrs.get("Status", c.status), _ports(c)]
+            for c in sorted(made, key=lambda c: c.name)
+        ]
+        print(
+            f"note: no Compose file at {self.file}; cluster {self.name}'s containers, as Docker "
+            "lists them by their labels:",
+            file=sys.stderr,
+        )
+        print(table(rows, ["NAME", "SERVICE", "STATUS", "PORTS"]), flush=True)
+
+    def _absent(self) -> ConfigError:
+        return ConfigError(
             f"{self.name} has no generated Compose file at {self.file}"
             ", and nothing of it is on this host",
             hint="check --cluster (its name) and --out",
@@ -169,3 +194,14 @@ class Project:
                 if source == mine or mine in source.parents:
                     return True
         return False
+
+
+def _ports(container: Container) -> str:
+    """A listed container's ports as `docker ps` writes them (published: host address and
+    port first)."""
+    shown = []
+    for port in container.attrs.get("Ports") or []:
+        inside = f"{port.get('PrivatePort')}/{port.get('Type', 'tcp')}"
+        published = port.get("PublicPort")
+        shown.append(f"{port.get('IP', '')}:{published}->{inside}" if published else inside)
+    return ", ".join(sorted(set(shown)))

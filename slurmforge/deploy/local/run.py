@@ -153,9 +153,17 @@ class Local(Target):
     # --- the other commands ---------------------------------------------------------------------
 
     def status(self) -> str:
-        self.project.compose("ps")
+        self.project.ps(f"{CLUSTER_LABEL}={self.cluster.name}")
         code, out = self.controller_sh("sinfo -N -l; echo; squeue")
-        out = out if code == 0 else f"slurmctld is not answering: {out}"
+        if code != 0 and not self.project.file.exists():
+            # the daemons run on, but the slurm.conf their containers mount went with the files
+            out = (
+                "Slurm's commands do not run in its containers: their slurm.conf is mounted from "
+                "the generated files, gone with the Compose file (`invoke deploy` writes them "
+                f"again). sinfo said: {out.strip().splitlines()[-1] if out.strip() else ''}"
+            )
+        elif code != 0:
+            out = f"slurmctld is not answering: {out}"
         if self.project.running(roles.PROMETHEUS) is not None:
             spec = self.cluster.spec
             host = url_host(spec.login.address)
