@@ -55,11 +55,14 @@ def answered(args: list[str]) -> bool:
 
 def main() -> None:
     try:
-        if answered(sys.argv[1:]):
-            return
-        from invoke.main import program
+        try:
+            if answered(sys.argv[1:]):
+                return
+            from invoke.main import program
 
-        program.run()
+            program.run()
+        finally:  # buffered output (stdout not a terminal) is written here, not at exit
+            sys.stdout.flush()
     except BrokenPipeError:
         # whatever read the output went away (`invoke --list | head`): end quietly, as a shell
         # tool does, with stdout pointed where Python's own flush at exit cannot fail again
