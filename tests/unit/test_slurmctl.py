@@ -100,6 +100,14 @@ def test_a_drain_from_before_the_deploy_counts_as_ready_while_it_keeps_its_reaso
     missing = ["a (drain: disk swap)", "b (unknown to slurmctld)"]  # a's drain is new
     assert ctl.unready(seen, names, kept) == missing
     assert ctl.unready(None, names, kept) == ["a (no answer)", "b (no answer)"]
+    # a controller that never answers: the error says what its container said last
+    refusal = "slurm_load_node error: Unable to contact slurm controller (connect failure)"
+    with pytest.raises(DeployError) as raised:
+        ctl.require_ready(lambda _: (1, f"sinfo: error: x\n{refusal}\n"), names, kept, 0)
+    assert str(raised.value) == (
+        "not every node is in service after 0 s: a (no answer), b (no answer); "
+        f"sinfo in slurmctld's container said: {refusal}"
+    )
 
 
 def test_the_elastic_nodes_slurm_counts_as_powered_up_are_those_it_would_give_jobs() -> None:

@@ -129,6 +129,10 @@ def require_ready(
     seen = wait_ready(sh, names, kept, timeout)
     if seen is None or not ready(seen, names, kept):
         shown = ", ".join(unready(seen, names, kept))
+        if seen is None:  # why slurmctld's container did not answer, as it says now
+            code, out = sh(NODES)
+            said = out.strip().splitlines()[-1:] or [f"exit {code}"]
+            shown += f"; sinfo in slurmctld's container said: {said[0]}"
         raise DeployError(f"not every node is in service after {timeout:.0f} s: {shown}")
     return seen
 
