@@ -139,15 +139,30 @@ def _registered_again(deployed: Deployed, node: str, before: str) -> None:
           lambda: _slurmd_started(deployed, node) != before, 120)  # fmt: skip
 
 
+def _job(deployed: Deployed, command: str, job: str) -> str:
+    """The job's state as squeue or sacct has it."""
+    argv = {"squeue": f"squeue -h -j {job} -o %T", "sacct": f"sacct -n -P -X -j {job} -o State"}
+    return deployed.ok("slurmctld", argv[command])
+
+
 def test_a_redeploy_after_its_directory_was_deleted_gives_the_containers_the_new_one(
     deployed: Deployed,
 ) -> None:
     """A new checkout at the same path, or a deleted manifest directory: the running containers
     still hold the deleted one. A deploy that called them up to date left a node that restarted
-    later (the host's reboot) without a slurm.conf, down for good (CI met it)."""
+    later (the host's reboot) without a slurm.conf, down for good (CI met it). A job running
+    then ends as it would have: its node, which could no longer read a slurm.conf to ask
+    slurmctld about its jobs, was replaced under it (NODE_FAIL) in a user's trial."""
+    job = deployed.ok(
+        "login", "sbatch --parsable -w cpu-0 -o /dev/null --wrap 'sleep 25'", user="root"
+    )
+    until("the job running", lambda: _job(deployed, "squeue", job) == "RUNNING", 60)
     shutil.rmtree(deployed.root / "out" / "local" / deployed.name)
     proc = deployed.invoke("deploy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    until("the job's end", lambda: _job(deployed, "sacct", job) not in ("", "RUNNING"), 90)
+    state = _job(deployed, "sacct", job)
+    assert state == "COMPLETED", f"{state}\n{proc.stderr}"
     before = _slurmd_started(deployed, "cpu-1")
     deployed.container("cpu-1").restart()
     _registered_again(deployed, "cpu-1", before)

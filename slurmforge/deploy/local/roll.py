@@ -7,10 +7,12 @@ for until it is back in service (images/slurmd/node-state does the node's part).
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Protocol
 
 from slurmforge.deploy import replace
 from slurmforge.deploy.local.compose import Project
+from slurmforge.deploy.roles import SLURM_CONF
 from slurmforge.deploy.spec.disruption import NODE_STATE, REPLACE_REASON
 from slurmforge.deploy.spec.model import Cluster
 
@@ -24,6 +26,7 @@ class Host(Protocol):
 
     cluster: Cluster
     project: Project
+    dir: Path  # the generated files
 
     def controller_sh(self, command: str) -> tuple[int, str]: ...
 
@@ -52,9 +55,18 @@ def roll(
     as replace.roll orders it: node-state in each node's container, then the container made
     again."""
 
+    # a node whose generated files were deleted under it (the checkout it was deployed from)
+    # mounts no slurm.conf any more: without one, node-state could not ask slurmctld about its
+    # jobs and would let it be replaced under them; it is given the one this deploy wrote
+    written = (local.dir / SLURM_CONF.local / "slurm.conf").read_text()
+    given = (
+        f"[ -r {SLURM_CONF.path}/slurm.conf ] || {{ export SLURM_CONF=$(mktemp) && "
+        f"printf %s {shlex.quote(written)} > $SLURM_CONF; }}; "
+    )
+
     def take(name: str, wait: int) -> tuple[int, str]:
         env = f"NODE_STATE_GRACE={wait} NODE_STATE_REASON={shlex.quote(REPLACE_REASON)}"
-        return local.project.sh(name, f"{env} {NODE_STATE} stopping {shlex.quote(name)}")
+        return local.project.sh(name, f"{given}{env} {NODE_STATE} stopping {shlex.quote(name)}")
 
     def recreate(names: list[str]) -> None:
         local.project.compose("up", "-d", *names)
