@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import select
 import shlex
 import subprocess
 import sys
@@ -28,15 +30,32 @@ def run(
         return subprocess.run(
             cmd, env=full_env, cwd=cwd, check=check, text=True, capture_output=True
         )
-    return subprocess.run(
-        cmd,
-        env=full_env,
-        cwd=cwd,
-        check=check,
-        text=True,
-        stdout=log,
-        stderr=subprocess.STDOUT if log is not None else None,
-    )
+    try:
+        return subprocess.run(
+            cmd,
+            env=full_env,
+            cwd=cwd,
+            check=check,
+            text=True,
+            stdout=log,
+            stderr=subprocess.STDOUT if log is not None else None,
+        )
+    except subprocess.CalledProcessError:
+        if log is None and reader_gone(1):  # the stdout the command inherited
+            # it failed writing to our reader, gone (`invoke status | head -1`): the quiet end
+            # of such a command line (launch.py), not the error of a command that failed
+            raise BrokenPipeError(errno.EPIPE, "the output's reader went away") from None
+        raise
+
+
+def reader_gone(fd: int) -> bool:
+    """Whether ``fd`` is a pipe whose reading end is closed (Linux marks it so to poll)."""
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def _git(repo: Path, *args: str) -> str | None:

@@ -143,7 +143,7 @@ class Project:
         return ConfigError(
             f"{self.name} has no generated Compose file at {self.file}"
             ", and nothing of it is on this host",
-            hint="check --cluster (its name) and --out",
+            hint="check --cluster (the cluster file, whose name is looked for) and --out",
         )
 
     def volumes(self) -> list[str]:

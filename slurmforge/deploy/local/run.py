@@ -160,7 +160,7 @@ class Local(Target):
             out = (
                 "Slurm's commands do not run in its containers: their slurm.conf is mounted from "
                 "the generated files, gone with the Compose file (`invoke deploy` writes them "
-                f"again). sinfo said: {out.strip().splitlines()[-1] if out.strip() else ''}"
+                f"again). Slurm said: {out.strip().splitlines()[-1] if out.strip() else ''}"
             )
         elif code != 0:
             out = f"slurmctld is not answering: {out}"
