@@ -58,13 +58,12 @@ def roll(
     # a node whose generated files were deleted under it (the checkout it was deployed from)
     # mounts no slurm.conf any more: without one, node-state could not ask slurmctld about its
     # jobs and would let it be replaced under them; it is given the one this deploy wrote
-    written = (local.dir / SLURM_CONF.local / "slurm.conf").read_text()
-    given = (
-        f"[ -r {SLURM_CONF.path}/slurm.conf ] || {{ export SLURM_CONF=$(mktemp) && "
-        f"printf %s {shlex.quote(written)} > $SLURM_CONF; }}; "
-    )
-
     def take(name: str, wait: int) -> tuple[int, str]:
+        written = (local.dir / SLURM_CONF.local / "slurm.conf").read_text()
+        given = (
+            f"[ -r {SLURM_CONF.path}/slurm.conf ] || {{ export SLURM_CONF=$(mktemp) && "
+            f"printf %s {shlex.quote(written)} > $SLURM_CONF; }}; "
+        )
         env = f"NODE_STATE_GRACE={wait} NODE_STATE_REASON={shlex.quote(REPLACE_REASON)}"
         return local.project.sh(name, f"{given}{env} {NODE_STATE} stopping {shlex.quote(name)}")
 
