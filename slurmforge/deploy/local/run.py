@@ -155,15 +155,7 @@ class Local(Target):
     def status(self) -> str:
         self.project.ps(f"{CLUSTER_LABEL}={self.cluster.name}")
         code, out = self.controller_sh("sinfo -N -l; echo; squeue")
-        if code != 0 and not self.project.file.exists():
-            # the daemons run on, but the slurm.conf their containers mount went with the files
-            out = (
-                "Slurm's commands do not run in its containers: their slurm.conf is mounted from "
-                "the generated files, gone with the Compose file (`invoke deploy` writes them "
-                f"again). Slurm said: {out.strip().splitlines()[-1] if out.strip() else ''}"
-            )
-        elif code != 0:
-            out = f"slurmctld is not answering: {out}"
+        out = out if code == 0 else _unanswered(out, self.project.file.exists())
         if self.project.running(roles.PROMETHEUS) is not None:
             spec = self.cluster.spec
             host = url_host(spec.login.address)
@@ -248,3 +240,17 @@ def _nodes_up(cluster: Cluster) -> str:
     elastic = len(cluster.nodes) - len(cluster.fixed_nodes)
     more = f", {elastic} more when jobs need them" if elastic else ""
     return f"{len(cluster.fixed_nodes)} nodes up{more}"
+
+
+def _unanswered(said: str, files: bool) -> str:
+    """Status's line for Slurm's commands that failed in the controller's container: slurmctld
+    is away, or (``files`` gone) the daemons run on but the slurm.conf their containers mount
+    went with the generated files."""
+    if files:
+        return f"slurmctld is not answering: {said}"
+    last = said.strip().splitlines()[-1:] or [""]
+    return (
+        "Slurm's commands do not run in its containers: their slurm.conf is mounted from the "
+        "generated files, gone with the Compose file (`invoke deploy` writes them again). "
+        f"Slurm said: {last[0]}"
+    )
