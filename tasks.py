@@ -13,10 +13,10 @@ from invoke import Exit
 
 from slurmforge import cli
 from slurmforge.cli import FETCH, REQUIRED, SELECT, TARGET, Option, Select, task
-from slurmforge.options import number, out_dir, parse_errors_exit_2
+from slurmforge.options import number, out_dir, parse_tasks_our_way
 from slurmforge.summary import SKIPPED_HINT, print_summary, table
 
-parse_errors_exit_2()
+parse_tasks_our_way()
 # The checkout is where this file is (a copy's, for the build tier and the benchmarks), not where
 # the package was installed from.
 cli.ROOT = ROOT = Path(__file__).resolve().parent

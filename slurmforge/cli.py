@@ -191,11 +191,12 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 class _Task(Task):
     """invoke's task, but a short flag is a letter or digit: invoke takes the first free character
-    of the option's name, which for ``no_backup`` was the dash (``--`` then meant --no-backup)."""
+    of the option's name, which for ``no_backup`` was the dash (``--`` then meant --no-backup).
+    Never `h`: `-h` after a task's name is its help (options.help_asked)."""
 
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
         opts = super().arg_opts(name, default, taken_names)
-        opts["names"] = [n for n in opts["names"] if len(n) > 1 or n.isalnum()]
+        opts["names"] = [n for n in opts["names"] if len(n) > 1 or (n.isalnum() and n != "h")]
         return opts
 
 

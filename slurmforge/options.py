@@ -1,4 +1,4 @@
-"""Command-line options: typed values and the exit status of a command line invoke cannot parse.
+"""Command-line options: typed values, and how invoke reads a command line (errors, `--help`).
 
 Every numeric option reaches the tasks as text and is read by `number`, so that a bad value gets
 the same one-line error (naming the option) and exit status 2 as any other bad input.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,9 +74,25 @@ def directory(label: str, path: Path) -> Path:
     return path
 
 
-def parse_errors_exit_2() -> None:
+HELP = ("-h", "--help")
+
+
+def help_asked(args: list[str], tasks: Collection[str]) -> str | None:
+    """The task whose help a command line's tasks and options (``args``) ask for: the last
+    task named before a `-h`/`--help`. invoke's parser alone takes that token as the value of
+    a positional argument still missing: `invoke render --help` wrote Dockerfiles under
+    ./--help, and `invoke scale --help` refused '--help' as a node count."""
+    for i, arg in enumerate(args):
+        if arg in HELP:
+            named = [a for a in args[:i] if a in tasks]
+            return named[-1] if named else None
+    return None
+
+
+def parse_tasks_our_way() -> None:
     """Make invoke's parse errors (an unknown task or option, a missing value) an ``error:`` line
-    and exit status 2, like all other bad input, instead of its plain message and status 1.
+    and exit status 2, like all other bad input, instead of its plain message and status 1; and
+    a `--help` after a task's name that task's help (`help_asked`), whatever it follows.
 
     invoke has no hook for this; its Program calls parse_tasks after loading tasks.py, so the
     method is wrapped once from there."""
@@ -88,10 +105,16 @@ def parse_errors_exit_2() -> None:
         return
 
     def parse_tasks(self: Program) -> None:
+        assert self.collection is not None  # loaded before the tasks are parsed
+        name = help_asked(self.core.unparsed, self.collection.task_names)
+        if name:
+            self.core.unparsed = []  # nothing of the line but the help is read
         try:
             parse(self)
         except ParseError as exc:
             raise Exit(f"error: {exc}\nhint: invoke --list; invoke --help TASK", code=2) from None
+        if name:
+            self.args.help.value = name  # what `invoke --help TASK` sets: parse_cleanup prints it
 
     parse_tasks.slurmforge = True  # type: ignore[attr-defined]
     Program.parse_tasks = parse_tasks  # type: ignore[method-assign]

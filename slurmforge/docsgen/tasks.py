@@ -10,11 +10,11 @@ from pathlib import Path
 
 INTRO = """Every command is an [invoke](https://www.pyinvoke.org/) task run from the checkout:
 `.venv/bin/invoke TASK [OPTIONS]`. `invoke --list` lists them and `invoke --help TASK` prints what
-follows. Bad input exits with code 2 and one `error:` line (often a `hint:` line after it) naming
-the file, the key and what was expected; a failed build or deploy exits 1;
-`SLURMFORGE_DEBUG=1` adds the traceback. Options that say *repeatable* may be given several
-times. This page is generated from the tasks themselves (`invoke docs --check` says when it is
-stale)."""
+follows, as does `--help` (or `-h`) anywhere after a task's name. Bad input exits with code 2 and
+one `error:` line (often a `hint:` line after it) naming the file, the key and what was expected;
+a failed build or deploy exits 1; `SLURMFORGE_DEBUG=1` adds the traceback. Options that say
+*repeatable* may be given several times. This page is generated from the tasks themselves
+(`invoke docs --check` says when it is stale)."""
 
 
 def _collection(root: Path):

@@ -85,6 +85,32 @@ def test_matrix_formats(fmt: str) -> None:
     assert "23.11.11-cuda12.2.2-debian12" in proc.stdout
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        ["render", "--help"],
+        ["restore", "-h"],
+        ["scale", "--help"],
+        ["jail-populate", "--help"],
+        ["restore", "backup.tar", "--force", "--help"],
+        ["render", "--out", "--help"],
+        ["deploy", "--help"],
+        ["login", "--user", "--help"],
+    ],
+)
+def test_help_after_a_task_is_that_tasks_help_and_nothing_runs(
+    line: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`invoke render --help` wrote every Dockerfile under ./--help: invoke's parser took the
+    flag as the directory, the positional argument still missing (scale refused it as a node
+    count). A `--help` anywhere after a task's name is that task's help, and nothing runs."""
+    monkeypatch.chdir(tmp_path)
+    proc = run_invoke(*line)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"Usage: inv[oke] [--core-opts] {line[0]} [--options]"), proc
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_matrix_bad_format() -> None:
     assert_clean_failure(run_invoke("matrix", "--format", "xml"), "--format 'xml'")
 

@@ -86,7 +86,7 @@ def test_a_jail_is_an_empty_or_marked_directory(tmp_path: Path) -> None:
 # -- names that reach a command line --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("user", ["-c id", "--help", "Alice", "a b", "x" * 40, ""])
+@pytest.mark.parametrize("user", ["-c id", "--login", "Alice", "a b", "x" * 40, ""])
 def test_login_refuses_a_user_name_that_is_not_one(user: str) -> None:
     assert_clean_failure(run_cli("login", "--user", user), "--user")
 
