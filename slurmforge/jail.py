@@ -91,8 +91,10 @@ def populate(
         Path(source).mkdir(parents=True, exist_ok=True)
     done = jail_contract.record(info.id, skip)
     if _holds(engine, source, done):
-        # the same answer the entrypoint would give, without starting a container for it
-        out.write(f"populate: {into} already holds {done}\n")
+        # the entrypoint's answer, without starting a container for it, and in words: its
+        # record of what was left out reads "<digest> without <paths>"
+        but = f", all but {' '.join(skip)} (what only a feature this cluster leaves off uses)"
+        out.write(f"populate: {into} already holds {info.id}{but if skip else ''}\n")
         return info.id
     code = engine.run(
         info.id,
