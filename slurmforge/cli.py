@@ -185,8 +185,29 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
             hint = f"\nhint: {exc.hint}" if exc.hint else ""
             raise Exit(redact(f"error: {exc.message}{hint}"), code=exc.exit_code) from None
+        except OSError as exc:
+            # a path the system refused (--out /proc/x, a full disk): the path and why, exit 1
+            if os.environ.get("SLURMFORGE_DEBUG") or exc.filename is None:
+                raise
+            raise Exit(f"error: {exc.filename}: {exc.strerror}", code=1) from None
 
     return wrapper
+
+
+def _refuse_empty(given: dict[str, Any]) -> None:
+    """An option given as '' (`--cluster "$UNSET"`) is refused, not read as left out: that
+    took the default cluster file or deploy/out, and `render --out ''` wrote into the current
+    directory."""
+    from slurmforge.errors import ConfigError, quote
+
+    for name, value in given.items():
+        empty = [v for v in (value if isinstance(value, list) else [value])
+                 if isinstance(v, str) and not v.strip()]  # fmt: skip
+        if empty:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"{flag} {quote(empty[0])}: expected a value (or leave the option out)"
+            )
 
 
 class _Task(Task):
@@ -220,6 +241,7 @@ def task(*groups: Group, **own: Option) -> Callable[[Callable[..., Any]], Any]:
 
         @functools.wraps(body)
         def run(c: Any, **given: Any) -> Any:
+            _refuse_empty(given)
             values = {k: v for k, v in given.items() if k not in grouped}
             for g in groups:
                 values[g.name] = g.build(**{k: given[k] for k in g.declared})

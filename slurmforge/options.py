@@ -67,10 +67,14 @@ def directory(label: str, path: Path) -> Path:
     """``path``, refused (naming it by ``label``) when it, or the nearest of its parents that
     exists, is not a directory: something would have to be written where a file is."""
     for each in (path, *path.parents):
-        if each.exists():
-            if not each.is_dir():
-                raise ConfigError(f"{label}: {each} is not a directory")
-            break
+        try:
+            if not each.exists():
+                continue
+        except OSError as exc:  # a name too long, a parent that is not searchable
+            raise ConfigError(f"{label}: {exc.strerror}") from None
+        if not each.is_dir():
+            raise ConfigError(f"{label}: {each} is not a directory")
+        break
     return path
 
 

@@ -111,6 +111,36 @@ def test_help_after_a_task_is_that_tasks_help_and_nothing_runs(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        (["render", "--out", ""], "--out ''"),
+        (["deploy", "--dry-run", "--cluster", "", "--out", "{tmp}/o"], "--cluster ''"),
+        (["deploy", "--dry-run", "--out", " "], "--out ' '"),
+        (["status", "--cluster", ""], "--cluster ''"),
+        (["down", "--cluster", ""], "--cluster ''"),
+        (["build", "--component", "prometheus", "--component", ""], "--component ''"),
+    ],
+)
+def test_an_empty_value_is_refused_not_taken_for_the_default(
+    line: list[str], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script's `--cluster "$UNSET"` acted on the default cluster file (and deploy/out), and
+    `render --out ''` wrote into the current directory: an empty value is refused."""
+    monkeypatch.chdir(tmp_path)
+    proc = run_invoke(*(arg.replace("{tmp}", str(tmp_path)) for arg in line))
+    assert_clean_failure(proc, f"{named}: expected a value")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_the_system_will_not_create_is_one_error_line(tmp_path: Path) -> None:
+    too_long = tmp_path / ("d" * 300)
+    assert_clean_failure(run_invoke("render", "--out", str(too_long)), "File name too long")
+    proc = run_invoke("render", "--out", "/proc/slurmforge-test", "--component", "prometheus")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "error: /proc/slurmforge-test: No such file or directory\n"
+
+
 def test_matrix_bad_format() -> None:
     assert_clean_failure(run_invoke("matrix", "--format", "xml"), "--format 'xml'")
 
