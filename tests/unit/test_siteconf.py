@@ -290,6 +290,24 @@ def test_unknown_and_managed_keys_are_refused_with_the_file_and_key(
             r"accounting\.qos\[0\]\.Preempt: QoS preempt each other in a loop \(a -> a\)",
         ),
         (
+            {"accounting": {"accounts": [{"name": "a", "Parent": "a"}]}},
+            r"accounting\.accounts\[0\]\.Parent: accounts are each other's parents in a loop "
+            r"\(a -> a\); an account tree starts at root$",
+        ),
+        (
+            {
+                "accounting": {
+                    "accounts": [
+                        {"name": "phys"},
+                        {"name": "a", "Parent": "b"},
+                        {"name": "b", "Parent": "a"},
+                    ]
+                }
+            },
+            r"accounting\.accounts\[[12]\]\.Parent: accounts are each other's parents in a loop "
+            r"\((a -> b -> a|b -> a -> b)\)",
+        ),
+        (
             {
                 "accounting": {
                     "qos": [

@@ -350,7 +350,7 @@ def check_qos(path: Path, qos: Sequence[QosSpec], accounts: Sequence[AccountSpec
                     f"{path}: accounting.qos[{i}].Preempt[{j}]: unknown QoS {other!r}; expected "
                     f"one of {', '.join(names)}"
                 )
-    _check_preemption(path, qos)
+    _check_loops(path, qos, accounts)
     for i, acct in enumerate(accounts):
         for j, name in enumerate(acct.QOS or ()):
             if name not in names:
@@ -365,19 +365,33 @@ def check_qos(path: Path, qos: Sequence[QosSpec], accounts: Sequence[AccountSpec
             )
 
 
-def _check_preemption(path: Path, qos: Sequence[QosSpec]) -> None:
-    """No QoS preempts itself, directly or through others (slurmdbd refuses such a loop, after
-    the QoS it would close has been made)."""
-    graph = {q.name: tuple(q.Preempt or ()) for q in qos}
+def _check_loops(path: Path, qos: Sequence[QosSpec], accounts: Sequence[AccountSpec]) -> None:
+    """No QoS preempts itself and no account is its own parent, directly or through others:
+    slurmdbd refuses the one after the QoS that closes the loop is made, and the deploy, adding
+    parents first, found no account to start from only once the cluster was up. (A parent named
+    nowhere in the file may be in the accounting database already; the deploy says if not.)"""
+    i, loop = _loop({q.name: tuple(q.Preempt or ()) for q in qos})
+    if loop:
+        raise ConfigError(
+            f"{path}: accounting.qos[{i}].Preempt: QoS preempt each other in a loop ({loop})"
+            "; Slurm refuses it"
+        )
+    i, loop = _loop({a.name: (a.Parent,) for a in accounts})
+    if loop:
+        raise ConfigError(
+            f"{path}: accounting.accounts[{i}].Parent: accounts are each other's parents in a loop"
+            f" ({loop}); an account tree starts at root"
+        )
+
+
+def _loop(graph: dict[str, tuple[str, ...]]) -> tuple[int, str]:
+    """A loop in ``graph`` (name: names it points at) as 'a -> b -> a', and a's index; or -1, ''."""
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as exc:
         loop = exc.args[1]
-        i = next(i for i, q in enumerate(qos) if q.name == loop[0])
-        raise ConfigError(
-            f"{path}: accounting.qos[{i}].Preempt: QoS preempt each other in a loop "
-            f"({' -> '.join(reversed(loop))}); Slurm refuses it"
-        ) from None
+        return list(graph).index(loop[0]), " -> ".join(reversed(loop))
+    return -1, ""
 
 
 def _nested(a: str, b: str) -> bool:
