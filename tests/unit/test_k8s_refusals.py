@@ -83,3 +83,29 @@ def test_a_command_the_target_cannot_carry_out_is_refused_by_it(
     proc = run_invoke(*args, "--cluster", str(cluster_file), "--out", str(root / "out"))
     assert_clean_failure(proc, expected)
     assert not (root / "out").exists()  # nothing rendered, nothing applied
+
+
+@pytest.mark.parametrize(
+    ("kubernetes", "args", "said"),
+    [
+        ({}, ["--namespace", "kube-system"], "--namespace 'kube-system'"),
+        ({"namespace": "default"}, [], "{path}: kubernetes.namespace 'default'"),
+        ({"namespace": None}, [], "{path}: name (the namespace unless kubernetes.namespace is"),
+    ],
+)
+def test_a_namespace_of_kubernetes_own_is_refused(
+    write_cluster, tmp_path: Path, kubernetes: dict, args: list[str], said: str
+) -> None:
+    """deploy writes the cluster's Namespace (its labels, its pod-security level) and the tasks'
+    hint removes it with the rest: never kube-system's, default's or another kube-*."""
+    data = cluster_data(**kubernetes)
+    if kubernetes.get("namespace", "") is None:
+        data["name"] = "kube-slurm"
+        del data["kubernetes"]["namespace"]
+    path = write_cluster(data)
+    out = tmp_path / "out"
+    line = ["deploy", "--target", "k8s", "--dry-run", "--cluster", str(path), "--out", str(out)]
+    proc = run_invoke(*line, *args)
+    assert_clean_failure(proc, said.format(path=path))
+    assert "Kubernetes' own namespaces" in proc.stderr
+    assert not out.exists()

@@ -33,6 +33,21 @@ def _check_namespace(namespace: str | None) -> None:
         raise ConfigError(f"--namespace {namespace!r}: expected a DNS label (a-z, 0-9, -)")
 
 
+def _check_own_namespace(given: str | None, cluster: Cluster) -> None:
+    """The cluster's namespace is its own: deploy writes a Namespace object with the cluster's
+    labels and pod-security level, and `kubectl delete -k` of the directory removes it. Never
+    one of Kubernetes' own (default, kube-system and any kube-*)."""
+    namespace = given or cluster.spec.kubernetes.namespace or cluster.name
+    if namespace == "default" or namespace.startswith("kube-"):
+        where = (
+            "--namespace" if given
+            else f"{cluster.path}: kubernetes.namespace" if cluster.spec.kubernetes.namespace
+            else f"{cluster.path}: name (the namespace unless kubernetes.namespace is set)"
+        )  # fmt: skip
+        named = f"{where} {namespace!r}"
+        raise ConfigError(f"{named}: one of Kubernetes' own namespaces; give the cluster its own")
+
+
 class Kube(Target):
     """The `k8s` target: a kustomize directory applied with kubectl."""
 
@@ -48,6 +63,7 @@ class Kube(Target):
 
         _check_namespace(where.namespace)
         cluster, root = load_cluster(where)
+        _check_own_namespace(where.namespace, cluster)
         kube = cls(cluster, where.out_root, root, None, where.namespace, where.context)
         kube.dry_run = where.dry_run
         kube.manifests.check_versions()
