@@ -318,6 +318,8 @@ def gpu_detect(c, driver_root, format):
 
     if format not in ("json", "cdi"):
         raise ConfigError(f"--format {format!r}: expected json or cdi")
+    if not Path(driver_root).is_dir():  # a typo read as a host without a driver
+        raise ConfigError(f"--driver-root {driver_root!r}: expected a directory")
     driver = gpu_driver.discover(Path(driver_root))
     if driver is None:
         files = " or ".join(gpu_driver.VERSION_FILES)

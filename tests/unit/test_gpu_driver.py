@@ -146,6 +146,16 @@ def test_no_driver_is_cpu_mode(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["mounts"] == []
 
 
+def test_a_driver_root_that_is_not_a_directory_is_refused_not_read_as_cpu_mode(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "file").write_text("")
+    for root in (tmp_path / "typo", tmp_path / "file"):
+        for fmt in ("json", "cdi"):  # cdi printed nothing, exit 0
+            proc = run_invoke("gpu-detect", "--driver-root", str(root), "--format", fmt)
+            assert_clean_failure(proc, f"--driver-root '{root}': expected a directory")
+
+
 def test_cli_prints_plan_and_cdi_and_warns_about_other_versions(host: Path) -> None:
     proc = run_invoke("gpu-detect", "--driver-root", str(host))
     assert proc.returncode == 0, proc.stderr
