@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge.deploy.spec.layers import BASE_LAYER, Layers, deep_update
+from slurmforge.deploy.spec.layers import BASE_LAYER, Layers, apply, deep_update
 from slurmforge.errors import ConfigError
 from tests.common import dump_yaml
 
@@ -132,3 +132,32 @@ def test_bad_layering_is_refused(tmp_path: Path, nodesets, files, message: str) 
         for i, ns in enumerate(nodesets):
             layers.resolve(i, ns)
     assert message in exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("elsewhere", "layers: {dir}/elsewhere is not a directory"),
+        ("cluster.yaml", "layers: {dir}/cluster.yaml is not a directory"),
+        ({"a": 1}, "layers: expected a directory beside the cluster file, got {'a': 1}"),
+        (123, "layers: expected a directory beside the cluster file, got 123"),
+        ("", "layers: expected a directory beside the cluster file, got ''"),
+    ],
+)
+def test_a_layers_directory_that_is_not_one_is_named_not_its_first_layer(
+    tmp_path: Path, value, message: str
+) -> None:
+    """`layers:` naming no directory was reported as node set 0's unknown layer ('' took every
+    YAML file beside the cluster file as a layer)."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text("")
+    raw = {"layers": value, "nodesets": [{"name": "n", "definitions": ["gpu"]}]}
+    with pytest.raises(ConfigError) as exc:
+        apply(path, raw)
+    assert exc.value.message == f"{path}: " + message.replace("{dir}", str(tmp_path))
+
+
+def test_without_a_layers_key_a_missing_layers_directory_is_none(tmp_path: Path) -> None:
+    raw = {"nodesets": [{"name": "n", "cpus": 1}]}
+    apply(tmp_path / "cluster.yaml", raw)  # the built-in base layer alone
+    assert raw["nodesets"][0]["cpus"] == 1

@@ -195,6 +195,21 @@ def apply(path: Path, raw: dict[str, Any]) -> Layers | None:
     nodesets = raw.get("nodesets")
     if not isinstance(nodesets, list):
         return None
-    layers = Layers(path, nodesets, path.parent / str(raw.get("layers", "layers")))
+    layers = Layers(path, nodesets, _layers_dir(path, raw))
     raw["nodesets"] = [layers.resolve(i, ns) for i, ns in enumerate(nodesets)]
     return layers
+
+
+def _layers_dir(path: Path, raw: dict[str, Any]) -> Path:
+    """``layers:`` (default ``layers``) beside the cluster file ``path``, checked before any
+    node set's definitions are looked up in it: a directory that is not there, or a value that is
+    not a path, was reported as an unknown layer of the first node set."""
+    given = raw.get("layers", "layers")
+    if not isinstance(given, str) or not given.strip():
+        raise ConfigError(
+            f"{path}: layers: expected a directory beside the cluster file, got {quote(given)}"
+        )
+    directory = path.parent / given
+    if "layers" in raw and not directory.is_dir():
+        raise ConfigError(f"{path}: layers: {directory} is not a directory")
+    return directory
