@@ -1,9 +1,10 @@
 """Two ordinary users on the default cluster, each trying to reach what is the other's or the
 cluster's: her home and job output, her jobs and their command lines (squeue, scontrol, sacct, the
 REST API), a job without an association, a token that outlives its cap, a uid that a removed user
-had, the node's spool through a step's argv[0], the accounting database, the exporter's series
-and Prometheus. Each is what DESIGN.md's "Who may reach what" forbids an ordinary user; root's
-view is checked beside it, so a test cannot pass by everything being hidden from everyone."""
+had, the node's spool through a step's argv[0], her task epilog (an open gap, run as a strict
+xfail), the accounting database, the exporter's series and Prometheus. Each is what DESIGN.md's
+"Who may reach what" forbids an ordinary user; root's view is checked beside it, so a test cannot
+pass by everything being hidden from everyone."""
 
 from __future__ import annotations
 
@@ -193,6 +194,33 @@ def test_a_step_sees_no_process_outside_it_and_no_way_out_of_the_jail(users: Dep
         users.ok("cpu-1", "test -e /.dockerenv")
     finally:
         users.sh("slurmctld", f"scancel {job}")
+
+
+EPILOG = """#!/bin/sh
+if [ -e /.dockerenv ]; then echo node; else echo jail; fi > "$HOME/epilog.where"
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="an open gap (SECURITY.md): slurmstepd runs a user's task epilog on the node's root",
+)
+def test_a_task_epilog_runs_in_the_jail(users: Deployed) -> None:
+    """srun --task-epilog runs her script after each task, started by slurmstepd itself rather
+    than in the task, which the jail plugin moves: today it runs on the node's own root (the node
+    container's /.dockerenv, which the jail leaves out). When that is closed this test passes,
+    and strict xfail fails it until the mark goes."""
+    code, out = users.sh(
+        "login",
+        f"rm -f ~/epilog.where; printf %s {shlex.quote(EPILOG)} > ~/ep.sh && chmod 0700 ~/ep.sh"
+        " && srun -w cpu-1 --task-epilog=$HOME/ep.sh true && cat ~/epilog.where",
+        user=ALICE,
+    )
+    where = out.strip().splitlines()[-1] if out.strip() else ""  # after srun's own lines
+    if code != 0 or where not in ("node", "jail"):
+        pytest.fail(f"her task epilog did not run (exit {code}): {out}")
+    assert where == "jail", "her task epilog ran on the node's own root"
 
 
 def test_a_jobs_files_are_opened_inside_the_jail(users: Deployed) -> None:
