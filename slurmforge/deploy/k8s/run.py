@@ -33,11 +33,11 @@ def _check_namespace(namespace: str | None) -> None:
         raise ConfigError(f"--namespace {namespace!r}: expected a DNS label (a-z, 0-9, -)")
 
 
-def _check_own_namespace(given: str | None, cluster: Cluster) -> None:
-    """The cluster's namespace is its own: deploy writes a Namespace object with the cluster's
-    labels and pod-security level, and `kubectl delete -k` of the directory removes it. Never
-    one of Kubernetes' own (default, kube-system and any kube-*)."""
-    namespace = given or cluster.spec.kubernetes.namespace or cluster.name
+def _check_own_namespace(namespace: str, given: str | None, cluster: Cluster) -> None:
+    """The cluster's ``namespace`` (``given`` by --namespace, else from the cluster file) is its
+    own: deploy writes a Namespace object with the cluster's labels and pod-security level, and
+    `kubectl delete -k` of the directory removes it. Never one of Kubernetes' own (default,
+    kube-system and any kube-*)."""
     if namespace == "default" or namespace.startswith("kube-"):
         where = (
             "--namespace" if given
@@ -63,7 +63,6 @@ class Kube(Target):
 
         _check_namespace(where.namespace)
         cluster, root = load_cluster(where)
-        _check_own_namespace(where.namespace, cluster)
         kube = cls(cluster, where.out_root, root, None, where.namespace, where.context)
         kube.dry_run = where.dry_run
         kube.manifests.check_versions()
@@ -85,6 +84,7 @@ class Kube(Target):
         self.cluster = cluster
         self.dir = out_root / "k8s" / cluster.name
         self.namespace = namespace or cluster.spec.kubernetes.namespace or cluster.name
+        _check_own_namespace(self.namespace, namespace, cluster)
         self.log = log or sys.stderr
         self.k = kubectl.Kubectl(cluster.name, self.namespace, context, run)
         self.secrets = Secrets(cluster, self.k, self.log)
