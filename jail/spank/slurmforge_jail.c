@@ -849,11 +849,82 @@ static void remove_tree(const char *path)
 		slurm_error(TAG ": removing %s: %m", path);
 }
 
-/* The job has ended on this node: its /tmp and /dev/shm go with it. */
+/* Whether a line of /proc/<pid>/cgroup puts the process in the cgroup named seg ("/job_<id>") or
+ * below it, in any hierarchy. */
+static int in_cgroup(const char *line, const char *seg)
+{
+	size_t n = strlen(seg);
+
+	for (const char *p = line; (p = strstr(p, seg)); p += n)
+		if (p[n] == '/' || p[n] == '\n' || p[n] == '\0')
+			return 1;
+	return 0;
+}
+
+/* One pass over /proc: each process of uid in job's cgroups is killed; how many were. */
+static int kill_pass(uint32_t job, uid_t uid)
+{
+	char seg[32], path[64], line[PATH_MAX];
+	DIR *proc = opendir("/proc");
+	struct dirent *e;
+	int killed = 0;
+
+	if (!proc)
+		return 0;
+	snprintf(seg, sizeof(seg), "/job_%u", (unsigned) job);
+	while ((e = readdir(proc))) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+		struct stat st;
+		FILE *f;
+		int hit = 0;
+
+		if (*end || pid <= 1)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld", pid);
+		if (stat(path, &st) < 0 || st.st_uid != uid)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/cgroup", pid);
+		if (!(f = fopen(path, "re")))
+			continue;
+		while (!hit && fgets(line, sizeof(line), f))
+			hit = in_cgroup(line, seg);
+		fclose(f);
+		if (hit && kill((pid_t) pid, SIGKILL) == 0) {
+			slurm_info(TAG ": job %u ended, its process %ld was still running: killed",
+				   (unsigned) job, pid);
+			killed++;
+		}
+	}
+	closedir(proc);
+	return killed;
+}
+
+/*
+ * Whatever of the job's user still runs in the job's cgroups on this node once the job has ended
+ * is killed. Slurm ends each step's tasks, but a process that a user's task epilog detached with
+ * setsid belongs to no step's tasks and outlived the job. Root's processes are left alone; passes
+ * are repeated while they find something (a process may fork meanwhile).
+ */
+static void kill_leftovers(spank_t sp)
+{
+	uint32_t job;
+	uid_t uid;
+
+	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS || uid == 0)
+		return;
+	for (int pass = 0; pass < 10 && kill_pass(job, uid); pass++)
+		;
+}
+
+/* The job has ended on this node: what it left running is killed, and its /tmp and /dev/shm go
+ * with it. */
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 {
 	char tmp[PATH_MAX], shm[PATH_MAX];
 
+	kill_leftovers(sp);
 	if (mode_is("off") || mode_is("task-tmp"))
 		return ESPANK_SUCCESS;
 	if (parse_options(ac, av) || job_dirs(sp, tmp, shm))

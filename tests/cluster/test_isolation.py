@@ -1,10 +1,10 @@
 """Two ordinary users on the default cluster, each trying to reach what is the other's or the
 cluster's: her home and job output, her jobs and their command lines (squeue, scontrol, sacct, the
 REST API), a job without an association, a token that outlives its cap, a uid that a removed user
-had, the node's spool through a step's argv[0], her task epilog (an open gap, run as a strict
-xfail), the accounting database, the exporter's series and Prometheus. Each is what DESIGN.md's
-"Who may reach what" forbids an ordinary user; root's view is checked beside it, so a test cannot
-pass by everything being hidden from everyone."""
+had, the node's spool through a step's argv[0], her task epilog, the accounting database, the
+exporter's series and Prometheus. Each is what DESIGN.md's "Who may reach what" forbids an
+ordinary user; root's view is checked beside it, so a test cannot pass by everything being hidden
+from everyone."""
 
 from __future__ import annotations
 
@@ -196,31 +196,46 @@ def test_a_step_sees_no_process_outside_it_and_no_way_out_of_the_jail(users: Dep
         users.sh("slurmctld", f"scancel {job}")
 
 
-EPILOG = """#!/bin/sh
-if [ -e /.dockerenv ]; then echo node; else echo jail; fi > "$HOME/epilog.where"
+# Her task epilog says which root it sees and whether the job's /tmp is there, where her task
+# left a file in it; so does the task itself, beside it.
+WHERE = 'echo "$(stat -c %d:%i /) $(test -e "/tmp/mark-$SLURM_JOB_ID" && echo tmp)"'
+# It also leaves a process behind, detached from the step, which must not outlive the job.
+LEFTOVER = "isoalice-epilog-leftover"
+EPILOG = f"""#!/bin/sh
+{WHERE} > "$HOME/epilog.where"
+setsid sh -c 'sleep 600; : {LEFTOVER}' < /dev/null > /dev/null 2>&1 &
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="an open gap (SECURITY.md): slurmstepd runs a user's task epilog on the node's root",
-)
-def test_a_task_epilog_runs_in_the_jail(users: Deployed) -> None:
+def test_a_task_epilog_runs_where_her_task_runs(users: Deployed) -> None:
     """srun --task-epilog runs her script after each task, started by slurmstepd itself rather
-    than in the task, which the jail plugin moves: today it runs on the node's own root (the node
-    container's /.dockerenv, which the jail leaves out). When that is closed this test passes,
-    and strict xfail fails it until the mark goes."""
+    than in the task. It sees the root her task sees (the jail's, not the node container's own)
+    and her job's /tmp, as on any Slurm cluster; on ours it ran on the node's root until the
+    epilog was given the task's set-up (images/slurm-debs/epilog-in-jail). A process it detaches
+    belongs to no step: the jail plugin's job epilog kills it when the job ends on the node."""
+    task = f"touch /tmp/mark-$SLURM_JOB_ID; {WHERE} > ~/task.where"
     code, out = users.sh(
         "login",
-        f"rm -f ~/epilog.where; printf %s {shlex.quote(EPILOG)} > ~/ep.sh && chmod 0700 ~/ep.sh"
-        " && srun -w cpu-1 --task-epilog=$HOME/ep.sh true && cat ~/epilog.where",
+        f"rm -f ~/epilog.where ~/task.where; printf %s {shlex.quote(EPILOG)} > ~/ep.sh"
+        " && chmod 0700 ~/ep.sh"
+        f" && srun -w cpu-1 --task-epilog=$HOME/ep.sh sh -c {shlex.quote(task)}"
+        " && cat ~/task.where ~/epilog.where",
         user=ALICE,
     )
-    where = out.strip().splitlines()[-1] if out.strip() else ""  # after srun's own lines
-    if code != 0 or where not in ("node", "jail"):
-        pytest.fail(f"her task epilog did not run (exit {code}): {out}")
-    assert where == "jail", "her task epilog ran on the node's own root"
+    lines = out.strip().splitlines()[-2:]  # after srun's own lines
+    assert code == 0 and len(lines) == 2, f"exit {code}: {out}"
+    task_where, epilog_where = lines
+    assert task_where.endswith(" tmp"), out
+    assert epilog_where == task_where, f"her task saw {task_where!r}, her epilog {epilog_where!r}"
+    # and it is not the node container's root, which root sees from the node
+    node_root = users.ok("cpu-1", "stat -c %d:%i /")
+    assert not epilog_where.startswith(f"{node_root} "), out
+    # what it detached is gone once the job has ended on the node (its epilog runs then)
+    left = f"pgrep -u {ALICE} -f {LEFTOVER} || true"
+    deadline = time.monotonic() + 60
+    while (pids := users.ok("cpu-1", left)) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert pids == "", users.ok("cpu-1", f"ps -o pid,args -u {ALICE} || true")
 
 
 def test_a_jobs_files_are_opened_inside_the_jail(users: Deployed) -> None:
