@@ -27,6 +27,12 @@
  * Before the job's program runs, the task checks that its stdin, stdout and stderr, which
  * slurmstepd opened in its own view of the node, are the files their paths name in the jail.
  *
+ * A user's task epilog (srun --task-epilog), which slurmstepd starts itself rather than as a task,
+ * gets slurm_spank_task_init_privileged too, with no task: Slurm is built with that one call added
+ * (images/slurm-debs/epilog-in-jail), so the script runs in the jail like her tasks. When the job
+ * ends on the node (slurm_spank_job_epilog) whatever of its user still runs in its cgroups, such
+ * as a process that script detached, is killed.
+ *
  * In sbatch (inside the jail) a job submitted from a directory whose files the node keeps for
  * itself (/etc, /usr, /var...) is refused, since its output file could not be written there.
  *
@@ -86,6 +92,12 @@ SPANK_PLUGIN(slurmforge_jail, 1);
  * task whose jail could not be entered would run on the node itself.
  */
 #define FAILED (-1)
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424 /* the same number on every arch */
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
 
 static char root_dir[PATH_MAX] = "/jail";
 static char conf_dir[PATH_MAX] = "";
@@ -861,6 +873,15 @@ static int in_cgroup(const char *line, const char *seg)
 	return 0;
 }
 
+/* The process pidfd refers to (opened before its /proc entry was read, so that a PID reused
+ * meanwhile is never the one signalled), or pid where pidfds are missing, killed. */
+static int kill_process(int pidfd, long pid)
+{
+	if (pidfd < 0)
+		return kill((pid_t) pid, SIGKILL);
+	return (int) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+}
+
 /* One pass over /proc: each process of uid in job's cgroups is killed; how many were. */
 static int kill_pass(uint32_t job, uid_t uid)
 {
@@ -877,24 +898,29 @@ static int kill_pass(uint32_t job, uid_t uid)
 		long pid = strtol(e->d_name, &end, 10);
 		struct stat st;
 		FILE *f;
-		int hit = 0;
+		int hit = 0, pidfd;
 
 		if (*end || pid <= 1)
 			continue;
+		pidfd = (int) syscall(SYS_pidfd_open, (pid_t) pid, 0);
+		if (pidfd < 0 && errno != ENOSYS)
+			continue; /* gone already */
 		snprintf(path, sizeof(path), "/proc/%ld", pid);
-		if (stat(path, &st) < 0 || st.st_uid != uid)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%ld/cgroup", pid);
-		if (!(f = fopen(path, "re")))
-			continue;
-		while (!hit && fgets(line, sizeof(line), f))
-			hit = in_cgroup(line, seg);
-		fclose(f);
-		if (hit && kill((pid_t) pid, SIGKILL) == 0) {
+		if (stat(path, &st) == 0 && st.st_uid == uid) {
+			snprintf(path, sizeof(path), "/proc/%ld/cgroup", pid);
+			if ((f = fopen(path, "re"))) {
+				while (!hit && fgets(line, sizeof(line), f))
+					hit = in_cgroup(line, seg);
+				fclose(f);
+			}
+		}
+		if (hit && kill_process(pidfd, pid) == 0) {
 			slurm_info(TAG ": job %u ended, its process %ld was still running: killed",
 				   (unsigned) job, pid);
 			killed++;
 		}
+		if (pidfd >= 0)
+			close(pidfd);
 	}
 	closedir(proc);
 	return killed;
