@@ -347,15 +347,51 @@ static int mount_proc(const char *dst)
 	return -1;
 }
 
+/*
+ * A user's task epilog (no task: see images/slurm-debs/epilog-in-jail) is forked by slurmstepd
+ * in the node's PID namespace, where the /proc it mounts would show every process of the user
+ * on the node, pyxis's enroot helpers among them, which run on the node's root: through their
+ * /proc/<pid>/root the script could reach it. Like the tasks, it runs in the step's namespace:
+ * this process forks the rest of the epilog there and passes its exit status on. It leads a
+ * process group of its own first, which is the group slurmstepd kills when the script overruns
+ * its time; the script itself, in the step's namespace, ends with it at the latest.
+ */
+static int epilog_into_step(void)
+{
+	pid_t child;
+	int status;
+
+	if (step_pid_ns < 0)
+		return 0; /* no namespace of the step's (shared-pid): the node's, as its tasks */
+	if (setpgid(0, 0) < 0 || setns(step_pid_ns, CLONE_NEWPID) < 0) {
+		slurm_error(TAG ": moving the task epilog into the step's PID namespace: %m");
+		return -1;
+	}
+	child = fork();
+	if (child < 0) {
+		slurm_error(TAG ": fork for the task epilog: %m");
+		return -1;
+	}
+	if (child == 0)
+		return 0;
+	while (waitpid(child, &status, 0) < 0)
+		if (errno != EINTR)
+			_exit(127);
+	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	char cwd[PATH_MAX], proc[PATH_MAX];
 	const unsigned long hardened = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	int task;
 
 	(void) ac;
 	(void) av;
 	if (!spank_remote(sp) || mode_is("off"))
 		return ESPANK_SUCCESS;
+	if (spank_get_item(sp, S_TASK_ID, &task) == ESPANK_NOT_TASK && epilog_into_step())
+		return FAILED;
 	if (!getcwd(cwd, sizeof(cwd)))
 		snprintf(cwd, sizeof(cwd), "/");
 	if (unshare(CLONE_NEWNS) < 0) {
@@ -882,6 +918,23 @@ static int kill_process(int pidfd, long pid)
 	return (int) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
 }
 
+/* Whether process pid has ended and waits for its parent to reap it (nothing to kill). */
+static int zombie(long pid)
+{
+	char path[64], stat_line[512], *state;
+	FILE *f;
+	int dead = 0;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	if (!(f = fopen(path, "re")))
+		return 1; /* gone */
+	if (fgets(stat_line, sizeof(stat_line), f) && (state = strrchr(stat_line, ')')) &&
+	    state[1] == ' ')
+		dead = state[2] == 'Z' || state[2] == 'X';
+	fclose(f);
+	return dead;
+}
+
 /* One pass over /proc: each process of uid in job's cgroups is killed; how many were. */
 static int kill_pass(uint32_t job, uid_t uid)
 {
@@ -906,7 +959,7 @@ static int kill_pass(uint32_t job, uid_t uid)
 		if (pidfd < 0 && errno != ENOSYS)
 			continue; /* gone already */
 		snprintf(path, sizeof(path), "/proc/%ld", pid);
-		if (stat(path, &st) == 0 && st.st_uid == uid) {
+		if (stat(path, &st) == 0 && st.st_uid == uid && !zombie(pid)) {
 			snprintf(path, sizeof(path), "/proc/%ld/cgroup", pid);
 			if ((f = fopen(path, "re"))) {
 				while (!hit && fgets(line, sizeof(line), f))

@@ -168,7 +168,8 @@ def test_a_step_sees_no_process_outside_it_and_no_way_out_of_the_jail(users: Dep
     """The escape of issue 60: with an ssh session of hers on the node (pam_slurm_adopt lets her
     in), a step of her job named the session's process in /proc and followed its root out to the
     node's /. Now a step sees only its own processes, and a session is in the jail as a step is;
-    the session still sees the job's processes (py-spy, htop from an ssh into one's node)."""
+    the session still sees the job's processes (py-spy, htop from an ssh into one's node). Her
+    task epilog sees no more than a step."""
     users.ok("login", f"{OWN_SSH_KEY}; cat > ~/probe.sh << 'EOF'{PROBE}EOF", user=ALICE)
     job = users.ok("login", "sbatch --parsable -w cpu-1 -t 5 --wrap 'sleep 311'", user=ALICE)
     try:
@@ -185,6 +186,18 @@ def test_a_step_sees_no_process_outside_it_and_no_way_out_of_the_jail(users: Dep
         )
         assert "jail slurm=" in step, step  # the probe ran, inside the jail
         assert "sees" not in step and "out " not in step, step
+        # her task epilog, which slurmstepd starts outside the task, sees as little: it once saw
+        # every process of hers on the node, pyxis's helpers on the node's root among them
+        users.ok("login", "printf '#!/bin/sh\\nbash ~/probe.sh 311 > ~/epilog.probe\\n' "
+                 "> ~/probe-epilog.sh && chmod 0700 ~/probe-epilog.sh", user=ALICE)  # fmt: skip
+        epilog = users.ok(
+            "login",
+            f"rm -f ~/epilog.probe; srun --jobid {job} --overlap -w cpu-1 -N1 -n1"
+            " --task-epilog=$HOME/probe-epilog.sh true && cat ~/epilog.probe",
+            user=ALICE,
+        )
+        assert "jail slurm=" in epilog, epilog
+        assert "sees" not in epilog and "out " not in epilog, epilog
         # the session: in the jail, with no way out, and the batch script's sleep in sight
         session = users.ok("login", f"{HOP} cpu-1 bash ~/probe.sh 311", user=ALICE)
         assert "jail slurm=" in session and "sees " in session, session
