@@ -595,6 +595,26 @@ static int bind_jail_dirs(void)
 }
 
 /*
+ * The node's one world-writable directory that the step's view does not lead into the job's or
+ * the jail's (/tmp, /dev/shm and /var/tmp do): an empty tmpfs only root may write. Whatever
+ * slurmstepd opens or starts as the user (an --output path, pyxis's enroot helpers, whose
+ * /proc/<pid>/root her ssh session on the node can name) leaves no file of hers on the node.
+ */
+static int cover_run_lock(void)
+{
+	struct stat st;
+
+	if (lstat("/run/lock", &st) < 0 || !S_ISDIR(st.st_mode))
+		return 0;
+	if (mount("tmpfs", "/run/lock", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		  "mode=0755,size=64k") < 0) {
+		slurm_error(TAG ": covering /run/lock in slurmstepd: %m");
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * slurmstepd's own view (see the top of this file). Runs in the step's main thread before the MPI
  * plugin and the I/O set-up; threads and processes started after it inherit the namespace.
  */
@@ -614,7 +634,7 @@ static int enter_job_namespace(spank_t sp)
 		slurm_error(TAG ": making / a slave mount in slurmstepd: %m");
 		return -1;
 	}
-	if (bind_over(tmp, "/tmp") || bind_over(shm, "/dev/shm"))
+	if (bind_over(tmp, "/tmp") || bind_over(shm, "/dev/shm") || cover_run_lock())
 		return -1;
 	/*
 	 * A /proc of this step's own that hides other users' processes: slurmstepd is root and sees

@@ -24,7 +24,9 @@ pytestmark = pytest.mark.cluster
 
 
 def test_srun_across_two_nodes(deployed: Deployed) -> None:
-    assert deployed.states() == {"cpu-0": "idle", "cpu-1": "idle"}
+    # idle (a job of a module run before this one may still be completing for a moment)
+    deployed.wait_states({"cpu-0": "idle", "cpu-1": "idle"}, timeout=30)
+    assert set(deployed.states()) == {"cpu-0", "cpu-1"}
     out = deployed.ok("login", "srun -N2 hostname", user="root")
     assert sorted(out.split()) == ["cpu-0", "cpu-1"]
 

@@ -280,6 +280,12 @@ def test_a_jobs_files_are_opened_inside_the_jail(users: Deployed) -> None:
         assert "sbatch exited 0" not in out and content not in out, out
         if not node_file.startswith("/proc/1/"):
             assert "input file" in out and "is not a file in the jail" in out, out
+    # an output file in the node's world-writable /run/lock (the jail has its own): slurmstepd
+    # cannot create it there, so the job fails and nothing of hers is left on the node
+    code, out = users.sh("login", "sbatch --wait -w cpu-1 -o /run/lock/iso.out --wrap true",
+                         user=ALICE)  # fmt: skip
+    assert code != 0, out
+    assert users.ok("cpu-1", "ls -A /run/lock") == ""
 
 
 def test_the_accounting_database_is_out_of_users_reach(users: Deployed) -> None:
