@@ -938,21 +938,29 @@ static int kill_process(int pidfd, long pid)
 	return (int) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
 }
 
-/* Whether process pid has ended and waits for its parent to reap it (nothing to kill). */
-static int zombie(long pid)
+/*
+ * Whether process pid runs (not a zombie waiting to be reaped) with uid as its real user ID, from
+ * its status file: the owner of /proc/<pid> is root for a process that made itself non-dumpable,
+ * and a program it started setuid keeps her as its real user.
+ */
+static int runs_as(long pid, uid_t uid)
 {
-	char path[64], stat_line[512], *state;
+	char path[64], line[256];
+	unsigned long real;
+	int state = 0, owner = 0;
 	FILE *f;
-	int dead = 0;
 
-	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	snprintf(path, sizeof(path), "/proc/%ld/status", pid);
 	if (!(f = fopen(path, "re")))
-		return 1; /* gone */
-	if (fgets(stat_line, sizeof(stat_line), f) && (state = strrchr(stat_line, ')')) &&
-	    state[1] == ' ')
-		dead = state[2] == 'Z' || state[2] == 'X';
+		return 0; /* gone */
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "State:", 6))
+			state = line[strspn(line + 6, " \t") + 6];
+		else if (sscanf(line, "Uid: %lu", &real) == 1)
+			owner = real == (unsigned long) uid;
+	}
 	fclose(f);
-	return dead;
+	return owner && state != 'Z' && state != 'X';
 }
 
 /* One pass over /proc: each process of uid in job's cgroups is killed; how many were. */
@@ -969,7 +977,6 @@ static int kill_pass(uint32_t job, uid_t uid)
 	while ((e = readdir(proc))) {
 		char *end;
 		long pid = strtol(e->d_name, &end, 10);
-		struct stat st;
 		FILE *f;
 		int hit = 0, pidfd;
 
@@ -978,8 +985,7 @@ static int kill_pass(uint32_t job, uid_t uid)
 		pidfd = (int) syscall(SYS_pidfd_open, (pid_t) pid, 0);
 		if (pidfd < 0 && errno != ENOSYS)
 			continue; /* gone already */
-		snprintf(path, sizeof(path), "/proc/%ld", pid);
-		if (stat(path, &st) == 0 && st.st_uid == uid && !zombie(pid)) {
+		if (runs_as(pid, uid)) {
 			snprintf(path, sizeof(path), "/proc/%ld/cgroup", pid);
 			if ((f = fopen(path, "re"))) {
 				while (!hit && fgets(line, sizeof(line), f))

@@ -212,7 +212,7 @@ def test_a_step_sees_no_process_outside_it_and_no_way_out_of_the_jail(users: Dep
 # Her task epilog says which root it sees and whether the job's /tmp is there, where her task
 # left a file in it; so does the task itself, beside it.
 WHERE = 'echo "$(stat -c %d:%i /) $(test -e "/tmp/mark-$SLURM_JOB_ID" && echo tmp)"'
-# It also leaves a process behind, detached from the step, which must not outlive the job.
+# It also leaves a process behind, detached from the step's tasks, which must not outlive the job.
 LEFTOVER = "isoalice-epilog-leftover"
 EPILOG = f"""#!/bin/sh
 {WHERE} > "$HOME/epilog.where"
@@ -225,7 +225,8 @@ def test_a_task_epilog_runs_where_her_task_runs(users: Deployed) -> None:
     than in the task. It sees the root her task sees (the jail's, not the node container's own)
     and her job's /tmp, as on any Slurm cluster; on ours it ran on the node's root until the
     epilog was given the task's set-up (images/slurm-debs/epilog-in-jail). A process it detaches
-    belongs to no step: the jail plugin's job epilog kills it when the job ends on the node."""
+    belongs to none of the step's tasks: it ends with the step's PID namespace (and the jail
+    plugin's job epilog would kill it when the job ends on the node)."""
     task = f"touch /tmp/mark-$SLURM_JOB_ID; {WHERE} > ~/task.where"
     code, out = users.sh(
         "login",
