@@ -69,6 +69,18 @@ def need_sources() -> None:
         )
 
 
+def slurm_files(tag: str, paths: tuple[str, ...], dest: Path) -> Path:
+    """``paths`` of Slurm's tag ``tag``, from the mirror's git, unpacked under ``dest`` (made)."""
+    need_sources()
+    mirror = Path(os.environ["SLURMFORGE_MIRROR"]) / "github.com" / "SchedMD" / "slurm.git"
+    archive = subprocess.run(
+        ["git", "-C", str(mirror), "archive", tag, *paths], capture_output=True, check=True
+    )
+    dest.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest
+
+
 def select(set_name: str, cells: tuple[str, ...]) -> Project:
     return Project(Selection(TEST_CONFIG, set_name, cells))
 

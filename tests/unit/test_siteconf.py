@@ -6,7 +6,6 @@ targets."""
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from slurmforge.deploy.slurm import siteconf
 from slurmforge.deploy.spec.model import Cluster
 from slurmforge.errors import ConfigError
 from slurmforge.versions import load as load_versions
-from tests.common import ROOT, load_yaml, need_sources
+from tests.common import ROOT, load_yaml, slurm_files
 from tests.unit.helpers import assert_clean_failure, run_invoke, shipped_with
 
 SHIPPED = load_yaml((ROOT / "deploy" / "cluster.yaml").read_text())
@@ -34,14 +33,8 @@ def conf_keys(tmp_path: Path, tag: str) -> siteconf.ConfKeys:
     """What the controller image of Slurm ``tag`` carries: conf-keys run on that tag's parsers."""
     slurm = ".".join(tag.split("-")[1:4])  # slurm-24-05-8-1 → 24.05.8
     if tag not in _keys:
-        need_sources()
-        mirror = Path(os.environ["SLURMFORGE_MIRROR"]) / "github.com" / "SchedMD" / "slurm.git"
-        src, out = tmp_path / tag / "src", tmp_path / tag / "keys"
-        src.mkdir(parents=True)
-        archive = subprocess.run(
-            ["git", "-C", str(mirror), "archive", tag, *PARSERS], capture_output=True, check=True
-        )
-        subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+        src = slurm_files(tag, PARSERS, tmp_path / tag / "src")
+        out = tmp_path / tag / "keys"
         subprocess.run(["sh", str(CONF_KEYS), str(src), str(out)], check=True)
         _keys[tag] = siteconf.ConfKeys.from_dir(slurm, out)
     return _keys[tag]

@@ -6,13 +6,12 @@ executed and after the child joined the job's container; a tree it does not fit 
 from __future__ import annotations
 
 import difflib
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.common import ROOT, load_yaml, need_sources
+from tests.common import ROOT, load_yaml, slurm_files
 
 EDIT = ROOT / "images" / "slurm-debs" / "epilog-in-jail"
 MGR = "src/slurmd/slurmstepd/mgr.c"
@@ -25,15 +24,7 @@ TAGS = sorted(
 
 
 def _tree(tmp_path: Path, tag: str) -> Path:
-    need_sources()
-    mirror = Path(os.environ["SLURMFORGE_MIRROR"]) / "github.com" / "SchedMD" / "slurm.git"
-    archive = subprocess.run(
-        ["git", "-C", str(mirror), "archive", tag, MGR], capture_output=True, check=True
-    )
-    tree = tmp_path / tag
-    tree.mkdir()
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-    return tree
+    return slurm_files(tag, (MGR,), tmp_path / tag)
 
 
 def _edit(tree: Path) -> subprocess.CompletedProcess[str]:
