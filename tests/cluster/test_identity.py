@@ -25,7 +25,7 @@ from slurmforge.versions import load as load_versions
 from tests import site_ldap
 from tests.cluster.deployed import Clusters, Deployed, invoke, squashfs_image, write_cluster
 from tests.cluster.helpers import HELLO, OWN_SSH_KEY
-from tests.common import ROOT
+from tests.common import ROOT, until
 from tests.ports import free_port
 from tests.site_ldap import SiteDirectory
 
@@ -283,12 +283,12 @@ def test_a_user_who_leaves_the_group_loses_the_association_not_the_records(
     # -u carol: slurmdbd may hold a job just ended with uid 0 for a while, seen here under load as
     # carol|0|physics|COMPLETED for over 60 s, and a filter by her uid misses it meanwhile.)
     command = f"sacct -n -P -X -a -j {job} -o user,account,state"
-    deadline = time.monotonic() + 60
-    while (record := cluster.ok("slurmctld", command)) != "carol|physics|COMPLETED":
-        if time.monotonic() > deadline:
-            break
-        time.sleep(2)
-    assert record == "carol|physics|COMPLETED", cluster.sh("slurmctld", f"{command},uid -D")
+    until(
+        f"job {job}'s record as carol|physics|COMPLETED",
+        lambda: cluster.ok("slurmctld", command) == "carol|physics|COMPLETED",
+        timeout=60,
+        detail=lambda: cluster.sh("slurmctld", f"{command},uid -D"),
+    )
 
 
 @pytest.fixture(scope="module")
